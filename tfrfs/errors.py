@@ -1,0 +1,85 @@
+"""One exception tree for tfrfs.
+
+Every leaf also subclasses the builtin it means and carries an errno, so the
+FUSE adapter can map any of them in one place and never hands fusepy an
+``OSError`` without one (fusepy 3.0.1 ends the whole mount on such an error).
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+
+
+class TfrfsError(Exception):
+    """Base of every error tfrfs raises on purpose."""
+
+    errno: int = _errno.EIO
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class NotFound(TfrfsError, FileNotFoundError):
+    errno = _errno.ENOENT
+
+
+class NotADir(TfrfsError, NotADirectoryError):
+    errno = _errno.ENOTDIR
+
+
+class IsADir(TfrfsError, IsADirectoryError):
+    errno = _errno.EISDIR
+
+
+class ReadOnly(TfrfsError, PermissionError):
+    errno = _errno.EROFS
+
+
+class NotPermitted(TfrfsError, PermissionError):
+    errno = _errno.EPERM
+
+
+class Invalid(TfrfsError, ValueError):
+    """Content or a name that does not fit what the dataset can hold."""
+
+    errno = _errno.EINVAL
+
+
+class NameTooLong(TfrfsError, ValueError):
+    errno = _errno.ENAMETOOLONG
+
+
+class Exists(TfrfsError, FileExistsError):
+    errno = _errno.EEXIST
+
+
+class NotEmpty(TfrfsError, OSError):
+    errno = _errno.ENOTEMPTY
+
+
+class NoAttr(TfrfsError, OSError):
+    errno = _errno.ENODATA
+
+
+class DataLoss(TfrfsError, OSError):
+    """A checksum failed or a record is cut short: the bytes cannot be trusted."""
+
+    errno = _errno.EIO
+
+
+class NoSpace(TfrfsError, OSError):
+    errno = _errno.ENOSPC
+
+
+class UsageError(TfrfsError, ValueError):
+    """Bad command-line input: the CLI exits with status 2."""
+
+    errno = _errno.EINVAL
+
+
+class Busy(TfrfsError, OSError):
+    errno = _errno.EBUSY

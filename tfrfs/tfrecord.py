@@ -1,0 +1,236 @@
+"""TFRecord framing: masked CRC32C, record headers, GZIP and ZLIB streams.
+
+A record is ``u64 length | u32 masked_crc(length) | data | u32 masked_crc(data)``,
+little-endian. TensorFlow writes GZIP and ZLIB shards as one compressed stream
+over the whole file, so a compressed shard is read by decompressing it into a
+plain stream first; offsets always refer to that uncompressed stream.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import BinaryIO, Iterator
+
+import crc32c as _crc32c
+
+from .errors import DataLoss
+
+HEADER = 12  # u64 length + u32 masked crc of the length
+FOOTER = 4   # u32 masked crc of the data
+OVERHEAD = HEADER + FOOTER
+
+NONE, GZIP, ZLIB = "NONE", "GZIP", "ZLIB"
+COMPRESSIONS = (NONE, GZIP, ZLIB)
+
+_MASK_DELTA = 0xA282EAD8
+_U64 = struct.Struct("<Q")
+_U32 = struct.Struct("<I")
+_HDR = struct.Struct("<QI")
+
+
+def masked_crc(data: bytes | bytearray | memoryview) -> int:
+    crc = _crc32c.crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def parse_header(header: bytes) -> int | None:
+    """The record length a 12-byte header declares, or None when its checksum fails."""
+    length, crc = _HDR.unpack(header)
+    if masked_crc(header[:8]) != crc:
+        return None
+    return length
+
+
+def frame(data: bytes | memoryview) -> bytes:
+    """One whole record: header, data and footer."""
+    length = _U64.pack(len(data))
+    return b"".join((length, _U32.pack(masked_crc(length)), bytes(data), _U32.pack(masked_crc(data))))
+
+
+def check_data(framed_tail: bytes, data: memoryview | bytes) -> bool:
+    """Whether the footer ``framed_tail`` (4 bytes) matches ``data``."""
+    return len(framed_tail) == FOOTER and _U32.unpack(framed_tail)[0] == masked_crc(data)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something wrong in a shard's framing, found while scanning it."""
+
+    offset: int
+    reason: str
+    index: int | None = None
+
+
+def read_record(fd: int, offset: int, length: int, *, verify: bool = True) -> bytes:
+    """The data of the record whose header is at ``offset`` (length already known).
+
+    Raises ``DataLoss`` when the record is cut short or its data checksum fails.
+    """
+    want = length + FOOTER
+    buf = os.pread(fd, want, offset + HEADER)
+    if len(buf) < want:
+        raise DataLoss(f"record at offset {offset} is cut short")
+    data = buf[:length]
+    if verify and _U32.unpack_from(buf, length)[0] != masked_crc(data):
+        raise DataLoss(f"data checksum failed for the record at offset {offset}")
+    return data
+
+
+def scan_offsets(fd: int, size: int, *, start: int = 0) -> tuple[list[int], Problem | None]:
+    """Find record offsets from headers alone, never reading a record's data.
+
+    Returns the header offsets of every whole record, plus the end offset of the
+    last one as a final element, and the problem that ended the scan, if any.
+    """
+    offsets = [start]
+    pos = start
+    pread = os.pread
+    unpack = _HDR.unpack
+    crc = masked_crc
+    while pos < size:
+        header = pread(fd, HEADER, pos)
+        if len(header) < HEADER:
+            return offsets, Problem(pos, f"file ends inside a record header ({size - pos} trailing bytes)", len(offsets) - 1)
+        length, hcrc = unpack(header)
+        if crc(header[:8]) != hcrc:
+            return offsets, Problem(pos, "length checksum failed in record header", len(offsets) - 1)
+        end = pos + OVERHEAD + length
+        if end > size:
+            return offsets, Problem(pos, f"record is cut short: header says {length} bytes, file ends {size - pos - HEADER} bytes after it", len(offsets) - 1)
+        pos = end
+        offsets.append(pos)
+    return offsets, None
+
+
+# --- compression -----------------------------------------------------------
+
+def _first_header_ok(head: bytes) -> bool:
+    return len(head) >= HEADER and parse_header(head[:HEADER]) is not None
+
+
+def _decompress_head(data: bytes, wbits: int) -> bytes | None:
+    try:
+        d = zlib.decompressobj(wbits)
+        return d.decompress(data, HEADER)
+    except zlib.error:
+        return None
+
+
+def sniff(head: bytes) -> str | None:
+    """The compression under which ``head`` (the file's first bytes) starts a shard.
+
+    The plain header is checked first: an uncompressed shard may begin with
+    the gzip magic by chance. Returns None when it is not a shard at all
+    (an empty file is judged by its name elsewhere).
+    """
+    if _first_header_ok(head):
+        return NONE
+    if head[:2] == b"\x1f\x8b":
+        out = _decompress_head(head, 16 + zlib.MAX_WBITS)
+        if out is not None and (_first_header_ok(out) or out == b""):
+            return GZIP
+    elif len(head) >= 2 and (head[0] & 0x0F) == 8 and (head[0] << 8 | head[1]) % 31 == 0:
+        out = _decompress_head(head, zlib.MAX_WBITS)
+        if out is not None and (_first_header_ok(out) or out == b""):
+            return ZLIB
+    return None
+
+
+def decompress_stream(src: BinaryIO, dst: BinaryIO, compression: str, chunk: int = 1 << 20) -> Problem | None:
+    """Stream-decompress a whole GZIP or ZLIB shard into ``dst``.
+
+    Returns a problem if the stream is damaged or cut short; what decompressed
+    cleanly before that point is kept in ``dst``.
+    """
+    wbits = 16 + zlib.MAX_WBITS if compression == GZIP else zlib.MAX_WBITS
+    d = zlib.decompressobj(wbits)
+    written = 0
+    try:
+        while True:
+            block = src.read(chunk)
+            if not block:
+                break
+            while block:
+                out = d.decompress(block)
+                dst.write(out)
+                written += len(out)
+                if d.eof:
+                    # Concatenated gzip members are read on as one stream.
+                    block = d.unused_data
+                    if block and compression == GZIP:
+                        d = zlib.decompressobj(wbits)
+                        continue
+                    if block:
+                        return Problem(written, f"{len(block)} bytes of trailing data after the {compression} stream")
+                    break
+                block = b""
+        tail = d.flush()
+        dst.write(tail)
+        written += len(tail)
+        if not d.eof:
+            return Problem(written, f"{compression} stream is cut short")
+    except zlib.error as exc:
+        return Problem(written, f"{compression} stream is damaged: {exc}")
+    return None
+
+
+class StreamWriter:
+    """Writes framed records to a binary file, compressing as the shard's kind asks."""
+
+    def __init__(self, f: BinaryIO, compression: str = NONE, level: int = 6) -> None:
+        self._f = f
+        self.compression = compression
+        self.raw_bytes = 0
+        if compression == GZIP:
+            self._z: zlib._Compress | None = zlib.compressobj(level, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+        elif compression == ZLIB:
+            self._z = zlib.compressobj(level, zlib.DEFLATED, zlib.MAX_WBITS)
+        else:
+            self._z = None
+
+    def write_framed(self, framed: bytes | memoryview) -> None:
+        """Write already framed bytes (a record copied byte for byte)."""
+        self.raw_bytes += len(framed)
+        self._f.write(self._z.compress(framed) if self._z else framed)
+
+    def write(self, data: bytes) -> None:
+        self.write_framed(frame(data))
+
+    def close(self) -> None:
+        if self._z is not None:
+            self._f.write(self._z.flush())
+            self._z = None
+
+
+def iter_records(path: str | os.PathLike[str]) -> Iterator[bytes]:
+    """Every record of a shard in order, checksums verified (for tools and tests)."""
+    with open(path, "rb") as f:
+        head = f.read(64)
+        f.seek(0)
+        comp = sniff(head) if head else NONE
+        if comp is None:
+            raise DataLoss(f"{os.fspath(path)} is not a TFRecord file")
+        if comp != NONE:
+            import io
+            buf = io.BytesIO()
+            problem = decompress_stream(f, buf, comp)
+            if problem:
+                raise DataLoss(problem.reason)
+            data = buf.getvalue()
+        else:
+            data = f.read()
+    pos = 0
+    while pos < len(data):
+        header = data[pos:pos + HEADER]
+        if len(header) < HEADER or parse_header(header) is None:
+            raise DataLoss(f"bad record header at offset {pos}")
+        length = _U64.unpack(header[:8])[0]
+        body = data[pos + HEADER: pos + HEADER + length]
+        tail = data[pos + HEADER + length: pos + OVERHEAD + length]
+        if len(body) < length or not check_data(tail, body):
+            raise DataLoss(f"bad record data at offset {pos}")
+        yield bytes(body)
+        pos += OVERHEAD + length
