@@ -99,7 +99,7 @@ def scan_offsets(fd: int, size: int, *, start: int = 0) -> tuple[list[int], Prob
             return offsets, Problem(pos, "length checksum failed in record header", len(offsets) - 1)
         end = pos + OVERHEAD + length
         if end > size:
-            return offsets, Problem(pos, f"record is cut short: header says {length} bytes, file ends {size - pos - HEADER} bytes after it", len(offsets) - 1)
+            return offsets, Problem(pos, f"record is cut short: it needs {OVERHEAD + length} bytes, the file has {size - pos} left", len(offsets) - 1)
         pos = end
         offsets.append(pos)
     return offsets, None

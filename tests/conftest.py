@@ -1,0 +1,96 @@
+"""Shared fixtures: real FUSE mounts that always unmount and fail on daemon tracebacks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+REALDATA = Path(os.environ.get("TFRFS_REALDATA", REPO.parent / "shared" / "realdata"))
+
+
+def run_tfrfs(*args: str, check: bool = False, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+    """Run the real command line (``python -m tfrfs``) and capture its output."""
+    proc = subprocess.run([sys.executable, "-m", "tfrfs", *args], capture_output=True, text=True,
+                          timeout=timeout, **kw)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"tfrfs {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def is_mounted(path: Path) -> bool:
+    target = os.path.realpath(path)
+    with open("/proc/self/mounts") as f:
+        return any(line.split()[1] == target for line in f)
+
+
+def force_unmount(path: Path) -> None:
+    for cmd in (["fusermount", "-u", str(path)], ["fusermount", "-uz", str(path)], ["umount", "-l", str(path)]):
+        if not is_mounted(path):
+            return
+        subprocess.run(cmd, capture_output=True)
+        for _ in range(50):
+            if not is_mounted(path):
+                return
+            time.sleep(0.1)
+
+
+class Mounts:
+    """Mounts made by one test; each has its own log, checked at teardown."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.cache = base / "cache"
+        self.made: list[tuple[Path, Path]] = []
+
+    def __call__(self, source: Path | str, *args: str, mountpoint: Path | None = None,
+                 expect_ok: bool = True) -> Path:
+        n = len(self.made)
+        mnt = mountpoint or self.base / f"mnt{n}"
+        mnt.mkdir(parents=True, exist_ok=True)
+        log = self.base / f"daemon{n}.log"
+        proc = run_tfrfs("mount", str(source), str(mnt), "--cache-dir", str(self.cache), "--log", str(log), *args)
+        self.made.append((mnt, log))
+        if expect_ok:
+            assert proc.returncode == 0, f"mount failed ({proc.returncode}): {proc.stderr}"
+            assert is_mounted(mnt)
+        return mnt
+
+    def log_text(self, mnt: Path) -> str:
+        for m, log in self.made:
+            if m == mnt and log.exists():
+                return log.read_text(errors="replace")
+        return ""
+
+    def cleanup(self) -> list[str]:
+        problems = []
+        for mnt, log in self.made:
+            if is_mounted(mnt):
+                run_tfrfs("umount", str(mnt))
+            force_unmount(mnt)
+            # Give the daemon a moment to finish writing its log on exit.
+            time.sleep(0.05)
+            if log.exists() and "Traceback" in log.read_text(errors="replace"):
+                problems.append(f"daemon log {log} shows a traceback:\n{log.read_text(errors='replace')[-4000:]}")
+        return problems
+
+
+@pytest.fixture
+def tfrfs_mount(tmp_path: Path) -> Iterator[Mounts]:
+    """``tfrfs_mount(source, *args) -> mountpoint``: a real FUSE mount, unmounted at teardown.
+
+    The test fails if any daemon log shows a traceback.
+    """
+    mounts = Mounts(tmp_path)
+    try:
+        yield mounts
+    finally:
+        problems = mounts.cleanup()
+    if problems:
+        pytest.fail("\n".join(problems))

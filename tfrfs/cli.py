@@ -1,0 +1,346 @@
+"""Command line: the only module that prints to the user or chooses an exit status.
+
+Exit status: 0 success, 1 the command ran and found problems (or failed at
+its work), 2 bad usage or bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import re
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+from . import __version__
+from .errors import TfrfsError, UsageError
+from .index import Discovery, IndexCache, ShardIndex, discover, index_all
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
+FSTYPE = "fuse.tfrfs"
+MOUNT_WAIT_S = 120.0
+
+log = logging.getLogger("tfrfs")
+
+
+class Progress:
+    """Progress on stderr for work that takes more than a moment."""
+
+    def __init__(self, what: str, *, delay: float = 0.5) -> None:
+        self.what = what
+        self.start = time.monotonic()
+        self.delay = delay
+        self.shown = False
+        self.last = 0.0
+        self.tty = sys.stderr.isatty()
+
+    def update(self, text: str, *, final: bool = False) -> None:
+        now = time.monotonic()
+        if now - self.start < self.delay and not (final and self.shown):
+            return
+        if not final and now - self.last < (0.1 if self.tty else 2.0):
+            return
+        self.last = now
+        self.shown = True
+        line = f"{self.what}: {text} ({now - self.start:.1f}s)"
+        if self.tty:
+            sys.stderr.write("\r\x1b[K" + line + ("\n" if final else ""))
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+def open_dataset(source: str, cache_dir: str | None, *, quiet: bool = False) -> tuple[Discovery, list[ShardIndex]]:
+    disc = discover(source)
+    cache = IndexCache(cache_dir)
+    progress = None if quiet else Progress("indexing")
+    total_bytes = sum(s.size for s in disc.shards)
+
+    def report(done: int, total: int, records: int) -> None:
+        if progress:
+            done_bytes = sum(s.size for s in disc.shards[:done])
+            progress.update(f"{done}/{total} shards, {records:,} records, "
+                            f"{done_bytes / 2**20:,.0f}/{total_bytes / 2**20:,.0f} MiB",
+                            final=done == total)
+
+    return disc, index_all(disc.shards, cache, report)
+
+
+# --- mount ---------------------------------------------------------------------
+
+def _unescape_mount_field(field: str) -> str:
+    # /proc/mounts writes space, tab, newline and backslash as octal escapes.
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mounted_fstype(path: str) -> str | None:
+    """The filesystem type mounted at ``path``, or None when nothing is."""
+    target = os.path.realpath(path)
+    found = None
+    try:
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) > 2 and _unescape_mount_field(parts[1]) == target:
+                    found = parts[2]   # the last mount on a path is the visible one
+    except OSError:
+        return None
+    return found
+
+
+def _check_mountpoint(mnt: str) -> None:
+    if not os.path.isdir(mnt):
+        raise UsageError(f"{mnt}: mount point is not a folder" if os.path.exists(mnt)
+                         else f"{mnt}: mount point does not exist")
+    if mounted_fstype(mnt):
+        raise UsageError(f"{mnt}: something is already mounted there")
+    try:
+        if os.listdir(mnt):
+            raise UsageError(f"{mnt}: mount point is not empty")
+    except PermissionError as exc:
+        raise UsageError(f"{mnt}: cannot read mount point: {exc.strerror}") from exc
+
+
+def _default_log(cache_dir: str | None, mnt: str) -> Path:
+    base = Path(cache_dir) if cache_dir else IndexCache(None).dir
+    real = os.path.realpath(mnt)
+    tag = hashlib.sha256(real.encode()).hexdigest()[:8]
+    return base / "logs" / f"{os.path.basename(real) or 'root'}-{tag}.log"
+
+
+def _setup_logging(log_path: Path, *, also_stderr: bool) -> None:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    handlers: list[logging.Handler] = [logging.FileHandler(log_path)]
+    if also_stderr:
+        handlers.append(logging.StreamHandler(sys.stderr))
+    logging.basicConfig(level=logging.INFO, handlers=handlers, force=True,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def cmd_mount(args: argparse.Namespace) -> int:
+    _check_mountpoint(args.mountpoint)
+    log_path = Path(args.log) if args.log else _default_log(args.cache_dir, args.mountpoint)
+    if not args.foreground:
+        return _spawn_daemon(args, log_path)
+    _setup_logging(log_path, also_stderr=not args.daemon)
+    disc, indexes = open_dataset(args.source, args.cache_dir, quiet=args.daemon)
+    _raise_fd_limit()
+    from .tree import Tree
+    tree = Tree(disc, indexes, records=args.records, decode_raw=not args.no_decode_raw, writable=args.rw)
+    log.info("mounting %s at %s (%d shards, %d records, %s)", args.source, args.mountpoint, len(indexes),
+             sum(i.count for i in indexes), "read-write" if args.rw else "read-only")
+    from . import fuse_ops
+    try:
+        fuse_ops.mount(tree, args.mountpoint)
+    except RuntimeError as exc:
+        log.error("FUSE failed: %s", exc)
+        return EXIT_PROBLEMS
+    log.info("unmounted %s", args.mountpoint)
+    return EXIT_OK
+
+
+def _raise_fd_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def _spawn_daemon(args: argparse.Namespace, log_path: Path) -> int:
+    # Index here, with progress on the user's terminal; the daemon then loads it from the cache.
+    disc, indexes = open_dataset(args.source, args.cache_dir)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "tfrfs", "mount", args.source, args.mountpoint, "-f", "--daemon",
+           "--log", str(log_path)]
+    if args.rw:
+        cmd.append("--rw")
+    if args.records:
+        cmd += ["--records", args.records]
+    if args.no_decode_raw:
+        cmd.append("--no-decode-raw")
+    if args.cache_dir:
+        cmd += ["--cache-dir", args.cache_dir]
+    with open(log_path, "ab") as logf:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True)
+    deadline = time.monotonic() + MOUNT_WAIT_S
+    while time.monotonic() < deadline:
+        if mounted_fstype(args.mountpoint) == FSTYPE:
+            records = sum(i.count for i in indexes)
+            print(f"mounted {args.source} at {args.mountpoint} ({len(indexes)} shards, {records:,} records, "
+                  f"{'read-write' if args.rw else 'read-only'}); log: {log_path}")
+            problems = sum(len(i.problems) for i in indexes)
+            if problems:
+                print(f"warning: {problems} problem(s) found in the data; see {args.mountpoint}/.tfrfs/errors",
+                      file=sys.stderr)
+            return EXIT_OK
+        if proc.poll() is not None:
+            tail = _tail(log_path)
+            print(f"tfrfs: mount failed (daemon exited with status {proc.returncode}); log: {log_path}\n{tail}",
+                  file=sys.stderr)
+            return EXIT_PROBLEMS
+        time.sleep(0.02)
+    proc.terminate()
+    print(f"tfrfs: mount did not become ready within {MOUNT_WAIT_S:.0f}s; log: {log_path}", file=sys.stderr)
+    return EXIT_PROBLEMS
+
+
+def _tail(path: Path, lines: int = 10) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def cmd_umount(args: argparse.Namespace) -> int:
+    mnt = args.mountpoint
+    fstype = mounted_fstype(mnt)
+    if fstype != FSTYPE:
+        raise UsageError(f"{mnt}: not a tfrfs mount")
+    proc = subprocess.run(["fusermount", "-u", mnt], capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"tfrfs: cannot unmount {mnt}: {proc.stderr.strip()}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    # fusermount returns once the kernel lets go; wait for the daemon to finish too.
+    for _ in range(200):
+        if mounted_fstype(mnt) != FSTYPE:
+            break
+        time.sleep(0.05)
+    print(f"unmounted {mnt}")
+    return EXIT_OK
+
+
+# --- verify / inspect ------------------------------------------------------------
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from .verify import verify_dataset
+    disc = discover(args.source)
+    progress = Progress("verifying")
+    total = 0
+    problems = 0
+    for report in verify_dataset(disc, records=args.records, progress=progress.update):
+        total += report.records
+        for p in report.problems:
+            problems += 1
+            where = f"record {p.index}" if p.index is not None else "stream"
+            print(f"{report.shard.relpath}: {where} at offset {p.offset}: {p.reason}")
+    print(f"{len(disc.shards)} shards, {total:,} records checked, {problems} problem(s)")
+    return EXIT_PROBLEMS if problems else EXIT_OK
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from .tree import Tree
+    disc, indexes = open_dataset(args.source, args.cache_dir)
+    tree = Tree(disc, indexes, records=args.records, decode_raw=not args.no_decode_raw)
+    try:
+        schema = tree.schema()
+    finally:
+        tree.close()
+    if args.json:
+        print(json.dumps(schema, indent=2, ensure_ascii=False))
+        return EXIT_OK
+    rows = [(s["shard"], s["compression"], s["kind"], f"{s['records']:,}") for s in schema["shards"]]
+    _table(("shard", "compression", "records as", "count"), rows)
+    print(f"\n{len(rows)} shards, {sum(s['records'] for s in schema['shards']):,} records\n")
+    for section in ("features", "feature_lists"):
+        feats = schema.get(section)
+        if not feats:
+            continue
+        frows = [(k, str(v["kind"]), f"{v['records']:,}", f"{v['min_values']}..{v['max_values']}",
+                  " ".join(v["shown_as"])) for k, v in sorted(feats.items())]
+        _table((section[:-1] if section == "features" else "feature list", "kind", "records", "values",
+                "shown as"), frows)
+        print()
+    problems = sum(len(i.problems) for i in indexes) + len(tree.errors) - sum(len(i.problems) for i in indexes)
+    if problems:
+        print(f"{len(tree.errors)} problem(s) found; run `tfrfs verify {args.source}` for details")
+    return EXIT_OK
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    for row in (header, *rows):
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
+# --- parser ------------------------------------------------------------------------
+
+def _add_read_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--records", choices=("example", "sequence", "raw"),
+                   help="show every record as this kind instead of deciding from the data")
+    p.add_argument("--no-decode-raw", action="store_true",
+                   help="show raw pixel arrays as .bin instead of decoding them to PNG")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tfrfs",
+        description="Mount TFRecord datasets as folders: each shard a folder, each record a folder, "
+                    "each feature a file.",
+        epilog="Exit status: 0 success, 1 problems found or the work failed, 2 bad usage or input.")
+    parser.add_argument("--version", action="version", version=f"tfrfs {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("mount", help="mount SOURCE at MOUNTPOINT",
+                       description="Mount SOURCE (a shard file, a folder, or a quoted glob) at MOUNTPOINT. "
+                                   "Returns once the mount is usable; the daemon logs to the file it names.")
+    p.add_argument("source", metavar="SOURCE")
+    p.add_argument("mountpoint", metavar="MOUNTPOINT")
+    p.add_argument("--rw", action="store_true", help="allow edits; they are staged and written at commit")
+    p.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground, logging to stderr too")
+    _add_read_options(p)
+    p.add_argument("--cache-dir", metavar="DIR", help="where indexes and logs are kept "
+                                                      "(default: $XDG_CACHE_HOME/tfrfs or ~/.cache/tfrfs)")
+    p.add_argument("--log", metavar="FILE", help="daemon log file (default: CACHE_DIR/logs/NAME-HASH.log)")
+    p.add_argument("--daemon", action="store_true", help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_mount)
+
+    p = sub.add_parser("umount", help="unmount a tfrfs mount (committing staged edits first)",
+                       description="Unmount MOUNTPOINT. A writable mount commits its staged edits first; "
+                                   "if that fails, exit status 1 and the mount stays.")
+    p.add_argument("mountpoint", metavar="MOUNTPOINT")
+    p.set_defaults(func=cmd_umount)
+
+    p = sub.add_parser("verify", help="check every checksum and parse, without mounting",
+                       description="Check every record of SOURCE: framing, checksums and parsing. "
+                                   "Prints each problem; exit status 1 if there are any.")
+    p.add_argument("source", metavar="SOURCE")
+    p.add_argument("--records", choices=("example", "sequence", "raw"), help="check records as this kind")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("inspect", help="list shards, record counts and the schema, without mounting",
+                       description="Print SOURCE's shards, record counts and feature schema.")
+    p.add_argument("source", metavar="SOURCE")
+    _add_read_options(p)
+    p.add_argument("--cache-dir", metavar="DIR", help="index cache folder")
+    p.add_argument("--json", action="store_true", help="print the schema as JSON (as .tfrfs/schema.json)")
+    p.set_defaults(func=cmd_inspect)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        print(f"tfrfs: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except TfrfsError as exc:
+        print(f"tfrfs: {exc}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    except KeyboardInterrupt:
+        print("tfrfs: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""The FUSE adapter: the only module that imports fusepy.
+
+Each call is translated to the tree in a line or two; every exception is
+mapped to an errno in one place, ``Operations.__call__``. Operations the
+mount does not need are left undefined on purpose: fusepy registers only the
+methods an operations object has, so an unneeded call (``flush`` on a
+read-only file, say) never enters Python at all.
+"""
+
+from __future__ import annotations
+
+import codecs
+import errno
+import logging
+import os
+import stat as _stat
+import threading
+from typing import Any
+
+import fuse
+
+from .errors import NoAttr, TfrfsError
+from .tree import FILE_NODES, Handle, MetaFile, Node, Stat, Tree
+
+log = logging.getLogger("tfrfs")
+
+# Names that are not valid UTF-8 (``ls $'\xff'``) must fail with ENOENT, not
+# crash fusepy's decoder: decode paths with surrogateescape.
+_CODEC = "tfrfs-utf-8"
+
+
+def _find_codec(name: str) -> codecs.CodecInfo | None:
+    if name != _CODEC:
+        return None
+    utf8 = codecs.lookup("utf-8")
+    return codecs.CodecInfo(
+        name=_CODEC,
+        encode=lambda s, errors="strict": utf8.encode(s, "surrogateescape"),
+        decode=lambda b, errors="strict": utf8.decode(b, "surrogateescape"),
+    )
+
+
+codecs.register(_find_codec)
+
+_ACCESS_W = os.W_OK
+
+
+class Operations:
+    """fusepy operations for a read-only tree."""
+
+    use_ns = True   # times in nanoseconds (and fusepy's float-time deprecation stays quiet)
+
+    def __init__(self, tree: Tree) -> None:
+        self.tree = tree
+        self._handles: dict[int, Handle] = {}
+        self._next_fh = 1
+        self._fh_lock = threading.Lock()   # not "lock": that would shadow fusepy's lock operation
+
+    # -- the one place errors are mapped ------------------------------------
+
+    def __call__(self, op: str, *args: Any) -> Any:
+        try:
+            return getattr(self, op)(*args)
+        except fuse.FuseOSError:
+            raise
+        except TfrfsError as exc:
+            raise fuse.FuseOSError(exc.errno) from None
+        except UnicodeError:
+            raise fuse.FuseOSError(errno.ENOENT) from None
+        except OSError as exc:
+            if exc.errno and exc.errno > 0:
+                raise fuse.FuseOSError(exc.errno) from None
+            log.exception("%s %r failed without an errno", op, args[:1])
+            raise fuse.FuseOSError(errno.EIO) from None
+        except Exception:
+            log.exception("internal error in %s %r", op, args[:1])
+            raise fuse.FuseOSError(errno.EIO) from None
+
+    # -- helpers --------------------------------------------------------------
+
+    def _attrs(self, node: Node) -> dict[str, int]:
+        st: Stat = self.tree.stat(node)
+        mode = (_stat.S_IFDIR | self.tree.dir_mode) if st.is_dir else (_stat.S_IFREG | self.tree.file_mode)
+        return {
+            "st_mode": mode, "st_nlink": st.nlink, "st_size": st.size,
+            "st_uid": self.tree.uid, "st_gid": self.tree.gid,
+            "st_mtime": st.mtime_ns, "st_ctime": st.mtime_ns, "st_atime": st.mtime_ns,
+            "st_blocks": (st.size + 511) // 512, "st_blksize": 131072,
+        }
+
+    def _new_handle(self, handle: Handle) -> int:
+        with self._fh_lock:
+            fh = self._next_fh
+            self._next_fh += 1
+            self._handles[fh] = handle
+        return fh
+
+    # -- operations -----------------------------------------------------------
+
+    def getattr(self, path: str, fh: Any = None) -> dict[str, int]:
+        return self._attrs(self.tree.lookup(path))
+
+    def access(self, path: str, amode: int) -> int:
+        self.tree.lookup(path)
+        if amode & _ACCESS_W and not self.tree.writable:
+            raise fuse.FuseOSError(errno.EROFS)
+        return 0
+
+    def opendir(self, path: str) -> int:
+        node = self.tree.lookup(path)
+        if isinstance(node, FILE_NODES):
+            raise fuse.FuseOSError(errno.ENOTDIR)
+        return 0
+
+    def readdir(self, path: str, fh: int) -> Any:
+        node = self.tree.lookup(path)
+        yield "."
+        yield ".."
+        dir_mode = {"st_mode": _stat.S_IFDIR}
+        file_mode = {"st_mode": _stat.S_IFREG}
+        # Each entry's type lets find and ls skip a stat per name.
+        for name, is_dir in self.tree.list(node):
+            yield name, (dir_mode if is_dir else file_mode), 0
+
+    def open(self, path: str, fi: Any) -> int:
+        if fi.flags & os.O_ACCMODE != os.O_RDONLY and not self.tree.writable:
+            raise fuse.FuseOSError(errno.EROFS)
+        node = self.tree.lookup(path)
+        handle = self.tree.open(node)
+        fi.fh = self._new_handle(handle)
+        if isinstance(node, MetaFile):
+            # Their content grows while mounted: bypass the page cache and the cached size.
+            fi.direct_io = 1
+        elif not self.tree.writable:
+            fi.keep_cache = 1
+        return 0
+
+    def read(self, path: str, size: int, offset: int, fi: Any) -> bytes:
+        return self._handles[fi.fh].read(size, offset)
+
+    def release(self, path: str, fi: Any) -> int:
+        handle = self._handles.pop(fi.fh, None)
+        if handle is not None:
+            handle.close()
+        return 0
+
+    def statfs(self, path: str) -> dict[str, int]:
+        return {"f_bsize": 131072, "f_frsize": 131072, "f_namemax": 255,
+                "f_blocks": 0, "f_bfree": 0, "f_bavail": 0, "f_files": 0, "f_ffree": 0}
+
+    def listxattr(self, path: str) -> list[str]:
+        return list(self.tree.xattrs(self.tree.lookup(path)))
+
+    def getxattr(self, path: str, name: str, position: int = 0) -> bytes:
+        try:
+            return self.tree.xattrs(self.tree.lookup(path))[name]
+        except KeyError:
+            raise NoAttr(name) from None
+
+    def destroy(self, path: str) -> None:
+        self.tree.close()
+
+
+def mount(tree: Tree, mountpoint: str, *, foreground: bool = True, fsname: str = "tfrfs") -> None:
+    """Serve ``tree`` at ``mountpoint`` until it is unmounted."""
+    opts: dict[str, Any] = dict(
+        foreground=foreground,
+        nothreads=True,     # one thread: the tree's caches need no locking against FUSE itself
+        fsname=fsname,
+        subtype="tfrfs",
+        max_read=131072,
+    )
+    if tree.writable:
+        opts.update(attr_timeout=1.0, entry_timeout=1.0, negative_timeout=0, big_writes=True,
+                    max_write=131072)
+    else:
+        # Nothing changes under a read-only mount: let the kernel keep attributes, names and data.
+        opts.update(ro=True, kernel_cache=True, attr_timeout=86400.0, entry_timeout=86400.0,
+                    negative_timeout=60.0)
+    fuse.FUSE(Operations(tree), mountpoint, raw_fi=True, encoding=_CODEC, **opts)
