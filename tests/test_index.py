@@ -1,0 +1,137 @@
+"""Shard discovery, kind detection and the persisted index."""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tfrfs import index, proto, tfrecord
+from tfrfs.errors import UsageError
+
+
+def write_shard(path: Path, records: list[bytes], compression: str = tfrecord.NONE) -> Path:
+    buf = io.BytesIO()
+    w = tfrecord.StreamWriter(buf, compression)
+    for r in records:
+        w.write(r)
+    w.close()
+    path.write_bytes(buf.getvalue())
+    return path
+
+
+def example(**ints: int) -> bytes:
+    ex = proto.Example()
+    for k, v in ints.items():
+        ex.features.feature[k].int64_list.value.append(v)
+    return ex.SerializeToString()
+
+
+def sequence() -> bytes:
+    seq = proto.SequenceExample()
+    seq.feature_lists.feature_list["f"].feature.add().int64_list.value.append(1)
+    return seq.SerializeToString()
+
+
+def test_discover_dir_mirrors_tree_and_skips_staging(tmp_path: Path) -> None:
+    write_shard(tmp_path / "a.data", [example(x=1)])          # recognised by content, not name
+    (tmp_path / "sub").mkdir()
+    write_shard(tmp_path / "sub" / "b.tfrecord.gz", [example(x=2)], tfrecord.GZIP)
+    (tmp_path / "sub" / "info.json").write_text("{}")
+    (tmp_path / "empty.tfrecord").write_bytes(b"")
+    (tmp_path / "empty.txt").write_bytes(b"")
+    (tmp_path / index.STAGING_DIR).mkdir()
+    write_shard(tmp_path / index.STAGING_DIR / "x.tfrecord", [example(x=3)])
+    d = index.discover(str(tmp_path))
+    assert {s.relpath: s.compression for s in d.shards} == {
+        "a.data": "NONE", "empty.tfrecord": "NONE", "sub/b.tfrecord.gz": "GZIP"}
+    assert set(d.plain_files) == {"sub/info.json", "empty.txt"}
+    assert set(d.dirs) == {"", "sub"}
+
+
+def test_discover_errors(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(UsageError, match="no such file"):
+        index.discover(str(tmp_path / "missing"))
+    with pytest.raises(UsageError, match="not a TFRecord file"):
+        index.discover(str(tmp_path / "notes.txt"))
+    with pytest.raises(UsageError, match="no TFRecord shard"):
+        index.discover(str(tmp_path))
+    with pytest.raises(UsageError, match="no file matches"):
+        index.discover(str(tmp_path / "*.tfrecord"))
+
+
+def test_named_empty_file_is_a_shard(tmp_path: Path) -> None:
+    (tmp_path / "plain").write_bytes(b"")
+    d = index.discover(str(tmp_path / "plain"))
+    assert [s.relpath for s in d.shards] == ["plain"]
+
+
+def test_glob(tmp_path: Path) -> None:
+    for n in range(3):
+        write_shard(tmp_path / f"s-{n}.rec", [example(x=n)])
+    (tmp_path / "readme.rec.txt").write_text("not a shard")
+    d = index.discover(str(tmp_path / "*.rec*"))
+    assert [s.relpath for s in d.shards] == ["s-0.rec", "s-1.rec", "s-2.rec"]
+
+
+@pytest.mark.parametrize("records,kind", [
+    ([example(a=1), b""], "example"),
+    ([example(a=1), sequence()], "sequence"),
+    ([example(a=1), b"\xff\xff\xff"], "raw"),
+    ([b""] * 3, "example"),
+])
+def test_detect_kind(records: list[bytes], kind: str) -> None:
+    assert index.detect_kind(r for r in records if r) == kind
+
+
+def test_index_cache_round_trip_and_invalidation(tmp_path: Path) -> None:
+    shard_path = write_shard(tmp_path / "s.tfrecord", [example(i=i) for i in range(100)])
+    cache = index.IndexCache(tmp_path / "cache")
+    shard = index.discover(str(shard_path)).shards[0]
+    built, cached = cache.get(shard)
+    assert not cached and built.count == 100 and built.detected_kind == "example"
+    again, cached = cache.get(shard)
+    assert cached and list(again.offsets) == list(built.offsets)
+    # A changed shard (new size and mtime) is indexed again.
+    write_shard(shard_path, [example(i=i) for i in range(5)])
+    os.utime(shard_path, ns=(time.time_ns(), time.time_ns() + 10**9))
+    shard = index.discover(str(shard_path)).shards[0]
+    fresh, cached = cache.get(shard)
+    assert not cached and fresh.count == 5
+
+
+def test_compressed_shard_indexes_plain_stream(tmp_path: Path) -> None:
+    recs = [example(i=i) for i in range(10)]
+    p = write_shard(tmp_path / "s.tfrecord.zz", recs, tfrecord.ZLIB)
+    cache = index.IndexCache(tmp_path / "cache")
+    idx, _ = cache.get(index.discover(str(p)).shards[0])
+    fd = idx.open()
+    try:
+        got = [tfrecord.read_record(fd, *idx.span(i)) for i in range(idx.count)]
+    finally:
+        os.close(fd)
+    assert got == recs
+
+
+def test_damaged_shard_problems(tmp_path: Path) -> None:
+    recs = [example(i=i) for i in range(4)]
+    p = write_shard(tmp_path / "d.tfrecord", recs)
+    data = bytearray(p.read_bytes())
+    data[12 + 2] ^= 0xFF            # data of record 0
+    p.write_bytes(bytes(data) + b"\x01\x02")   # and trailing bytes
+    idx = index.IndexCache(tmp_path / "c").build(index.discover(str(p)).shards[0])
+    assert idx.count == 4
+    assert 0 in idx.bad
+    reasons = [pr.reason for pr in idx.problems]
+    assert any("data checksum" in r for r in reasons)
+    assert any("trailing" in r for r in reasons)
+
+
+def test_index_memory_is_eight_bytes_a_record(tmp_path: Path) -> None:
+    p = write_shard(tmp_path / "m.tfrecord", [b""] * 1000)
+    idx = index.IndexCache(tmp_path / "c").build(index.discover(str(p)).shards[0])
+    assert idx.offsets.itemsize * len(idx.offsets) <= 8 * (idx.count + 1)
