@@ -26,7 +26,7 @@ log = logging.getLogger("tfrfs")
 
 # Names that are not valid UTF-8 (``ls $'\xff'``) must fail with ENOENT, not
 # crash fusepy's decoder: decode paths with surrogateescape.
-_CODEC = "tfrfs-utf-8"
+_CODEC = "tfrfs_utf8"  # codecs.lookup normalises names: keep it in that form
 
 
 def _find_codec(name: str) -> codecs.CodecInfo | None:

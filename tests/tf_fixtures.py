@@ -1,0 +1,548 @@
+"""Write the TensorFlow interop fixtures with REAL TensorFlow.
+
+Run as a subprocess (importing TensorFlow is slow and heavy)::
+
+    .venv/bin/python tests/tf_fixtures.py OUTDIR
+
+Every shard is written by ``tf.io.TFRecordWriter`` (``tf.io.TFRecordOptions`` for GZIP and
+ZLIB) from ``tf.train.Example`` / ``SequenceExample`` / ``Feature`` messages built with
+TensorFlow's own classes. Damaged shards are made by corrupting TF-written shards.
+
+Layout made under OUTDIR (everything is deterministic):
+
+``clean/``     a directory that verifies clean: every feature kind and value form of SPEC 3-4,
+               hostile keys, images and sounds, raw pixel arrays, SequenceExamples, GZIP and
+               ZLIB shards, an empty shard, a shard of empty records, raw shards, a plain shard
+               that starts with the gzip magic, plain non-shard files, sub-directories.
+``damaged/``   one shard per kind of damage of SPEC 6 (plus a late unparseable record, SPEC 2).
+``fixtures.json``  what was made: for each damaged shard the damage and where it is.
+
+Only the standard library, numpy, Pillow and TensorFlow are used here: nothing from tfrfs.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import struct
+import sys
+import wave
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from PIL import Image  # noqa: E402
+
+RNG = np.random.default_rng(20240521)
+
+INT64_MIN = -(2 ** 63)
+INT64_MAX = 2 ** 63 - 1
+
+
+# --- feature helpers (TensorFlow's own message classes) ---------------------------------------
+
+def f_int(*v: int) -> tf.train.Feature:
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=list(v)))
+
+
+def f_float(*v: float) -> tf.train.Feature:
+    return tf.train.Feature(float_list=tf.train.FloatList(value=list(v)))
+
+
+def f_bytes(*v: bytes) -> tf.train.Feature:
+    return tf.train.Feature(bytes_list=tf.train.BytesList(value=list(v)))
+
+
+def f_none() -> tf.train.Feature:
+    return tf.train.Feature()
+
+
+def example(feats: dict) -> tf.train.Example:
+    return tf.train.Example(features=tf.train.Features(feature=feats))
+
+
+def seq_example(context: dict | None, lists: dict | None) -> tf.train.SequenceExample:
+    se = tf.train.SequenceExample()
+    if context is not None:
+        for k, v in context.items():
+            se.context.feature[k].CopyFrom(v)
+    if lists is not None:
+        se.feature_lists.SetInParent()
+        for k, steps in lists.items():
+            fl = se.feature_lists.feature_list[k]  # creates the (possibly empty) list
+            for s in steps:
+                fl.feature.add().CopyFrom(s)
+    return se
+
+
+def ser(m) -> bytes:
+    return m.SerializeToString() if not isinstance(m, (bytes, bytearray)) else bytes(m)
+
+
+def write_shard(path: str, records: list, compression: str = "") -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    opts = tf.io.TFRecordOptions(compression_type=compression) if compression else None
+    with tf.io.TFRecordWriter(path, options=opts) as w:
+        for r in records:
+            w.write(ser(r))
+
+
+def rand_bytes(n: int, *, with_nul: bool = True) -> bytes:
+    b = bytearray(RNG.integers(0, 256, n, dtype=np.uint8).tobytes())
+    if with_nul and n:
+        b[min(3, n - 1)] = 0
+        b[0] = 0x80  # never valid UTF-8 at the start, never a magic number
+    return bytes(b)
+
+
+# --- media made by real encoders -------------------------------------------------------------
+
+def pil_bytes(mode: str, fmt: str, size=(8, 6), **kw) -> bytes:
+    arr_modes = {"1": 1, "L": 1, "LA": 2, "P": 1, "RGB": 3, "RGBA": 4, "CMYK": 4}
+    w, h = size
+    if mode == "I;16":
+        img = Image.frombytes("I;16", size, RNG.integers(0, 65536, w * h, dtype=np.uint16).tobytes())
+    else:
+        n = arr_modes[mode]
+        img = Image.frombytes(mode if mode != "1" else "L", size,
+                              RNG.integers(0, 256, w * h * n, dtype=np.uint8).tobytes())
+        if mode == "1":
+            img = img.convert("1")
+    buf = io.BytesIO()
+    img.save(buf, format=fmt, **kw)
+    return buf.getvalue()
+
+
+def wav_bytes() -> bytes:
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(8000)
+        w.writeframes(RNG.integers(-3000, 3000, 400, dtype=np.int16).tobytes())
+    return buf.getvalue()
+
+
+def flac_bytes() -> bytes:
+    # fLaC + a STREAMINFO metadata block header and body: enough for the magic table.
+    return b"fLaC" + b"\x80\x00\x00\x22" + rand_bytes(34) + rand_bytes(64)
+
+
+def mp3_bytes() -> bytes:
+    return b"ID3\x04\x00\x00\x00\x00\x00\x0a" + rand_bytes(10) + b"\xff\xfb\x90\x00" + rand_bytes(200)
+
+
+def ogg_bytes() -> bytes:
+    return b"OggS\x00\x02" + b"\x00" * 8 + rand_bytes(100)
+
+
+def tiff_be_bytes() -> bytes:
+    return b"MM\x00*" + struct.pack(">I", 8) + rand_bytes(40)
+
+
+# --- float32 edge values ---------------------------------------------------------------------
+
+def f32_from_bits(bits: int) -> float:
+    return float(np.frombuffer(struct.pack("<I", bits), dtype=np.float32)[0])
+
+
+FLOAT_EDGES = [
+    0.0, -0.0,
+    f32_from_bits(0x00000001),      # smallest subnormal (1e-45)
+    f32_from_bits(0x007FFFFF),      # largest subnormal
+    f32_from_bits(0x00800000),      # smallest normal
+    f32_from_bits(0x7F7FFFFF),      # float32 max
+    -f32_from_bits(0x7F7FFFFF),
+    float("inf"), float("-inf"), float("nan"),
+    0.1, 1 / 3, 2.5, -1.5, 1.0, 100.0, 1e16, 1e-5, 0.0001, 123456789.0, 16777217.0, 1e-30,
+    3.14159265358979,
+]
+
+
+# --- the clean directory ---------------------------------------------------------------------
+
+def hostile_keys_record() -> tf.train.Example:
+    long_ascii = "k" * 310
+    feats = {
+        "Zoë": f_int(1),
+        "日本": f_bytes("日本語".encode()),
+        "emoji 🎉": f_float(1.5),
+        "": f_int(0),
+        "/": f_int(1),
+        "a//b": f_int(2),
+        "a/./b": f_int(3),
+        "..": f_int(4),
+        ".": f_int(5),
+        ".hidden": f_bytes(b"h"),
+        "dir/.inner": f_int(6),
+        "%": f_int(7),
+        "%2F": f_int(8),
+        "x/": f_int(9),
+        "/y": f_int(10),
+        "tab\tkey": f_int(11),
+        "new\nline": f_int(12),
+        "\x7f": f_int(13),
+        long_ascii: f_int(14),
+        long_ascii + "/inner": f_int(15),          # a folder whose name must be shortened
+        "deep/" + "é" * 200: f_bytes(b"two-byte characters, cut at a boundary"),
+        "nested/a/b/c": f_int(16),
+        "nested/a/x": f_float(0.5),
+        "nested/top": f_bytes(b"t"),
+        "space key": f_int(17),
+        'quote"key': f_int(18),
+        "back\\slash": f_int(19),
+        "colon:key;star*?": f_int(20),
+        "backup~": f_int(21),
+        "UPPER/lower": f_int(22),
+        "ünï/cødé": f_bytes("ünïcødé".encode()),
+    }
+    return example(feats)
+
+
+def clash_keys_record() -> tf.train.Example:
+    base = "L" * 300
+    feats = {
+        "a": f_int(1),
+        "a.json/x": f_int(2),          # folder a.json clashes with file a.json
+        "d": f_bytes(b"hello"),
+        "d.txt/y": f_int(3),           # folder d.txt clashes with file d.txt
+        "e": f_bytes(b"\x00", b"\x01"),  # folder e.list
+        "e.list/0": f_int(4),          # folder e.list again
+        "b.txt": f_int(5),             # b.txt.json: no clash
+        base + "1": f_int(6),          # two long keys sharing a 300-byte prefix
+        base + "2": f_int(7),
+    }
+    return example(feats)
+
+
+def kinds_records() -> list:
+    r0 = example({
+        "int_one": f_int(3),
+        "int_many": f_int(0, -1, 1, INT64_MIN, INT64_MAX, 42),
+        "int_empty": f_int(),
+        "float_one": f_float(0.25),
+        "float_empty": f_float(),
+        "bytes_empty": f_bytes(),
+        "nokind": f_none(),
+        "label": f_bytes(b"cat"),
+    })
+    r1 = example({"edges": f_float(*FLOAT_EDGES), "edge_one_nan": f_float(float("nan")),
+                  "neg_zero": f_float(-0.0), "max": f_float(f32_from_bits(0x7F7FFFFF))})
+    r2 = example({})                   # an Example with no features at all
+    r3 = tf.train.Example()            # features unset: serializes to 0 bytes
+    r4 = example({"only_nokind": f_none(), "zero": f_int(0)})
+    return [r0, r1, r2, r3, r4]
+
+
+def text_records() -> list:
+    jpeg = pil_bytes("RGB", "JPEG")
+    r0 = example({
+        "ascii": f_bytes(b"hello world"),
+        "utf8": f_bytes("Zoë 日本 🎉".encode()),
+        "multiline": f_bytes(b"line1\nline2\n"),
+        "empty_text": f_bytes(b""),
+        "with_nul": f_bytes(b"abc\x00def"),
+        "latin1": f_bytes("café".encode("latin-1")),
+        "surrogate": f_bytes(b"\xed\xa0\x80abc"),
+        "overlong": f_bytes(b"\xc0\xafabc"),
+        "texts": f_bytes(b"cat", "Zoë".encode(), b"", b'with "quote" and \\ and \n newline',
+                         "\x7f".encode(), b"tab\t", "日本".encode()),
+        "two_texts": f_bytes(b"a", b"b"),
+        "no_values": f_bytes(),
+        "bins": f_bytes(b"\x00\x01", b"\xff", jpeg),
+        "bins10": f_bytes(*[rand_bytes(5 + i) for i in range(10)]),     # width of the largest index: 1
+        "bins12": f_bytes(*([rand_bytes(3 + i) for i in range(11)] + [b"text at the end"])),
+        "mp3text": f_bytes(b"ID3 looks like text"),                     # magic row comes before text
+        "wavtext": f_bytes(b"RIFFabcdWAVE hello"),
+        "magic_texts": f_bytes(b"ID3 a", b"OggS b"),                    # all text -> .json
+        "bmp_wrong_size": f_bytes(b"BM" + struct.pack("<I", 999) + rand_bytes(20)),
+        "riff_other": f_bytes(b"RIFF" + struct.pack("<I", 100) + b"AVI " + rand_bytes(20)),
+        "gif_like": f_bytes(b"GIF88a" + rand_bytes(10)),
+        "png_short": f_bytes(b"\x89PNG\r\n\x1a" + rand_bytes(3)),
+        "jpeg_two_bytes": f_bytes(b"\xff\xd8"),
+    })
+    r1 = example({"ascii": f_bytes(b"second record"), "n": f_int(2)})
+    return [r0, r1]
+
+
+def media_records() -> list:
+    bmp = pil_bytes("RGB", "BMP")
+    assert struct.unpack_from("<I", bmp, 2)[0] == len(bmp)
+    r0 = example({
+        "jpeg_L": f_bytes(pil_bytes("L", "JPEG")),
+        "jpeg_RGB": f_bytes(pil_bytes("RGB", "JPEG")),
+        "jpeg_CMYK": f_bytes(pil_bytes("CMYK", "JPEG")),
+        "png_1": f_bytes(pil_bytes("1", "PNG")),
+        "png_L": f_bytes(pil_bytes("L", "PNG")),
+        "png_LA": f_bytes(pil_bytes("LA", "PNG")),
+        "png_P": f_bytes(pil_bytes("P", "PNG")),
+        "png_RGB": f_bytes(pil_bytes("RGB", "PNG")),
+        "png_RGBA": f_bytes(pil_bytes("RGBA", "PNG")),
+        "png_I16": f_bytes(pil_bytes("I;16", "PNG")),
+        "gif87": f_bytes(b"GIF87a" + rand_bytes(30)),
+        "gif": f_bytes(pil_bytes("P", "GIF")),
+        "bmp": f_bytes(bmp),
+        "webp": f_bytes(pil_bytes("RGB", "WEBP")),
+        "tiff": f_bytes(pil_bytes("RGB", "TIFF")),
+        "tiff_be": f_bytes(tiff_be_bytes()),
+        "wav": f_bytes(wav_bytes()),
+        "flac": f_bytes(flac_bytes()),
+        "mp3": f_bytes(mp3_bytes()),
+        "ogg": f_bytes(ogg_bytes()),
+    })
+    # The Object Detection API layout: encoded image plus its size; not a raw pixel array.
+    png = pil_bytes("RGB", "PNG")
+    r1 = example({
+        "image/encoded": f_bytes(png),
+        "image/format": f_bytes(b"png"),
+        "image/height": f_int(6),
+        "image/width": f_int(8),
+        "image/channels": f_int(3),
+        "image/object/bbox/xmin": f_float(0.1, 0.5),
+        "image/object/class/text": f_bytes(b"raccoon", b"dog"),
+    })
+    return [r0, r1]
+
+
+def pixels(n: int, *, printable: bool = False, first: bytes = b"") -> bytes:
+    if printable:
+        b = RNG.integers(0x21, 0x7F, n, dtype=np.uint8).tobytes()
+    else:
+        b = bytearray(RNG.integers(0, 256, n, dtype=np.uint8).tobytes())
+        b[0] = 0  # a NUL: never text
+        b = bytes(b)
+    return (first + b[len(first):])[:n]
+
+
+def pixel_records() -> list:
+    return [
+        example({"image_raw": f_bytes(pixels(4 * 5)), "height": f_int(4), "width": f_int(5), "depth": f_int(1)}),
+        example({"image_raw": f_bytes(pixels(3 * 4 * 3)), "height": f_int(3), "width": f_int(4), "depth": f_int(3)}),
+        example({"image_raw": f_bytes(pixels(2 * 3 * 4)), "height": f_int(2), "width": f_int(3), "channels": f_int(4)}),
+        # prefix case: image/encoded looks at image/height and image/width; no depth -> 3 fits
+        example({"image/encoded": f_bytes(pixels(2 * 3 * 3)), "image/height": f_int(2), "image/width": f_int(3)}),
+        # wrong size: stays .bin
+        example({"image_raw": f_bytes(pixels(4 * 4 * 3 + 1)), "height": f_int(4), "width": f_int(4), "depth": f_int(3)}),
+        # depth says 3 but the length fits 1 channel: not the declared shape, stays .bin
+        example({"image_raw": f_bytes(pixels(4 * 4)), "height": f_int(4), "width": f_int(4), "depth": f_int(3)}),
+        # height is not a one-value int64 feature
+        example({"image_raw": f_bytes(pixels(2 * 2)), "height": f_int(2, 2), "width": f_int(2)}),
+        # no depth, the length fits 4 channels only
+        example({"image_raw": f_bytes(pixels(5 * 2 * 4)), "height": f_int(5), "width": f_int(2)}),
+        # depth 2 (two bytes per pixel, like int16 captcha data): not 1, 3 or 4 -> .bin
+        example({"image_raw": f_bytes(pixels(3 * 3 * 2)), "height": f_int(3), "width": f_int(3), "depth": f_int(2)}),
+        # two prefixes in one record
+        example({"seg/mask": f_bytes(pixels(2 * 2)), "seg/height": f_int(2), "seg/width": f_int(2),
+                 "image_raw": f_bytes(pixels(3 * 2 * 3)), "height": f_int(3), "width": f_int(2)}),
+        # height and width as floats: not int64 -> .bin
+        example({"image_raw": f_bytes(pixels(2 * 2)), "height": f_float(2.0), "width": f_float(2.0)}),
+        # raw pixels that start with the JPEG magic: the raw-pixel row comes first -> .png
+        example({"image_raw": f_bytes(pixels(4 * 4 * 3, first=b"\xff\xd8\xff")), "height": f_int(4), "width": f_int(4)}),
+        # raw pixels that are all printable ASCII: still pixels first
+        example({"image_raw": f_bytes(pixels(3 * 3, printable=True)), "height": f_int(3), "width": f_int(3)}),
+        # key without '/' uses the top-level height/width, not image/height
+        example({"pix": f_bytes(pixels(2 * 2 * 3)), "height": f_int(2), "width": f_int(2),
+                 "image/height": f_int(9), "image/width": f_int(9)}),
+    ]
+
+
+def seq_records() -> list:
+    jpeg = pil_bytes("L", "JPEG")
+    r0 = seq_example(
+        {"id": f_bytes(b"clip0"), "len": f_int(3), "nokind": f_none()},
+        {
+            "ints": [f_int(1, 2), f_int(3), f_int()],
+            "floats": [f_float(0.5), f_float(f32_from_bits(1), float("nan"), float("-inf")), f_float(0.1)],
+            "texts": [f_bytes(b"a", b"b"), f_bytes("Zoë".encode()), f_bytes()],
+            "int_empties": [f_int(), f_int()],
+            "mixed": [f_int(1), f_float(2.0), f_bytes(b"x")],
+            "bins": [f_bytes(jpeg), f_bytes(b"\x00"), f_bytes(b"\x00", b"\x01"), f_bytes(b"text"), f_bytes(b"t1", b"t2")],
+            "zero": [],
+            "nested/key": [f_int(7)],
+            "nokind": [f_none(), f_none()],
+            "long": [f_int(i) if i % 3 else f_bytes(rand_bytes(4)) for i in range(12)],
+            "ten": [f_bytes(rand_bytes(3)) for _ in range(10)],
+            ".dot": [f_float(1.0)],
+        },
+    )
+    r1 = seq_example(None, {"ints": [f_int(5)]})               # empty context
+    r2 = tf.train.SequenceExample()                            # nothing at all
+    r3 = b""                                                   # an empty record
+    r4 = seq_example({"image_raw": f_bytes(pixels(2 * 2 * 3)), "height": f_int(2), "width": f_int(2)},
+                     {"frames": [f_bytes(jpeg), f_bytes(jpeg)]})
+    r5 = seq_example({"only": f_int(1)}, {})                    # feature_lists present but empty
+    return [r0, r1, r2, r3, r4, r5]
+
+
+def small_examples(n: int, tag: str) -> list:
+    return [example({"n": f_int(i), "tag": f_bytes(f"{tag}-{i}".encode()), "x": f_float(i / 8)}) for i in range(n)]
+
+
+def gzmagic_record() -> tf.train.Example:
+    """An Example whose serialized length is 0x8b1f: the plain shard starts with 1f 8b."""
+    target = 0x8B1F
+    pad = target - 40
+    while True:
+        ex = example({"pad": f_bytes(b"p" * pad), "n": f_int(1)})
+        size = ex.ByteSize()
+        if size == target:
+            return ex
+        pad += target - size
+
+
+def raw_records() -> list:
+    first = b"\xff" * 4 + rand_bytes(60)     # 0xff: field 31 with wire type 7 -> never parses
+    return [first, b"line one\n", b"", "Zoë\n".encode(), bytes(range(256)), b"plain text line"]
+
+
+def kind16_records() -> list:
+    """Empty records do not count toward the first 16: index 17 is the 16th non-empty one."""
+    recs: list = []
+    for i in range(17):
+        recs.append(b"" if i in (3, 5) else example({"n": f_int(i)}))
+    recs.append(b"\xff\xfe not an example")                      # index 17
+    recs.append(example({"n": f_int(18)}))
+    return recs
+
+
+def make_clean(root: str) -> dict:
+    info: dict = {}
+    write_shard(f"{root}/kinds.tfrecord", kinds_records())
+    write_shard(f"{root}/keys.tfrecord", [hostile_keys_record(), clash_keys_record()])
+    write_shard(f"{root}/text.tfrecord", text_records())
+    write_shard(f"{root}/media.tfrecord", media_records())
+    write_shard(f"{root}/pixels.tfrecord", pixel_records())
+    write_shard(f"{root}/seq.tfrecord", seq_records())
+    write_shard(f"{root}/many.tfrecord", small_examples(150, "many"))
+    write_shard(f"{root}/gz_shard.tfrecord.gz", small_examples(7, "gz") + [hostile_keys_record()], "GZIP")
+    write_shard(f"{root}/zlib_shard.zz", small_examples(5, "zlib"), "ZLIB")
+    write_shard(f"{root}/seq_gzip.tfrecord.gz", seq_records()[:2], "GZIP")
+    write_shard(f"{root}/x.tfrecord", [])                                     # 0 bytes
+    write_shard(f"{root}/empty_records.tfrecord", [b"", b"", b""])
+    write_shard(f"{root}/raw.tfrecord", raw_records())
+    write_shard(f"{root}/kind16.tfrecord", kind16_records())
+    write_shard(f"{root}/gzmagic.tfrecord", [gzmagic_record(), example({"n": f_int(2)})])
+    write_shard(f"{root}/glob_a.tfrecord", small_examples(3, "ga"))
+    write_shard(f"{root}/glob_b.tfrecord", small_examples(2, "gb"))
+    write_shard(f"{root}/sub/part-00000-of-00002", small_examples(4, "p0"))
+    write_shard(f"{root}/sub/part-00001-of-00002", small_examples(3, "p1"))
+    write_shard(f"{root}/sub/deeper/d.tfrecords", [seq_records()[0]])
+    write_shard(f"{root}/sub/deeper/empty-00000-of-00001", [])                # 0 bytes, named like a shard
+    os.makedirs(f"{root}/emptydir", exist_ok=True)
+    with open(f"{root}/README.txt", "w") as f:
+        f.write("Fixtures for tfrfs interop tests.\nWritten by TensorFlow.\n")
+    with open(f"{root}/dataset_info.json", "w") as f:
+        json.dump({"name": "fixture", "splits": [{"name": "train", "shardLengths": ["3"]}]}, f)
+    open(f"{root}/empty.txt", "wb").close()                                   # 0 bytes, not a shard name
+    with open(f"{root}/notes.tfrecord", "wb") as f:                           # named like a shard, is text
+        f.write(b"this is not a TFRecord file, despite its name\n")
+    with open(f"{root}/sub/label_map.pbtxt", "w") as f:
+        f.write('item { id: 1 name: "raccoon" }\n')
+    with open(f"{root}/.hidden_note", "w") as f:                              # any other regular file
+        f.write("hidden but a regular file\n")
+    with open(f"{root}/gzmagic.tfrecord", "rb") as f:
+        assert f.read(2) == b"\x1f\x8b", "gzmagic shard must start with the gzip magic"
+    assert os.path.getsize(f"{root}/x.tfrecord") == 0
+    return info
+
+
+# --- the damaged directory -------------------------------------------------------------------
+
+def record_offsets(data: bytes) -> list[tuple[int, int]]:
+    """(header offset, data length) of every record of an intact plain shard."""
+    out, pos = [], 0
+    while pos < len(data):
+        (n,) = struct.unpack_from("<Q", data, pos)
+        out.append((pos, n))
+        pos += 16 + n
+    return out
+
+
+def make_damaged(root: str) -> dict:
+    info: dict = {}
+    os.makedirs(root, exist_ok=True)
+
+    def payload_examples(n: int, tag: str) -> list:
+        return [example({"n": f_int(i), "payload": f_bytes(f"payload-{tag}-{i}-abcdefgh".encode())}) for i in range(n)]
+
+    # 1. a flipped byte inside record 2's data: data crc fails, records 3 and 4 still served
+    p = f"{root}/datacrc.tfrecord"
+    write_shard(p, payload_examples(5, "d"))
+    data = bytearray(open(p, "rb").read())
+    offs = record_offsets(bytes(data))
+    off, n = offs[2]
+    body = bytes(data[off + 12: off + 12 + n])
+    i = body.index(b"payload-d-2-abcdefgh") + len(b"payload-d-2-")
+    data[off + 12 + i] ^= 0x01                # 'a' -> '`': the damaged data still parses
+    open(p, "wb").write(data)
+    info["datacrc.tfrecord"] = {"damage": "data_crc", "index": 2, "offset": off, "records": 5}
+
+    # 2. a flipped byte of record 3's length checksum: records 0..2 shown
+    p = f"{root}/lencrc.tfrecord"
+    write_shard(p, payload_examples(5, "l"))
+    data = bytearray(open(p, "rb").read())
+    off, n = record_offsets(bytes(data))[3]
+    data[off + 9] ^= 0x40
+    open(p, "wb").write(data)
+    info["lencrc.tfrecord"] = {"damage": "length_crc", "index": 3, "offset": off, "records": 3}
+
+    # 3. cut short in the middle of record 3's data
+    p = f"{root}/truncated.tfrecord"
+    write_shard(p, payload_examples(4, "t"))
+    data = open(p, "rb").read()
+    off, n = record_offsets(data)[3]
+    open(p, "wb").write(data[: off + 12 + n // 2])
+    info["truncated.tfrecord"] = {"damage": "truncated", "index": 3, "offset": off, "records": 3}
+
+    # 4. a few trailing bytes (TensorFlow silently ignores fewer than 12)
+    p = f"{root}/trailing.tfrecord"
+    write_shard(p, payload_examples(3, "g"))
+    data = open(p, "rb").read()
+    open(p, "wb").write(data + b"\x00\x01\x02\x03\x04")
+    info["trailing.tfrecord"] = {"damage": "trailing", "index": 3, "offset": len(data), "records": 3}
+
+    # 5. an unparseable record after the first 16 non-empty ones: the shard stays example kind,
+    #    the record is shown as 000017.bin and reported
+    p = f"{root}/badparse.tfrecord"
+    recs: list = [b"" if i == 3 else example({"n": f_int(i)}) for i in range(17)]
+    recs.append(b"\xff\xfe not an example")
+    recs.append(example({"n": f_int(18)}))
+    write_shard(p, recs)
+    data = open(p, "rb").read()
+    info["badparse.tfrecord"] = {"damage": "parse", "index": 17, "offset": record_offsets(data)[17][0], "records": 19}
+
+    # 6. a raw shard with a data crc failure in record 1
+    p = f"{root}/raw_datacrc.tfrecord"
+    write_shard(p, [b"\xff\xff\xff raw", b"some raw text bytes", b"\xfe\xfe later"])
+    data = bytearray(open(p, "rb").read())
+    off, n = record_offsets(bytes(data))[1]
+    data[off + 12 + 3] ^= 0x01
+    open(p, "wb").write(data)
+    info["raw_datacrc.tfrecord"] = {"damage": "data_crc", "index": 1, "offset": off, "records": 3}
+
+    # 7. a GZIP shard cut short: the records that decompress whole are shown
+    p = f"{root}/gz_cut.tfrecord.gz"
+    write_shard(p, small_examples(400, "gzc"), "GZIP")
+    data = open(p, "rb").read()
+    open(p, "wb").write(data[: len(data) // 2])
+    info["gz_cut.tfrecord.gz"] = {"damage": "compressed_truncated", "index": None, "offset": None, "records": None}
+    return info
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: tf_fixtures.py OUTDIR", file=sys.stderr)
+        return 2
+    out = os.path.abspath(argv[1])
+    os.makedirs(out, exist_ok=True)
+    info = {"clean": make_clean(os.path.join(out, "clean")),
+            "damaged": make_damaged(os.path.join(out, "damaged"))}
+    with open(os.path.join(out, "fixtures.json"), "w") as f:
+        json.dump(info, f, indent=1, sort_keys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

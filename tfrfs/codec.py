@@ -1,0 +1,706 @@
+"""Feature values <-> files (SPEC 3.2, 3.3, 4, and the content rules of 7).
+
+Reading: ``value_from_proto`` turns a ``Feature`` into a ``Value``; ``render`` decides how it is
+shown (the first row of the SPEC 3.2 table that fits) and produces the exact bytes;
+``raw_shapes`` finds the raw pixel arrays of a record (3.3); ``render_feature_list`` does the
+same for a SequenceExample feature list (4).
+
+Writing: ``parse``, ``parse_list``, ``parse_feature_list`` and ``parse_raw_png`` turn file content
+back into values and raise ``errors.Invalid`` with a reason a user can act on when the content
+does not fit.
+
+The identity everything here is tested against: for every Value ``v``,
+``parse(render(v).suffix, render(v).data, v.kind) == v`` (``parse_list`` for a ``.list`` folder).
+For a key new to the dataset (``kind=None``) the kind is inferred from the content, and every value
+comes back with its kind, except one case the SPEC fixes on purpose: ``[]`` for a new key means
+``bytes_list``, so an empty ``int64_list`` or ``float_list`` copied into a NEW key comes back as an
+empty ``bytes_list``.
+
+This module sits on a FUSE hot path (every record a user opens is rendered), so the common
+renders (integers, floats, encoded images) avoid regexes and per-value allocation where they can.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import struct
+from dataclasses import dataclass
+from json.encoder import encode_basestring  # the C escaper json.dumps uses, without ASCII escaping
+from typing import Any, Callable, Mapping, Sequence, Union
+
+from PIL import Image
+
+from .errors import Invalid
+
+KINDS = ("int64_list", "float_list", "bytes_list", "none")
+
+MEDIA_SUFFIXES = (".jpg", ".png", ".gif", ".bmp", ".webp", ".tif", ".wav", ".flac", ".mp3", ".ogg")
+SUFFIXES: frozenset[str] = frozenset((".json", ".txt", ".bin", *MEDIA_SUFFIXES))
+DIR_SUFFIXES = (".list", ".steps")
+
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
+_CHANNELS = (1, 3, 4)
+_PIXEL_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
+
+
+# --------------------------------------------------------------------------------------------
+# Values and views
+
+
+@dataclass(frozen=True)
+class Value:
+    """One Feature's value: its kind and its values (``()`` for kind ``none``).
+
+    Floats are Python floats holding exact float32 values.
+    """
+
+    kind: str
+    values: tuple
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown feature kind {self.kind!r}")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The shape of a raw pixel array (SPEC 3.3): uint8 samples, row-major, channels last."""
+
+    height: int
+    width: int
+    channels: int
+
+
+@dataclass(frozen=True)
+class FileView:
+    """A feature shown as one file."""
+
+    suffix: str
+    data: bytes
+    raw_shape: Shape | None = None  # set when ``data`` is a PNG made from raw pixels
+
+
+@dataclass(frozen=True)
+class DirView:
+    """A feature shown as a folder: ``KEY.list/`` (bytes values) or ``KEY.steps/`` (steps)."""
+
+    suffix: str
+    items: tuple[tuple[str, "FileView | DirView"], ...]  # (name without suffix, view), in order
+
+
+View = Union[FileView, DirView]
+
+
+# --------------------------------------------------------------------------------------------
+# Proto <-> Value
+
+
+def _f32_tuple(values: Any) -> tuple[float, ...]:
+    n = len(values)
+    if n == 0:
+        return ()
+    fmt = f"<{n}f"
+    return struct.unpack(fmt, struct.pack(fmt, *values))
+
+
+_FROM_PROTO: dict[str, Callable[[Any], tuple]] = {
+    "int64_list": lambda f: tuple(f.int64_list.value),
+    # The runtime already widens float32 to double; the struct round trip pins the rounding
+    # to IEEE float32 whatever protobuf backend is installed.
+    "float_list": lambda f: _f32_tuple(f.float_list.value),
+    "bytes_list": lambda f: tuple(f.bytes_list.value),
+}
+
+
+def value_from_proto(feature: Any) -> Value:
+    """The Value of a ``proto.Feature`` (a Feature with no kind set is kind ``none``)."""
+    kind = feature.WhichOneof("kind")
+    if kind is None:
+        return Value("none", ())
+    return Value(kind, _FROM_PROTO[kind](feature))
+
+
+def value_to_proto(value: Value, feature: Any) -> None:
+    """Fill ``feature`` (a ``proto.Feature``) with ``value``; kind ``none`` leaves the oneof unset."""
+    feature.Clear()
+    if value.kind == "none":
+        return
+    lst = getattr(feature, value.kind)
+    # SetInParent marks the oneof even for zero values: "[]" of a kind is not a Feature with no kind.
+    lst.SetInParent()
+    lst.value.extend(value.values)
+
+
+# --------------------------------------------------------------------------------------------
+# float32 text and canonical JSON
+
+_F32 = struct.Struct("<f")
+_U32 = struct.Struct("<I")
+_E_FORMATS = tuple(f"%.{p}e" for p in range(9))  # 1 .. 9 significant digits; 9 always suffices
+_TWO_24 = float(1 << 24)
+_SMALLEST_ASYMMETRIC = 2.0 ** -125  # from here up, a power of two has a closer neighbour below
+
+
+def _to_f32(x: float) -> float:
+    return _F32.unpack(_F32.pack(x))[0]
+
+
+def _next_decimal_up(text: str, precision: int) -> str:
+    """The decimal one unit in the last place above ``text`` (``'%.{precision}e'`` output)."""
+    mantissa, exponent = text.split("e")
+    digits = int(mantissa.replace(".", "")) + 1
+    return f"{digits}e{int(exponent) - precision}"
+
+
+def _shortest_f32(a: float) -> str:
+    """Shortest decimal reading back to the positive finite float32 ``a`` (nearest among ties)."""
+    bits = _U32.unpack(_F32.pack(a))[0]
+    # At a power of two the gap below is half the gap above, so the nearest p-digit decimal may
+    # miss while the next one up still reads back: only then is a second candidate needed.
+    asymmetric = bits & 0x7FFFFF == 0 and a >= _SMALLEST_ASYMMETRIC
+
+    def fits(p: int) -> str | None:
+        text = _E_FORMATS[p] % a
+        candidates = (text, _next_decimal_up(text, p)) if asymmetric else (text,)
+        for cand in candidates:
+            try:
+                if _to_f32(float(cand)) == a:
+                    return cand
+            except OverflowError:  # rounds past the largest float32
+                pass
+        return None
+
+    found = fits(0)  # round numbers (0.5, 1e-30, 2e+20) are common: try one digit first
+    if found is not None:
+        return found
+    # "Some p-digit decimal reads back" only grows with p (a p-digit decimal is also a
+    # (p+1)-digit one), so the shortest precision can be found by bisection.
+    lo, hi, best = 1, 8, None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        got = fits(mid)
+        if got is None:
+            lo = mid + 1
+        else:
+            hi, best = mid, got
+    if best is None:  # nothing up to 8 digits: the 9-digit nearest always reads back
+        best = fits(8)
+    assert best is not None
+    return best
+
+
+def format_float32(x: float) -> str:
+    """The shortest decimal that reads back to the same float32, written as Python writes floats.
+
+    ``1.0``, ``0.1``, ``1e-30``, ``3.4028235e+38``, ``-0.0``; non-finite values as JSON's
+    ``NaN``, ``Infinity`` and ``-Infinity``. ``x`` is rounded to float32 first.
+    """
+    if x != x:
+        return "NaN"
+    # Integers below 2**24 are exact in float32 and no shorter decimal lies within half a unit
+    # of them, so Python's own repr already is the answer (labels stored as floats hit this).
+    if -_TWO_24 < x < _TWO_24 and x.is_integer():
+        return repr(x)
+    try:
+        f = _to_f32(x)
+    except OverflowError:
+        f = math.copysign(math.inf, x)
+    if math.isinf(f):
+        return "Infinity" if f > 0 else "-Infinity"
+    if f < 0:
+        return "-" + repr(float(_shortest_f32(-f)))
+    return repr(float(_shortest_f32(f)))
+
+
+def _encode_json(obj: Any) -> str:
+    if isinstance(obj, str):
+        return encode_basestring(obj)
+    if obj is None:
+        return "null"
+    if obj is True:
+        return "true"
+    if obj is False:
+        return "false"
+    if isinstance(obj, int):
+        return int.__repr__(obj)
+    if isinstance(obj, float):
+        return format_float32(obj)
+    if isinstance(obj, (list, tuple)):
+        return "[" + ", ".join(map(_encode_json, obj)) + "]"
+    if isinstance(obj, dict):
+        parts = []
+        for k, v in obj.items():
+            if not isinstance(k, str):
+                raise TypeError(f"JSON object keys must be str, not {type(k).__name__}")
+            parts.append(f"{encode_basestring(k)}: {_encode_json(v)}")
+        return "{" + ", ".join(parts) + "}"
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+
+
+def dumps_json(obj: Any) -> bytes:
+    """Canonical JSON (SPEC 3.2): ``json.dumps`` layout, UTF-8 unescaped, float32 floats, newline."""
+    return (_encode_json(obj) + "\n").encode("utf-8")
+
+
+# --------------------------------------------------------------------------------------------
+# Media sniffing and text
+
+
+@dataclass(frozen=True)
+class _Magic:
+    suffix: str
+    parts: tuple[tuple[int, bytes], ...]  # (offset, bytes) that must all match
+    length_at: int | None = None  # offset of a little-endian u32 that must equal the length
+
+
+# SPEC 3.2's magic bytes table. The first two bytes of every entry are distinct from those of
+# entries of other formats, so a lookup by them finds the candidates without scanning the table.
+_MAGIC_TABLE = (
+    _Magic(".jpg", ((0, b"\xff\xd8\xff"),)),
+    _Magic(".png", ((0, b"\x89PNG\r\n\x1a\n"),)),
+    _Magic(".gif", ((0, b"GIF87a"),)),
+    _Magic(".gif", ((0, b"GIF89a"),)),
+    _Magic(".bmp", ((0, b"BM"),), length_at=2),
+    _Magic(".webp", ((0, b"RIFF"), (8, b"WEBP"))),
+    _Magic(".tif", ((0, b"II*\x00"),)),
+    _Magic(".tif", ((0, b"MM\x00*"),)),
+    _Magic(".wav", ((0, b"RIFF"), (8, b"WAVE"))),
+    _Magic(".flac", ((0, b"fLaC"),)),
+    _Magic(".mp3", ((0, b"ID3"),)),
+    _Magic(".ogg", ((0, b"OggS"),)),
+)
+_MAGIC_BY_HEAD: dict[bytes, tuple[_Magic, ...]] = {}
+for _m in _MAGIC_TABLE:
+    _head = _m.parts[0][1][:2]
+    _MAGIC_BY_HEAD[_head] = _MAGIC_BY_HEAD.get(_head, ()) + (_m,)
+del _m, _head
+
+
+def _matches(magic: _Magic, data: bytes) -> bool:
+    for offset, want in magic.parts:
+        if data[offset:offset + len(want)] != want:
+            return False
+    if magic.length_at is not None:
+        at = magic.length_at
+        return len(data) >= at + 4 and _U32.unpack_from(data, at)[0] == len(data)
+    return True
+
+
+def sniff_media(data: bytes) -> str | None:
+    """The suffix of the image or sound ``data`` is by its magic bytes (SPEC 3.2), or None."""
+    for magic in _MAGIC_BY_HEAD.get(bytes(data[:2]), ()):
+        if _matches(magic, data):
+            return magic.suffix
+    return None
+
+
+def is_text(data: bytes) -> bool:
+    """Valid UTF-8 with no NUL byte."""
+    if b"\x00" in data:
+        return False
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _texts(values: Sequence[bytes]) -> list[str] | None:
+    """The values decoded as text, or None when any of them is not text."""
+    out = []
+    for v in values:
+        if b"\x00" in v:
+            return None
+        try:
+            out.append(v.decode("utf-8"))
+        except UnicodeDecodeError:
+            return None
+    return out
+
+
+def _single_suffix(data: bytes) -> str:
+    """Suffix of a one-value bytes feature that is not a raw pixel array (SPEC 3.2 rows 4-6)."""
+    return sniff_media(data) or (".txt" if is_text(data) else ".bin")
+
+
+# --------------------------------------------------------------------------------------------
+# Raw pixel arrays (SPEC 3.3)
+
+
+def _one_int(value: Value | None) -> int | None:
+    if value is None or value.kind != "int64_list" or len(value.values) != 1:
+        return None
+    return value.values[0]
+
+
+def raw_shapes(record_values: Mapping[str, Value]) -> dict[str, Shape]:
+    """The Shape of every one-value bytes feature of a record that is a raw pixel array.
+
+    A ``PREFIXdepth`` or ``PREFIXchannels`` feature counts only when it is one int64 value; when
+    neither does, every channel count in 1, 3, 4 is tried. A value is decoded only when exactly
+    one shape fits its length; height and width must be positive (PNG has no empty image).
+    """
+    shapes: dict[str, Shape] = {}
+    get = record_values.get
+    for key, value in record_values.items():
+        if value.kind != "bytes_list" or len(value.values) != 1:
+            continue
+        prefix = key[:key.rfind("/") + 1]
+        height = _one_int(get(prefix + "height"))
+        width = _one_int(get(prefix + "width"))
+        if height is None or width is None or height <= 0 or width <= 0:
+            continue
+        declared = {c for c in (_one_int(get(prefix + "depth")), _one_int(get(prefix + "channels")))
+                    if c is not None}
+        size = len(value.values[0])
+        fitting = {c for c in (declared or _CHANNELS) if c in _CHANNELS and height * width * c == size}
+        if len(fitting) == 1:
+            shapes[key] = Shape(height, width, fitting.pop())
+    return shapes
+
+
+def _encode_png(data: bytes, shape: Shape) -> bytes:
+    if shape.channels not in _PIXEL_MODES or len(data) != shape.height * shape.width * shape.channels:
+        raise ValueError(f"{len(data)} bytes are not a raw pixel array of shape {shape}")
+    image = Image.frombytes(_PIXEL_MODES[shape.channels], (shape.width, shape.height), data)
+    buf = io.BytesIO()
+    # No metadata chunks and a fixed zlib level keep the bytes the same on every render (stat
+    # sizes must not change); level 1 because this runs when a user opens a record folder.
+    image.save(buf, format="PNG", compress_level=1)
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------------------------
+# Render (SPEC 3.2, 4)
+
+
+def _json_ints(values: Sequence[int]) -> str:
+    return "[" + ", ".join(map(str, values)) + "]"
+
+
+def _json_floats(values: Sequence[float]) -> str:
+    return "[" + ", ".join(map(format_float32, values)) + "]"
+
+
+def _json_texts(texts: Sequence[str]) -> str:
+    return "[" + ", ".join(map(encode_basestring, texts)) + "]"
+
+
+def _index_names(n: int) -> list[str]:
+    width = len(str(n - 1)) if n else 1
+    return [str(i).zfill(width) for i in range(n)]
+
+
+def _render_bytes(values: tuple, shape: Shape | None) -> View:
+    if len(values) == 1:
+        data = values[0]
+        if shape is not None:
+            return FileView(".png", _encode_png(data, shape), shape)
+        return FileView(_single_suffix(data), data)
+    texts = _texts(values)
+    if texts is not None:  # zero values land here too: "[]"
+        return FileView(".json", (_json_texts(texts) + "\n").encode("utf-8"))
+    return DirView(".list", tuple((name, FileView(_single_suffix(v), v))
+                                  for name, v in zip(_index_names(len(values)), values)))
+
+
+_RENDER: dict[str, Callable[[tuple], View]] = {
+    "int64_list": lambda values: FileView(".json", (_json_ints(values) + "\n").encode("ascii")),
+    "float_list": lambda values: FileView(".json", (_json_floats(values) + "\n").encode("ascii")),
+    "bytes_list": lambda values: _render_bytes(values, None),
+    "none": lambda values: FileView(".json", b"null\n"),
+}
+
+
+def render(value: Value, shape: Shape | None = None) -> View:
+    """How a feature value is shown (SPEC 3.2; the first row that fits decides).
+
+    ``shape`` (from ``raw_shapes``) makes a one-value bytes feature a PNG of its pixels.
+    """
+    if shape is not None:
+        if value.kind != "bytes_list" or len(value.values) != 1:
+            raise ValueError("only a one-value bytes_list feature can be a raw pixel array")
+        return _render_bytes(value.values, shape)
+    return _RENDER[value.kind](value.values)
+
+
+def render_feature_list(steps: Sequence[Value]) -> View:
+    """How a SequenceExample feature list is shown (SPEC 4).
+
+    All steps int64, all float, or all text: one ``.json`` array of per-step arrays (``[]`` for
+    zero steps); otherwise a ``.steps`` folder with one entry per step, rendered like a feature.
+    """
+    if not steps:
+        return FileView(".json", b"[]\n")
+    kind = steps[0].kind
+    if all(s.kind == kind for s in steps):
+        if kind == "int64_list":
+            body = ", ".join(_json_ints(s.values) for s in steps)
+            return FileView(".json", f"[{body}]\n".encode("ascii"))
+        if kind == "float_list":
+            body = ", ".join(_json_floats(s.values) for s in steps)
+            return FileView(".json", f"[{body}]\n".encode("ascii"))
+        if kind == "bytes_list":
+            texts = [_texts(s.values) for s in steps]
+            if all(t is not None for t in texts):
+                body = ", ".join(_json_texts(t) for t in texts)  # type: ignore[arg-type]
+                return FileView(".json", f"[{body}]\n".encode("utf-8"))
+    return DirView(".steps", tuple((name, render(step))
+                                   for name, step in zip(_index_names(len(steps)), steps)))
+
+
+# --------------------------------------------------------------------------------------------
+# Parse (SPEC 7)
+
+
+@dataclass(frozen=True)
+class _FloatText:
+    """A JSON number written with '.', an exponent, or NaN/Infinity: the mark of a float."""
+
+    text: str
+
+
+_NON_FINITE = frozenset(("NaN", "Infinity", "-Infinity"))
+
+
+def _load_json(data: bytes) -> Any:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Invalid(f"a .json file must be UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if text.startswith("\ufeff"):  # some editors save a byte order mark; it carries nothing
+        text = text[1:]
+    if not text.strip():
+        raise Invalid("the .json file is empty; write a JSON array such as [1, 2] or []")
+    try:
+        # parse_float/parse_constant keep how a number was written: that decides the kind.
+        return json.loads(text, parse_float=_FloatText, parse_constant=_FloatText)
+    except RecursionError:
+        raise Invalid("the JSON is nested too deeply") from None
+    except ValueError as exc:
+        raise Invalid(f"not valid JSON: {exc}") from None
+
+
+def _describe(x: Any) -> str:
+    if x is True or x is False:
+        return "the boolean " + ("true" if x else "false")
+    if x is None:
+        return "null"
+    if isinstance(x, _FloatText):
+        return x.text
+    if isinstance(x, int):
+        text = str(x) if abs(x) < 10 ** 30 else f"{str(x)[:20]}..."
+        return text
+    if isinstance(x, str):
+        return json.dumps(x if len(x) <= 30 else x[:30] + "...", ensure_ascii=False)
+    if isinstance(x, list):
+        return "an array"
+    if isinstance(x, dict):
+        return "an object"
+    return repr(x)
+
+
+def _where(i: int, n: int) -> str:
+    return "" if n == 1 else f" at position {i}"
+
+
+def _ints(items: Sequence[Any]) -> tuple:
+    n = len(items)
+    for i, x in enumerate(items):
+        if type(x) is not int:  # bool is a subclass of int: excluded by the exact type test
+            raise Invalid(f"{_describe(x)}{_where(i, n)} is not an integer; "
+                          "this feature holds int64_list, e.g. [1, 2]")
+        if not _INT64_MIN <= x <= _INT64_MAX:
+            raise Invalid(f"{_describe(x)}{_where(i, n)} is outside the int64 range")
+    return tuple(items)
+
+
+def _floats(items: Sequence[Any]) -> tuple:
+    n = len(items)
+    out = []
+    for i, x in enumerate(items):
+        if isinstance(x, _FloatText):
+            v = float(x.text)
+            if math.isinf(v) and x.text not in _NON_FINITE:
+                raise Invalid(f"{x.text}{_where(i, n)} is too large for float32")
+        elif type(x) is int:
+            try:
+                v = float(x)
+            except OverflowError:
+                raise Invalid(f"{_describe(x)}{_where(i, n)} is too large for float32") from None
+        else:
+            raise Invalid(f"{_describe(x)}{_where(i, n)} is not a number; "
+                          "this feature holds float_list, e.g. [0.5, 1.0]")
+        out.append(v)
+    if not out:
+        return ()
+    fmt = f"<{len(out)}f"
+    try:
+        return struct.unpack(fmt, struct.pack(fmt, *out))
+    except OverflowError:
+        for i, v in enumerate(out):
+            try:
+                _F32.pack(v)
+            except OverflowError:
+                raise Invalid(f"{_describe(items[i])}{_where(i, n)} is too large for float32 "
+                              "(largest: 3.4028235e+38)") from None
+        raise
+
+
+def _bytes(items: Sequence[Any]) -> tuple:
+    n = len(items)
+    out = []
+    for i, x in enumerate(items):
+        if not isinstance(x, str):
+            raise Invalid(f"{_describe(x)}{_where(i, n)} is not a string; "
+                          'this feature holds bytes_list, e.g. ["cat", "dog"]')
+        try:
+            out.append(x.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise Invalid(f"string{_where(i, n)} holds a lone surrogate escape and is not UTF-8") from None
+    return tuple(out)
+
+
+_CONVERT: dict[str, Callable[[Sequence[Any]], tuple]] = {
+    "int64_list": _ints,
+    "float_list": _floats,
+    "bytes_list": _bytes,
+}
+
+
+def _infer_kind(items: Sequence[Any]) -> str:
+    """SPEC 7, for a key new to the dataset: integers, any float, strings (or nothing)."""
+    seen_int = seen_float = seen_str = False
+    n = len(items)
+    for i, x in enumerate(items):
+        if isinstance(x, _FloatText):
+            seen_float = True
+        elif type(x) is int:
+            seen_int = True
+        elif isinstance(x, str):
+            seen_str = True
+        else:
+            raise Invalid(f"{_describe(x)}{_where(i, n)} cannot be a feature value; "
+                          'write numbers or strings, e.g. [1, 2] or ["a"]')
+    if seen_str and (seen_int or seen_float):
+        raise Invalid("the array mixes strings and numbers; a feature holds one kind")
+    if seen_float:
+        return "float_list"
+    if seen_int:
+        return "int64_list"
+    return "bytes_list"  # strings, or [] (SPEC 7: [] for a new key is bytes_list)
+
+
+def _items(obj: Any) -> list[Any]:
+    if isinstance(obj, list):
+        return obj
+    if isinstance(obj, dict):
+        raise Invalid("a .json feature file holds a JSON array (or one scalar), not an object")
+    return [obj]  # a bare scalar means a one-value list
+
+
+def parse(suffix: str, data: bytes, kind: str | None) -> Value:
+    """The Value a feature file of ``suffix`` holding ``data`` stands for (SPEC 7).
+
+    ``kind`` is the dataset's kind for the key (kept), or None for a key new to the dataset
+    (inferred). A key of kind ``none`` holds no values to keep, so content decides its kind as
+    for a new key: otherwise a Feature with no kind (as TFX writes) could never be filled in.
+    Raises ``errors.Invalid`` when the content does not fit.
+    """
+    if suffix != ".json":
+        if suffix not in SUFFIXES:
+            raise Invalid(f"{suffix!r} is not a feature file suffix; use one of "
+                          + " ".join(sorted(SUFFIXES)))
+        if kind in ("int64_list", "float_list"):
+            raise Invalid(f"this key holds {kind}: write it as a .json array, not a {suffix} file")
+        return Value("bytes_list", (bytes(data),))
+    obj = _load_json(data)
+    if obj is None:
+        if kind is None or kind == "none":
+            return Value("none", ())
+        raise Invalid(f"null is only for a feature with no kind; this key holds {kind}")
+    items = _items(obj)
+    if kind is None or kind == "none":
+        kind = _infer_kind(items)
+    return Value(kind, _CONVERT[kind](items))
+
+
+def parse_list(items: Sequence[tuple[str, bytes]]) -> Value:
+    """The bytes_list a ``KEY.list/`` folder holds: its files' bytes, in name order.
+
+    Every single-value row of SPEC 3.2 shows the stored bytes unchanged, so each file's bytes
+    are its value whatever its suffix (a ``.json`` put there by hand is taken as bytes too).
+    """
+    for suffix, _ in items:
+        if suffix not in SUFFIXES:
+            raise Invalid(f"{suffix!r} is not a feature file suffix")
+    return Value("bytes_list", tuple(bytes(data) for _, data in items))
+
+
+def parse_feature_list(data: bytes, kind: str | None) -> tuple[Value, ...]:
+    """The steps a feature list's ``KEY.json`` holds: an array of per-step arrays (SPEC 4).
+
+    ``kind`` is the dataset's kind of the list's steps, or None to infer it (as for ``parse``;
+    a list whose steps are all empty comes back as bytes_list). A ``KEY.steps/`` folder is read
+    step by step with ``parse`` and ``parse_list``.
+    """
+    obj = _load_json(data)
+    if not isinstance(obj, list):
+        raise Invalid("a feature list .json holds an array of per-step arrays, e.g. [[1, 2], [3]]")
+    for i, step in enumerate(obj):
+        if not isinstance(step, list):
+            raise Invalid(f"step {i} is {_describe(step)}, not an array; "
+                          "write one array per step, e.g. [[1, 2], [3]]")
+    if kind is None or kind == "none":
+        kind = _infer_kind([x for step in obj for x in step])
+    convert = _CONVERT[kind]
+    return tuple(Value(kind, convert(step)) for step in obj)
+
+
+_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+# Pillow mode of a decoded PNG -> (mode to convert to, channels). Chosen so no sample is lost:
+# bilevel becomes 0/255 gray; gray+alpha becomes RGBA (gray repeated) rather than dropping alpha;
+# palette images expand to RGB, or RGBA when the palette carries transparency (decided below).
+_PNG_MODES = {
+    "L": ("L", 1),
+    "RGB": ("RGB", 3),
+    "RGBA": ("RGBA", 4),
+    "1": ("L", 1),
+    "LA": ("RGBA", 4),
+    "PA": ("RGBA", 4),
+    "P": ("RGB", 3),
+}
+
+
+def parse_raw_png(data: bytes) -> tuple[bytes, Shape]:
+    """The raw uint8 pixels and Shape of a PNG written for a key shown as raw pixel arrays.
+
+    16-bit PNGs are refused rather than cut to 8 bits: silently dropping precision from a
+    dataset is worse than asking for an 8-bit save. A transparency key colour in a gray or
+    RGB PNG (tRNS) is ignored, as 3.3 has no way to hold it. An animated PNG gives its first frame.
+    """
+    if not data.startswith(_PNG_MAGIC):
+        raise Invalid("this key holds raw pixel arrays: the file must be a PNG image")
+    # IHDR is always the first chunk; its bit depth byte sits at offset 24.
+    if len(data) > 24 and data[12:16] == b"IHDR" and data[24] == 16:
+        raise Invalid("16-bit PNG: raw pixel arrays hold 8-bit samples; save the image as 8-bit")
+    try:
+        with Image.open(io.BytesIO(data), formats=["PNG"]) as image:
+            image.load()
+            mode = image.mode
+            if mode not in _PNG_MODES:
+                raise Invalid(f"PNG mode {mode} cannot be stored as 8-bit gray, RGB or RGBA pixels")
+            target, channels = _PNG_MODES[mode]
+            if mode == "P" and ("transparency" in image.info or image.palette.mode == "RGBA"):
+                target, channels = "RGBA", 4
+            if mode != target:
+                image = image.convert(target)
+            return image.tobytes(), Shape(image.height, image.width, channels)
+    except Invalid:
+        raise
+    except Exception as exc:  # Pillow raises OSError, ValueError, SyntaxError, DecompressionBombError...
+        raise Invalid(f"cannot decode the PNG: {exc}") from None
