@@ -473,10 +473,10 @@ class Tree:
                 try:
                     if self.kinds[n] == "sequence":
                         msg = proto.SequenceExample.FromString(data)
-                        _tally(features, msg.context.feature)
+                        _tally(features, msg.context.feature, self.decode_raw)
                         _tally_lists(lists, msg.feature_lists.feature_list)
                     else:
-                        _tally(features, proto.Example.FromString(data).features.feature)
+                        _tally(features, proto.Example.FromString(data).features.feature, self.decode_raw)
                 except Exception:  # noqa: BLE001 - unparsable records are reported when opened
                     continue
         out: dict = {"shards": shards, "features": _finish(features)}
@@ -496,12 +496,14 @@ class Tree:
                 self._fds[n] = None
 
 
-def _tally(acc: dict[str, dict], features: Mapping) -> None:
-    for key, feat in features.items():
-        value = codec.value_from_proto(feat)
+def _tally(acc: dict[str, dict], features: Mapping, decode_raw: bool) -> None:
+    values = {key: codec.value_from_proto(feat) for key, feat in features.items()}
+    shapes = codec.raw_shapes(values) if decode_raw else {}
+    for key, value in values.items():
         entry = acc.setdefault(key, {"kinds": {}, "records": 0, "min_values": None, "max_values": None,
                                      "shown": {}})
-        _count(entry, value.kind, len(value.values), codec.render(value).suffix)
+        shown = "raw pixels .png" if key in shapes else codec.render(value).suffix
+        _count(entry, value.kind, len(value.values), shown)
 
 
 def _tally_lists(acc: dict[str, dict], lists: Mapping) -> None:
