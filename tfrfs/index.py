@@ -30,7 +30,7 @@ from . import proto, tfrecord
 from .errors import DataLoss, UsageError
 from .tfrecord import Problem
 
-INDEX_VERSION = 1
+INDEX_VERSION = 2
 STAGING_DIR = ".tfrfs-staging"
 SNIFF_BYTES = 4096
 KIND_SAMPLE = 16
@@ -246,7 +246,10 @@ def _sample_records(fd: int, offsets: array, problems: list[Problem], bad: set[i
             yield tfrecord.read_record(fd, start, length)
         except DataLoss as exc:
             problems.append(Problem(start, str(exc), i))
-            bad.add(i)
+            # Still listed as a folder if it parses (its reads fail with EIO); else shown as .bin.
+            data = tfrecord.read_record(fd, start, length, verify=False)
+            if parse_problem(data, "example") and parse_problem(data, "sequence"):
+                bad.add(i)
 
 
 class IndexCache:

@@ -197,7 +197,6 @@ class Tree:
                 self.errors.add(idx.shard.relpath, p.index, p.offset, p.reason)
         self.meta.children["schema.json"] = MetaFile("schema.json", self.schema_bytes)
         self.meta.children["errors"] = MetaFile("errors", self.errors.render)
-        self.root.children[_ROOT_META] = self.meta
 
     # -- static part --------------------------------------------------------
 
@@ -230,7 +229,13 @@ class Tree:
         node: Node = self.root
         if path in ("/", ""):
             return node
-        for comp in path.strip("/").split("/"):
+        comps = path.strip("/").split("/")
+        if comps[0] == _ROOT_META:
+            # Reachable by name but never listed, so cp -r, rsync and find leave it alone
+            # (and ls -lR does not make schema.json parse the whole dataset).
+            node = self.meta
+            comps = comps[1:]
+        for comp in comps:
             node = self.child(node, comp)
         return node
 

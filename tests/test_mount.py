@@ -1,0 +1,192 @@
+"""Real FUSE mounts of the built-in sample: what ls, cp, find and friends see."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tfrfs import codec, proto, tfrecord
+from tfrfs.sample import write_sample
+
+from conftest import is_mounted, run_tfrfs
+
+pytestmark = pytest.mark.mount
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    dest = tmp_path_factory.mktemp("sample") / "data"
+    write_sample(dest)
+    return dest
+
+
+def test_tree_never_imports_fuse() -> None:
+    code = "import sys, tfrfs.tree, tfrfs.cli; assert 'fuse' not in sys.modules, 'fuse imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_layout_and_contents(sample: Path, tfrfs_mount) -> None:
+    mnt = tfrfs_mount(sample)
+    top = sorted(os.listdir(mnt))
+    assert top == sorted(["clips.tfrecord", "dataset_info.json", "label_map.pbtxt", "mnist_raw.tfrecord",
+                          "raw_rgb.tfrecord", "tabular.tfrecord.gz", "train", "val"])
+    assert ".tfrfs" not in top and os.path.isdir(mnt / ".tfrfs")
+    shard = mnt / "train" / "train-00000-of-00002.tfrecord"
+    assert sorted(os.listdir(shard)) == [f"{i:06d}" for i in range(12)]
+    rec = shard / "000000"
+    records = list(tfrecord.iter_records(sample / "train" / "train-00000-of-00002.tfrecord"))
+    ex = proto.Example.FromString(records[0])
+    feats = ex.features.feature
+    assert (rec / "image" / "encoded.jpg").read_bytes() == feats["image/encoded"].bytes_list.value[0]
+    assert json.loads((rec / "image" / "height.json").read_text()) == list(feats["image/height"].int64_list.value)
+    labels = (rec / "image" / "object" / "class" / "label.json").read_bytes()
+    assert labels == codec.dumps_json(list(feats["image/object/class/label"].int64_list.value))
+    # Exact sizes, modes, owner and time.
+    st = os.stat(rec / "image" / "encoded.jpg")
+    assert st.st_size == len(feats["image/encoded"].bytes_list.value[0])
+    assert stat.S_IMODE(st.st_mode) == 0o444 and stat.S_IMODE(os.stat(rec).st_mode) == 0o555
+    assert st.st_uid == os.getuid()
+    assert st.st_mtime_ns == os.stat(sample / "train" / "train-00000-of-00002.tfrecord").st_mtime_ns
+    # Plain files pass through unchanged.
+    assert (mnt / "label_map.pbtxt").read_bytes() == (sample / "label_map.pbtxt").read_bytes()
+
+
+def test_xattrs(sample: Path, tfrfs_mount) -> None:
+    mnt = tfrfs_mount(sample)
+    rec = mnt / "train" / "train-00000-of-00002.tfrecord" / "000001"
+    assert os.getxattr(rec, "user.tfrfs.shard") == b"train/train-00000-of-00002.tfrecord"
+    assert os.getxattr(rec, "user.tfrfs.index") == b"1"
+    offset = int(os.getxattr(rec, "user.tfrfs.offset"))
+    length = int(os.getxattr(rec, "user.tfrfs.length"))
+    data = (sample / "train" / "train-00000-of-00002.tfrecord").read_bytes()
+    assert tfrecord.parse_header(data[offset:offset + 12]) == length
+    f = rec / "image" / "object" / "bbox" / "xmin.json"
+    assert os.getxattr(f, "user.tfrfs.key") == b"image/object/bbox/xmin"
+    assert os.getxattr(f, "user.tfrfs.kind") == b"float_list"
+    assert os.getxattr(rec / "image", "user.tfrfs.key") == b"image"
+    with pytest.raises(OSError) as e:
+        os.getxattr(f, "user.nothing")
+    assert e.value.errno == errno.ENODATA
+
+
+def test_read_only_refuses_writes(sample: Path, tfrfs_mount) -> None:
+    mnt = tfrfs_mount(sample)
+    rec = mnt / "train" / "train-00000-of-00002.tfrecord" / "000000"
+    for action in (lambda: (rec / "image" / "height.json").write_text("[1]"),
+                   lambda: os.mkdir(rec / "new"),
+                   lambda: os.unlink(rec / "image" / "height.json")):
+        with pytest.raises(OSError) as e:
+            action()
+        assert e.value.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def test_bad_names(sample: Path, tfrfs_mount) -> None:
+    mnt = tfrfs_mount(sample)
+    shard = mnt / "train" / "train-00000-of-00002.tfrecord"
+    for name in ("12", "0000012", "000012", "000000.bin", "abc", "\udcff"):
+        assert not os.path.exists(os.path.join(os.fsencode(shard), os.fsencode(name)))
+    with pytest.raises(OSError) as e:
+        os.stat(shard / ("x" * 300))
+    assert e.value.errno == errno.ENAMETOOLONG
+
+
+def test_cp_r_find_ls_grep(sample: Path, tfrfs_mount, tmp_path: Path) -> None:
+    mnt = tfrfs_mount(sample)
+    out = tmp_path / "copy"
+    shutil.copytree(mnt / "val", out)
+    n_files = sum(len(fs) for _, _, fs in os.walk(out))
+    found = subprocess.run(["find", str(mnt / "val"), "-type", "f"], capture_output=True, text=True, check=True)
+    assert len(found.stdout.splitlines()) == n_files
+    subprocess.run(["ls", "-lR", str(mnt)], capture_output=True, check=True)
+    grep = subprocess.run(["grep", "-rl", "cat", str(mnt / "val")], capture_output=True, text=True)
+    assert grep.returncode in (0, 1)
+    subprocess.run(["cp", "-r", str(mnt / "clips.tfrecord"), str(tmp_path / "clips")], check=True)
+    assert (tmp_path / "clips" / "000000" / "context").is_dir()
+    assert (tmp_path / "clips" / "000000" / "feature_lists").is_dir()
+
+
+def test_raw_pixels_are_png(sample: Path, tfrfs_mount) -> None:
+    from PIL import Image
+    mnt = tfrfs_mount(sample)
+    png = mnt / "mnist_raw.tfrecord" / "000000" / "image_raw.png"
+    img = Image.open(png)
+    assert img.size == (28, 28) and img.mode == "L"
+    ex = proto.Example.FromString(next(tfrecord.iter_records(sample / "mnist_raw.tfrecord")))
+    assert img.tobytes() == ex.features.feature["image_raw"].bytes_list.value[0]
+    no = tfrfs_mount(sample, "--no-decode-raw")
+    assert (no / "mnist_raw.tfrecord" / "000000" / "image_raw.bin").read_bytes() == img.tobytes()
+
+
+def test_metadata_files(sample: Path, tfrfs_mount) -> None:
+    mnt = tfrfs_mount(sample)
+    schema = json.loads((mnt / ".tfrfs" / "schema.json").read_text())
+    enc = schema["features"]["image/encoded"]
+    assert enc["kind"] == "bytes_list" and enc["records"] >= 30
+    assert (mnt / ".tfrfs" / "errors").read_text() == ""
+
+
+def test_damaged_shard_served_with_eio(tmp_path: Path, tfrfs_mount) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    recs = []
+    for i in range(5):
+        ex = proto.Example()
+        ex.features.feature["i"].int64_list.value.append(i)
+        recs.append(ex.SerializeToString())
+    blob = b"".join(tfrecord.frame(r) for r in recs)
+    bad = bytearray(blob)
+    second = len(tfrecord.frame(recs[0]))
+    bad[second + 12 + len(recs[1]) - 1] ^= 0x01   # the int value of record 1: still parses
+    (src / "d.tfrecord").write_bytes(bytes(bad) + b"\x00\x01")
+    mnt = tfrfs_mount(src)
+    shard = mnt / "d.tfrecord"
+    assert sorted(os.listdir(shard)) == [f"{i:06d}" for i in range(5)]
+    assert (shard / "000000" / "i.json").read_text() == "[0]\n"
+    with pytest.raises(OSError) as e:
+        (shard / "000001" / "i.json").read_bytes()
+    assert e.value.errno == errno.EIO
+    assert (shard / "000004" / "i.json").read_text() == "[4]\n"
+    lines = [json.loads(x) for x in (mnt / ".tfrfs" / "errors").read_text().splitlines()]
+    assert {(x["shard"], x["index"]) for x in lines} >= {("d.tfrecord", 1), ("d.tfrecord", 5)}
+    assert all({"shard", "index", "offset", "reason"} <= set(x) for x in lines)
+    # The daemon survived all of that.
+    assert (shard / "000002" / "i.json").read_text() == "[2]\n"
+
+
+def test_cli_errors_and_exit_codes(sample: Path, tmp_path: Path, tfrfs_mount) -> None:
+    (tmp_path / "mnt").mkdir()
+    bad = run_tfrfs("mount", str(tmp_path / "missing"), str(tmp_path / "mnt"))
+    assert bad.returncode == 2 and "no such file" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    notshard = tmp_path / "notes.txt"
+    notshard.write_text("hello")
+    bad = run_tfrfs("mount", str(notshard), str(tmp_path / "mnt"))
+    assert bad.returncode == 2 and "not a TFRecord file" in bad.stderr
+    bad = run_tfrfs("mount", str(sample), str(tmp_path / "nowhere"))
+    assert bad.returncode == 2 and "does not exist" in bad.stderr
+    assert not is_mounted(tmp_path / "mnt")
+    assert run_tfrfs("umount", str(tmp_path / "mnt")).returncode == 2
+    assert run_tfrfs("bogus").returncode == 2
+    for cmd in ("mount", "umount", "verify", "inspect"):
+        h = run_tfrfs(cmd, "--help")
+        assert h.returncode == 0 and "usage:" in h.stdout
+    insp = run_tfrfs("inspect", str(sample), "--cache-dir", str(tmp_path / "c"))
+    assert insp.returncode == 0 and "train/train-00000-of-00002.tfrecord" in insp.stdout
+    assert "image/encoded" in insp.stdout
+    ok = run_tfrfs("verify", str(sample))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+
+
+def test_umount_and_remount_uses_cache(sample: Path, tfrfs_mount) -> None:
+    mnt = tfrfs_mount(sample)
+    assert run_tfrfs("umount", str(mnt)).returncode == 0
+    assert not is_mounted(mnt)
+    mnt2 = tfrfs_mount(sample, mountpoint=mnt)
+    assert (mnt2 / "val").is_dir()
