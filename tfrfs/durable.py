@@ -1,0 +1,83 @@
+"""Durable file operations, each passing through one fault-injection seam.
+
+Staging and commit do every write, fsync, rename and unlink through these
+functions. Tests set ``durable.fault_hook`` to raise at the N-th call of a
+given kind, then check that recovery leaves every shard wholly old or wholly
+new and every staged change still staged.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import BinaryIO, Callable
+
+PathLike = str | os.PathLike[str]
+
+# Called with the operation's name ("write", "fsync", "rename", "unlink") and its path
+# before the operation runs; raising here simulates a crash or I/O error at that point.
+fault_hook: Callable[[str, str], None] | None = None
+
+
+def _fault(op: str, path: PathLike) -> None:
+    if fault_hook is not None:
+        fault_hook(op, os.fspath(path))
+
+
+def fsync(fd: int, path: PathLike = "") -> None:
+    _fault("fsync", path)
+    os.fsync(fd)
+
+
+def fsync_dir(path: PathLike) -> None:
+    _fault("fsync", path)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write(f: BinaryIO, data: bytes | memoryview, path: PathLike = "") -> None:
+    _fault("write", path)
+    f.write(data)
+
+
+def pwrite(fd: int, data: bytes, offset: int, path: PathLike = "") -> int:
+    _fault("write", path)
+    return os.pwrite(fd, data, offset)
+
+
+def rename(src: PathLike, dst: PathLike) -> None:
+    _fault("rename", dst)
+    os.replace(src, dst)
+
+
+def unlink(path: PathLike) -> None:
+    _fault("unlink", path)
+    os.unlink(path)
+    fsync_dir(os.path.dirname(os.fspath(path)) or ".")
+
+
+def mkstemp(folder: PathLike, prefix: str = ".tmp-") -> tuple[int, str]:
+    return tempfile.mkstemp(dir=folder, prefix=prefix)
+
+
+def write_file(path: PathLike, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves the old or the new file, whole."""
+    path = Path(path)
+    fd, tmp = mkstemp(path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f, data, tmp)
+            f.flush()
+            fsync(f.fileno(), tmp)
+        rename(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    fsync_dir(path.parent)
