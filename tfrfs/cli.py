@@ -133,15 +133,35 @@ def cmd_mount(args: argparse.Namespace) -> int:
     disc, indexes = open_dataset(args.source, args.cache_dir, quiet=args.daemon)
     _raise_fd_limit()
     from .tree import Tree
-    tree = Tree(disc, indexes, records=args.records, decode_raw=not args.no_decode_raw, writable=args.rw)
+    staging = editor = None
+    if args.rw:
+        from . import repack
+        from .edit import Editor
+        from .staging import Staging
+        staging = Staging(disc.root)
+        staging.acquire()
+        staging.load()
+        for line in repack.recover(disc.root, staging):
+            log.warning("recovery: %s", line)
+        staging.load()
+    tree = Tree(disc, indexes, records=args.records, decode_raw=not args.no_decode_raw, writable=args.rw,
+                staging=staging)
+    if staging is not None:
+        editor = Editor(tree, staging, IndexCache(args.cache_dir))
+        pending = editor.status()["pending"]
+        if pending:
+            log.info("staged changes from an earlier mount: %s", ", ".join(p["shard"] for p in pending))
     log.info("mounting %s at %s (%d shards, %d records, %s)", args.source, args.mountpoint, len(indexes),
              sum(i.count for i in indexes), "read-write" if args.rw else "read-only")
     from . import fuse_ops
     try:
-        fuse_ops.mount(tree, args.mountpoint)
+        fuse_ops.mount(tree, args.mountpoint, editor=editor)
     except RuntimeError as exc:
         log.error("FUSE failed: %s", exc)
         return EXIT_PROBLEMS
+    finally:
+        if staging is not None:
+            staging.release()
     log.info("unmounted %s", args.mountpoint)
     return EXIT_OK
 
@@ -155,6 +175,13 @@ def _raise_fd_limit() -> None:
 def _spawn_daemon(args: argparse.Namespace, log_path: Path) -> int:
     # Index here, with progress on the user's terminal; the daemon then loads it from the cache.
     disc, indexes = open_dataset(args.source, args.cache_dir)
+    if args.rw:
+        from .staging import Staging
+        if not os.access(disc.root, os.W_OK):
+            raise UsageError(f"{disc.root}: not writable, so edits cannot be staged there (mount without --rw)")
+        if Staging(disc.root).is_locked():
+            raise UsageError(f"{args.source} is already mounted writable by another tfrfs process; "
+                             "only one writable mount of a source at a time")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "tfrfs", "mount", args.source, args.mountpoint, "-f", "--daemon",
            "--log", str(log_path)]
@@ -202,6 +229,11 @@ def cmd_umount(args: argparse.Namespace) -> int:
     fstype = mounted_fstype(mnt)
     if fstype != FSTYPE:
         raise UsageError(f"{mnt}: not a tfrfs mount")
+    if os.path.exists(os.path.join(mnt, ".tfrfs", "commit")):
+        result = _commit(mnt)
+        if result is not None:
+            print(f"tfrfs: {result}; {mnt} stays mounted, edits stay staged", file=sys.stderr)
+            return EXIT_PROBLEMS
     proc = subprocess.run(["fusermount", "-u", mnt], capture_output=True, text=True)
     if proc.returncode != 0:
         print(f"tfrfs: cannot unmount {mnt}: {proc.stderr.strip()}", file=sys.stderr)
@@ -212,6 +244,89 @@ def cmd_umount(args: argparse.Namespace) -> int:
             break
         time.sleep(0.05)
     print(f"unmounted {mnt}")
+    return EXIT_OK
+
+
+def _commit(mnt: str) -> str | None:
+    """Ask the daemon to commit; None on success, else the reason."""
+    control = os.path.join(mnt, ".tfrfs", "commit")
+    try:
+        fd = os.open(control, os.O_WRONLY)
+        try:
+            os.write(fd, b"commit\n")
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        try:
+            with open(control) as f:
+                detail = json.loads(f.read() or "{}").get("error")
+        except (OSError, ValueError):
+            detail = None
+        return detail or f"commit failed: {exc.strerror}"
+    return None
+
+
+def cmd_commit(args: argparse.Namespace) -> int:
+    mnt = args.mountpoint
+    if mounted_fstype(mnt) != FSTYPE:
+        raise UsageError(f"{mnt}: not a tfrfs mount")
+    if not os.path.exists(os.path.join(mnt, ".tfrfs", "commit")):
+        raise UsageError(f"{mnt}: not a writable mount (mount with --rw to make changes)")
+    progress = Progress("committing", delay=0.0)
+    progress.update("writing changed shards")
+    failure = _commit(mnt)
+    if failure:
+        print(f"tfrfs: {failure}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    with open(os.path.join(mnt, ".tfrfs", "commit")) as f:
+        result = json.loads(f.read() or "{}")
+    shards = result.get("shards", [])
+    for s in shards:
+        print(f"{s['action']:>9}  {s['relpath']}  ({s['records']:,} records)")
+    print(f"committed {len(shards)} shard(s)" + (f" in {result.get('seconds')}s" if shards else ""))
+    return EXIT_OK
+
+
+def _source_root(source: str) -> str:
+    if os.path.isdir(source):
+        return os.path.abspath(source)
+    return discover(source).root
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    target = args.target
+    if mounted_fstype(target) == FSTYPE:
+        status_file = os.path.join(target, ".tfrfs", "status")
+        if not os.path.exists(status_file):
+            print(f"{target}: read-only mount, nothing staged")
+            return EXIT_OK
+        with open(status_file) as f:
+            pending = json.loads(f.read())["pending"]
+    else:
+        from .staging import Staging
+        staging = Staging(_source_root(target))
+        pending = [{"shard": c.relpath, "new": c.new, "removed": c.removed, "edited": len(c.edited),
+                    "deleted": len(c.deleted), "added": len(c.added)} for c in staging.load().values() if not c.empty]
+    if not pending:
+        print("nothing staged")
+        return EXIT_OK
+    for p in pending:
+        what = "removed" if p["removed"] else ", ".join(
+            f"{p[k]} {k}" for k in ("edited", "deleted", "added") if p[k]) or "empty"
+        print(f"{p['shard']}: {'new shard, ' if p['new'] else ''}{what}")
+    return EXIT_OK
+
+
+def cmd_discard(args: argparse.Namespace) -> int:
+    from .staging import Staging
+    staging = Staging(_source_root(args.source))
+    if staging.is_locked():
+        raise UsageError(f"{args.source} is mounted writable: unmount it first (tfrfs umount commits; "
+                         "to drop the edits instead, kill the daemon, then discard)")
+    shards = staging.load()
+    for relpath in list(shards):
+        staging.drop_shard(relpath)
+    print(f"discarded staged changes of {len(shards)} shard(s)")
     return EXIT_OK
 
 
@@ -305,6 +420,24 @@ def build_parser() -> argparse.ArgumentParser:
                                    "if that fails, exit status 1 and the mount stays.")
     p.add_argument("mountpoint", metavar="MOUNTPOINT")
     p.set_defaults(func=cmd_umount)
+
+    p = sub.add_parser("commit", help="write staged edits of a writable mount into new shards",
+                       description="Commit MOUNTPOINT's staged edits: every changed shard is written anew "
+                                   "(temporary file, fsync, check, rename). On failure the old shards and the "
+                                   "staged edits stay as they were; exit status 1.")
+    p.add_argument("mountpoint", metavar="MOUNTPOINT")
+    p.set_defaults(func=cmd_commit)
+
+    p = sub.add_parser("status", help="list staged edits",
+                       description="List what is staged for a writable mount (MOUNTPOINT) or for a source "
+                                   "(SOURCE), per shard.")
+    p.add_argument("target", metavar="MOUNTPOINT|SOURCE")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("discard", help="drop every staged edit of SOURCE",
+                       description="Drop every staged edit of SOURCE. Refused while SOURCE is mounted writable.")
+    p.add_argument("source", metavar="SOURCE")
+    p.set_defaults(func=cmd_discard)
 
     p = sub.add_parser("verify", help="check every checksum and parse, without mounting",
                        description="Check every record of SOURCE: framing, checksums and parsing. "

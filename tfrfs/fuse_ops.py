@@ -15,6 +15,7 @@ import logging
 import os
 import stat as _stat
 import threading
+import time
 from typing import Any
 
 import fuse
@@ -161,11 +162,136 @@ class Operations:
         self.tree.close()
 
 
-def mount(tree: Tree, mountpoint: str, *, foreground: bool = True, fsname: str = "tfrfs") -> None:
+class WritableOperations(Operations):
+    """fusepy operations for a ``--rw`` mount: every change goes through the editor."""
+
+    def __init__(self, tree: Tree, editor: Any) -> None:
+        super().__init__(tree)
+        self.editor = editor
+
+    def getattr(self, path: str, fh: Any = None) -> dict[str, int]:
+        size = self.editor.pending_size(path)
+        if size is not None:
+            now = time.time_ns()
+            return {"st_mode": _stat.S_IFREG | self.tree.file_mode, "st_nlink": 1, "st_size": size,
+                    "st_uid": self.tree.uid, "st_gid": self.tree.gid, "st_mtime": now, "st_ctime": now,
+                    "st_atime": now, "st_blocks": (size + 511) // 512, "st_blksize": 131072}
+        return super().getattr(path, fh)
+
+    def access(self, path: str, amode: int) -> int:
+        if self.editor.pending_size(path) is None:
+            self.tree.lookup(path)
+        return 0
+
+    def open(self, path: str, fi: Any) -> int:
+        if fi.flags & os.O_ACCMODE == os.O_RDONLY and not fi.flags & os.O_TRUNC:
+            return super().open(path, fi)
+        fi.fh = self._new_handle(self.editor.open(path, fi.flags))
+        fi.direct_io = 0
+        return 0
+
+    def create(self, path: str, mode: int, fi: Any) -> int:
+        fi.fh = self._new_handle(self.editor.create(path, fi.flags))
+        return 0
+
+    def write(self, path: str, data: bytes, offset: int, fi: Any) -> int:
+        return self._handles[fi.fh].write(data, offset)
+
+    def truncate(self, path: str, length: int, fi: Any = None) -> int:
+        if fi is not None and fi.fh in self._handles and hasattr(self._handles[fi.fh], "truncate"):
+            self._handles[fi.fh].truncate(length)
+            return 0
+        self.editor.truncate_path(path, length)
+        return 0
+
+    def flush(self, path: str, fi: Any) -> int:
+        handle = self._handles.get(fi.fh)
+        if handle is not None and hasattr(handle, "dirty"):
+            self.editor.flush(handle)
+        return 0
+
+    def fsync(self, path: str, datasync: int, fi: Any) -> int:
+        return self.flush(path, fi)
+
+    def release(self, path: str, fi: Any) -> int:
+        handle = self._handles.pop(fi.fh, None)
+        if handle is None:
+            return 0
+        if hasattr(handle, "dirty"):
+            try:
+                # The last close: a file that was only truncated is judged now. release() cannot
+                # fail a close any more; the reason is in .tfrfs/errors and the log.
+                self.editor.flush(handle, final=True)
+            except TfrfsError:
+                pass
+            finally:
+                self.editor.release(handle)
+        else:
+            handle.close()
+        return 0
+
+    def unlink(self, path: str) -> int:
+        self.editor.unlink(path)
+        return 0
+
+    def mkdir(self, path: str, mode: int) -> int:
+        self.editor.mkdir(path)
+        return 0
+
+    def rmdir(self, path: str) -> int:
+        self.editor.rmdir(path)
+        return 0
+
+    def rename(self, old: str, new: str) -> int:
+        self.editor.rename(old, new)
+        return 0
+
+    def utimens(self, path: str, times: Any = None) -> int:
+        # Times of features are the shard's; accepting the call keeps cp -a, rsync and touch working.
+        self.editor.touch(path, times)
+        return 0
+
+    def chmod(self, path: str, mode: int) -> int:
+        self._exists(path)
+        return 0
+
+    def chown(self, path: str, uid: int, gid: int) -> int:
+        self._exists(path)
+        return 0
+
+    def setxattr(self, path: str, name: str, value: bytes, options: int, position: int = 0) -> int:
+        self._exists(path)   # cp -a copies our own xattrs back: accepted, and ignored
+        return 0
+
+    def removexattr(self, path: str, name: str) -> int:
+        self._exists(path)
+        return 0
+
+    def _exists(self, path: str) -> None:
+        if self.editor.pending_size(path) is None:
+            self.tree.lookup(path)
+
+    def statfs(self, path: str) -> dict[str, int]:
+        st = os.statvfs(self.tree.discovery.root)
+        return {k: getattr(st, k) for k in ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail",
+                                            "f_files", "f_ffree", "f_favail", "f_namemax")}
+
+    def destroy(self, path: str) -> None:
+        # fusermount -u and tfrfs umount both end here: commit what is staged.
+        try:
+            self.editor.commit()
+        except TfrfsError as exc:
+            log.error("commit at unmount failed, edits stay staged: %s", exc)
+        finally:
+            super().destroy(path)
+
+
+def mount(tree: Tree, mountpoint: str, *, editor: Any = None, foreground: bool = True,
+          fsname: str = "tfrfs") -> None:
     """Serve ``tree`` at ``mountpoint`` until it is unmounted."""
     opts: dict[str, Any] = dict(
         foreground=foreground,
-        nothreads=True,     # one thread: the tree's caches need no locking against FUSE itself
+        nothreads=True,     # one thread: the tree's caches and the journal need no locking
         fsname=fsname,
         subtype="tfrfs",
         max_read=131072,
@@ -173,8 +299,10 @@ def mount(tree: Tree, mountpoint: str, *, foreground: bool = True, fsname: str =
     if tree.writable:
         opts.update(attr_timeout=1.0, entry_timeout=1.0, negative_timeout=0, big_writes=True,
                     max_write=131072)
+        ops: Operations = WritableOperations(tree, editor)
     else:
         # Nothing changes under a read-only mount: let the kernel keep attributes, names and data.
         opts.update(ro=True, kernel_cache=True, attr_timeout=86400.0, entry_timeout=86400.0,
                     negative_timeout=60.0)
-    fuse.FUSE(Operations(tree), mountpoint, raw_fi=True, encoding=_CODEC, **opts)
+        ops = Operations(tree)
+    fuse.FUSE(ops, mountpoint, raw_fi=True, encoding=_CODEC, **opts)

@@ -154,6 +154,8 @@ def _discover_dir(source: str) -> Discovery:
         for d in dirnames:
             dirs.append(os.path.join(rel_dir, d))
         for name in sorted(filenames):
+            if name.startswith(".tfrfs-commit-"):
+                continue   # a commit's temporary file (see repack)
             full = os.path.join(dirpath, name)
             rel = os.path.join(rel_dir, name)
             try:

@@ -32,8 +32,7 @@ from typing import Iterator
 
 from . import durable
 from .errors import Busy
-
-STAGING_DIR = ".tfrfs-staging"
+from .index import STAGING_DIR
 
 
 def shard_id(relpath: str) -> str:

@@ -15,11 +15,12 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Union
+from typing import Any, Callable, Iterable, Mapping, Union
 
 from . import codec, names, proto, tfrecord
 from .errors import DataLoss, IsADir, NotADir, NotFound, NameTooLong
 from .index import Discovery, ShardIndex
+from .staging import ShardChanges, Staging
 
 log = logging.getLogger("tfrfs")
 
@@ -37,6 +38,16 @@ class Stat:
     nlink: int = 1
 
 
+@dataclass(frozen=True)
+class Loc:
+    """Which part of a record a file or folder inside it stands for."""
+
+    section: str             # "" (Example features), "context" or "feature_lists"
+    key: str
+    item: int | None = None  # a value's index in a .list/ folder, or a step's in .steps/
+    raw: bool = False        # shown as a PNG decoded from raw pixels
+
+
 @dataclass(eq=False)
 class Dir:
     """A folder whose children are known: the mirror of SOURCE, or inside a record."""
@@ -44,6 +55,8 @@ class Dir:
     children: dict[str, "Node"] = field(default_factory=dict)
     mtime_ns: int = 0
     xattrs: Mapping[str, bytes] = field(default_factory=dict)
+    loc: Loc | None = None        # set for a .list/ or .steps/ folder
+    scratch: str | None = None    # real folder behind it, when the user made it (writable mounts)
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,6 +67,7 @@ class DataFile:
     mtime_ns: int
     xattrs: Mapping[str, bytes]
     damaged: str | None = None   # reason reads fail with EIO
+    loc: Loc | None = None
 
 
 @dataclass(frozen=True)
@@ -62,10 +76,13 @@ class ShardDir:
     mtime_ns: int
 
 
+RecordId = Union[int, str]   # an original record's index, or the name of a record added since
+
+
 @dataclass(frozen=True)
 class RecordDir:
     shard: int
-    index: int
+    rid: RecordId
     mtime_ns: int
 
 
@@ -74,9 +91,16 @@ class RecordBin:
     """A record shown as its raw bytes (raw shards, and records that do not parse)."""
 
     shard: int
-    index: int
+    rid: RecordId
     size: int
     mtime_ns: int
+
+
+@dataclass(frozen=True)
+class ScratchFile:
+    """A user's scratch file (editor swap or backup) in a writable mount: a real file."""
+
+    path: str
 
 
 @dataclass(frozen=True)
@@ -94,8 +118,8 @@ class MetaFile:
     render: Callable[[], bytes]
 
 
-Node = Union[Dir, DataFile, ShardDir, RecordDir, RecordBin, PlainFile, MetaFile]
-FILE_NODES = (DataFile, RecordBin, PlainFile, MetaFile)
+Node = Union[Dir, DataFile, ShardDir, RecordDir, RecordBin, PlainFile, MetaFile, ScratchFile]
+FILE_NODES = (DataFile, RecordBin, PlainFile, MetaFile, ScratchFile)
 
 
 @dataclass
@@ -169,30 +193,41 @@ def record_name_width(count: int) -> int:
 
 
 class Tree:
-    """The read side of a mount: every path's node, listing, content and xattrs."""
+    """The read side of a mount: every path's node, listing, content and xattrs.
+
+    In a writable mount the tree also shows what is staged: ``changes`` per
+    shard (records edited, deleted and added; new and removed shards) and,
+    per record, the user's own folders and scratch files, kept as a real
+    folder tree under the staging folder and merged into the record's view.
+    """
 
     def __init__(self, discovery: Discovery, indexes: list[ShardIndex], *, records: str | None = None,
                  decode_raw: bool = True, writable: bool = False, cache_bytes: int = DEFAULT_CACHE_BYTES,
-                 errors: ErrorLog | None = None) -> None:
+                 errors: ErrorLog | None = None, staging: Staging | None = None) -> None:
         self.discovery = discovery
         self.shards = indexes
+        self.records_override = records
         self.decode_raw = decode_raw
         self.writable = writable
+        self.staging = staging
         self.errors = errors or ErrorLog()
         self.kinds = [records or idx.detected_kind for idx in indexes]
         self.uid = os.getuid()
         self.gid = os.getgid()
         self.file_mode = 0o644 if writable else 0o444
         self.dir_mode = 0o755 if writable else 0o555
-        self._fds: list[int | None] = [None] * len(indexes)
-        self._cache: OrderedDict[tuple[int, int], RecordView] = OrderedDict()
+        # Every shard is opened now and read through that descriptor for the mount's life, so a
+        # shard file replaced by another process never mixes our offsets with its bytes.
+        self._fds: list[int | None] = [idx.open() if idx.count else None for idx in indexes]
+        self._cache: OrderedDict[tuple[int, RecordId], RecordView] = OrderedDict()
         self._cache_cost = 0
         self._cache_budget = cache_bytes
         self._lock = threading.RLock()
-        self._schema: bytes | None = None
+        self._schema: dict | None = None
         self.meta = Dir(mtime_ns=0)
+        self.dirs: dict[str, Dir] = {}
         self.root = self._build_static()
-        for n, idx in enumerate(indexes):
+        for idx in indexes:
             for p in idx.problems:
                 self.errors.add(idx.shard.relpath, p.index, p.offset, p.reason)
         self.meta.children["schema.json"] = MetaFile("schema.json", self.schema_bytes)
@@ -205,22 +240,62 @@ class Tree:
         root_mtime = _mtime_ns(d.root)
         root = Dir(mtime_ns=root_mtime)
         self.meta.mtime_ns = root_mtime
-        dirs: dict[str, Dir] = {"": root}
+        self.dirs = {"": root}
         for rel in d.dirs:
             if rel:
-                parent = dirs[os.path.dirname(rel)]
+                parent = self.dirs[os.path.dirname(rel)]
                 sub = Dir(mtime_ns=_mtime_ns(os.path.join(d.root, rel)))
                 parent.children[os.path.basename(rel)] = sub
-                dirs[rel] = sub
+                self.dirs[rel] = sub
         for rel in d.plain_files:
             full = os.path.join(d.root, rel)
             st = os.stat(full)
-            dirs[os.path.dirname(rel)].children[os.path.basename(rel)] = PlainFile(full, st.st_size, st.st_mtime_ns)
+            self.dirs[os.path.dirname(rel)].children[os.path.basename(rel)] = PlainFile(full, st.st_size, st.st_mtime_ns)
         for n, idx in enumerate(self.shards):
-            rel = idx.shard.relpath
-            parent = dirs.get(os.path.dirname(rel), root)
-            parent.children[os.path.basename(rel)] = ShardDir(n, idx.shard.mtime_ns)
+            self._place_shard(n)
         return root
+
+    def _place_shard(self, n: int) -> None:
+        rel = self.shards[n].shard.relpath
+        parent = self.dirs.get(os.path.dirname(rel), self.dirs[""])
+        parent.children[os.path.basename(rel)] = ShardDir(n, self.shards[n].shard.mtime_ns)
+
+    def shard_number(self, relpath: str) -> int | None:
+        for n, idx in enumerate(self.shards):
+            if idx.shard.relpath == relpath:
+                return n
+        return None
+
+    def add_shard(self, idx: ShardIndex, kind: str) -> int:
+        """Show a shard that is not among the source's files yet (a new shard of a writable mount)."""
+        self.shards.append(idx)
+        self.kinds.append(self.records_override or kind)
+        self._fds.append(idx.open() if idx.count else None)
+        n = len(self.shards) - 1
+        self._place_shard(n)
+        return n
+
+    def replace_shard(self, n: int, idx: ShardIndex) -> None:
+        """Serve shard ``n`` from a new file and index (after a commit): records are renumbered."""
+        old = self._fds[n]
+        self._fds[n] = idx.open() if idx.count else None
+        if old is not None:
+            os.close(old)
+        self.shards[n] = idx
+        self._place_shard(n)
+        self.forget_shard(n)
+        self._schema = None
+
+    def hide_shard(self, n: int) -> None:
+        rel = self.shards[n].shard.relpath
+        parent = self.dirs.get(os.path.dirname(rel), self.dirs[""])
+        parent.children.pop(os.path.basename(rel), None)
+        self.forget_shard(n)
+
+    def forget_shard(self, n: int) -> None:
+        with self._lock:
+            for key in [k for k in self._cache if k[0] == n]:
+                self._cache_cost -= self._cache.pop(key).cost
 
     # -- lookup -------------------------------------------------------------
 
@@ -239,6 +314,22 @@ class Tree:
             node = self.child(node, comp)
         return node
 
+    def locate(self, path: str) -> tuple[Node, RecordDir | None, tuple[str, ...]]:
+        """The node at ``path``, the record folder it is in (if any) and its path inside that record."""
+        comps = [c for c in path.strip("/").split("/") if c]
+        node: Node = self.root
+        record: RecordDir | None = None
+        inner: list[str] = []
+        if comps and comps[0] == _ROOT_META:
+            node, comps = self.meta, comps[1:]
+        for comp in comps:
+            node = self.child(node, comp)
+            if record is not None:
+                inner.append(comp)
+            elif isinstance(node, RecordDir):
+                record = node
+        return node, record, tuple(inner)
+
     def child(self, node: Node, name: str) -> Node:
         if len(name.encode("utf-8", "surrogateescape")) > names.NAME_MAX:
             raise NameTooLong(f"{name[:40]}...: name longer than {names.NAME_MAX} bytes")
@@ -250,23 +341,28 @@ class Tree:
         if isinstance(node, ShardDir):
             return self._record_entry(node, name)
         if isinstance(node, RecordDir):
-            return self.child(self.record_view(node.shard, node.index).root, name)
+            return self.child(self.record_view(node.shard, node.rid).root, name)
         raise NotADir(name)
 
     def _record_entry(self, node: ShardDir, name: str) -> Node:
+        ch = self.changes(node.shard)
+        if ch is not None and name in ch.added:
+            if self.kinds[node.shard] == "raw":
+                raise NotFound(name)
+            return RecordDir(node.shard, name, node.mtime_ns)
         idx = self.shards[node.shard]
         stem, dot, ext = name.partition(".")
         if (dot and ext != "bin") or not stem.isdigit() or not stem.isascii():
             raise NotFound(name)
         width = record_name_width(idx.count)
         i = int(stem)
-        if len(stem) != width or i >= idx.count:
+        if len(stem) != width or i >= idx.count or (ch is not None and i in ch.deleted):
             raise NotFound(name)
         if self.kinds[node.shard] == "raw" or (dot and self._is_bad(node.shard, i)):
             if not dot:
                 raise NotFound(name)
-            _, length = idx.span(i)
-            return RecordBin(node.shard, i, length, node.mtime_ns)
+            return RecordBin(node.shard, i, len(self.record_bytes(node.shard, i)[0])
+                             if ch is not None and i in ch.edited else idx.span(i)[1], node.mtime_ns)
         if dot or self._is_bad(node.shard, i):
             raise NotFound(name)
         return RecordDir(node.shard, i, node.mtime_ns)
@@ -278,6 +374,11 @@ class Tree:
             return True
         self.record_view(shard, index)
         return index in idx.bad
+
+    def changes(self, shard: int) -> ShardChanges | None:
+        if self.staging is None:
+            return None
+        return self.staging.shards.get(self.shards[shard].shard.relpath)
 
     # -- stat / list --------------------------------------------------------
 
@@ -291,10 +392,13 @@ class Tree:
         if isinstance(node, ShardDir):
             return Stat(True, 0, node.mtime_ns, 1)   # 1: subfolder count unknown without parsing
         if isinstance(node, RecordDir):
-            root = self.record_view(node.shard, node.index).root
+            root = self.record_view(node.shard, node.rid).root
             return Stat(True, 0, node.mtime_ns, self.stat(root).nlink)
         if isinstance(node, MetaFile):
             return Stat(False, len(node.render()), self.meta.mtime_ns)
+        if isinstance(node, ScratchFile):
+            st = os.stat(node.path)
+            return Stat(False, st.st_size, st.st_mtime_ns)
         raise NotFound(str(node))
 
     def list(self, node: Node) -> Iterable[tuple[str, bool]]:
@@ -304,17 +408,26 @@ class Tree:
         if isinstance(node, ShardDir):
             return self._list_shard(node.shard)
         if isinstance(node, RecordDir):
-            return self.list(self.record_view(node.shard, node.index).root)
+            return self.list(self.record_view(node.shard, node.rid).root)
         raise NotADir("not a folder")
 
     def _list_shard(self, shard: int) -> Iterable[tuple[str, bool]]:
         idx = self.shards[shard]
         width = record_name_width(idx.count)
-        if self.kinds[shard] == "raw":
-            return ((f"{i:0{width}d}.bin", False) for i in range(idx.count))
+        raw = self.kinds[shard] == "raw"
+        ch = self.changes(shard)
+        deleted = ch.deleted if ch is not None else ()
         bad = idx.bad
-        return ((f"{i:0{width}d}.bin", False) if i in bad else (f"{i:0{width}d}", True)
-                for i in range(idx.count))
+        for i in range(idx.count):
+            if i in deleted:
+                continue
+            if raw or i in bad:
+                yield f"{i:0{width}d}.bin", False
+            else:
+                yield f"{i:0{width}d}", True
+        if ch is not None and not raw:
+            for name in ch.added_names():
+                yield name, True
 
     # -- content ------------------------------------------------------------
 
@@ -322,14 +435,11 @@ class Tree:
         if isinstance(node, DataFile):
             return Handle(node.data, damaged=node.damaged)
         if isinstance(node, RecordBin):
-            idx = self.shards[node.shard]
-            offset, length = idx.span(node.index)
-            try:
-                return Handle(tfrecord.read_record(self._fd(node.shard), offset, length))
-            except DataLoss as exc:
-                self.errors.add(idx.shard.relpath, node.index, offset, str(exc))
-                return Handle(damaged=str(exc))
+            data, damaged = self.record_bytes(node.shard, node.rid)
+            return Handle(data, damaged=damaged)
         if isinstance(node, PlainFile):
+            return Handle(fd=os.open(node.path, os.O_RDONLY))
+        if isinstance(node, ScratchFile):
             return Handle(fd=os.open(node.path, os.O_RDONLY))
         if isinstance(node, MetaFile):
             return Handle(node.render())
@@ -338,10 +448,8 @@ class Tree:
     def xattrs(self, node: Node) -> Mapping[str, bytes]:
         if isinstance(node, (Dir, DataFile)):
             return node.xattrs
-        if isinstance(node, RecordDir):
-            return self._record_xattrs(node.shard, node.index)
-        if isinstance(node, RecordBin):
-            return self._record_xattrs(node.shard, node.index)
+        if isinstance(node, (RecordDir, RecordBin)):
+            return self._record_xattrs(node.shard, node.rid)
         if isinstance(node, ShardDir):
             idx = self.shards[node.shard]
             return {"user.tfrfs.shard": idx.shard.relpath.encode(),
@@ -350,42 +458,63 @@ class Tree:
                     "user.tfrfs.compression": idx.shard.compression.encode()}
         return {}
 
-    def _record_xattrs(self, shard: int, index: int) -> dict[str, bytes]:
+    def _record_xattrs(self, shard: int, rid: RecordId) -> dict[str, bytes]:
         idx = self.shards[shard]
-        offset, length = idx.span(index)
-        return {"user.tfrfs.shard": idx.shard.relpath.encode(), "user.tfrfs.index": str(index).encode(),
-                "user.tfrfs.offset": str(offset).encode(), "user.tfrfs.length": str(length).encode()}
+        out = {"user.tfrfs.shard": idx.shard.relpath.encode()}
+        if isinstance(rid, int):
+            offset, length = idx.span(rid)
+            out.update({"user.tfrfs.index": str(rid).encode(), "user.tfrfs.offset": str(offset).encode(),
+                        "user.tfrfs.length": str(length).encode()})
+        return out
 
     # -- records ------------------------------------------------------------
 
-    def _fd(self, shard: int) -> int:
-        fd = self._fds[shard]
-        if fd is None:
-            fd = self._fds[shard] = self.shards[shard].open()
-        return fd
+    def shard_fd(self, shard: int) -> int | None:
+        return self._fds[shard]
 
     def read_record(self, shard: int, index: int) -> tuple[bytes, str | None]:
-        """A record's bytes, and the reason they cannot be trusted (data checksum), if any."""
+        """An original record's bytes, and why they cannot be trusted (data checksum), if so."""
         idx = self.shards[shard]
         offset, length = idx.span(index)
+        fd = self._fds[shard]
+        assert fd is not None
         try:
-            return tfrecord.read_record(self._fd(shard), offset, length), None
+            return tfrecord.read_record(fd, offset, length), None
         except DataLoss as exc:
             self.errors.add(idx.shard.relpath, index, offset, str(exc))
             try:
-                return tfrecord.read_record(self._fd(shard), offset, length, verify=False), str(exc)
+                return tfrecord.read_record(fd, offset, length, verify=False), str(exc)
             except DataLoss:
                 return b"", str(exc)
 
-    def record_view(self, shard: int, index: int) -> RecordView:
-        key = (shard, index)
+    def record_bytes(self, shard: int, rid: RecordId) -> tuple[bytes, str | None]:
+        """A record's current bytes: staged if it was edited or added, else the original."""
+        ch = self.changes(shard)
+        if ch is not None and self.staging is not None:
+            if isinstance(rid, str):
+                return self.staging.get_added(ch, rid), None
+            if rid in ch.edited:
+                return self.staging.get_edit(ch, rid), None
+        assert isinstance(rid, int)
+        return self.read_record(shard, rid)
+
+    def invalidate(self, shard: int, rid: RecordId) -> None:
+        with self._lock:
+            view = self._cache.pop((shard, rid), None)
+            if view is not None:
+                self._cache_cost -= view.cost
+
+    def record_view(self, shard: int, rid: RecordId) -> RecordView:
+        key = (shard, rid)
         with self._lock:
             view = self._cache.get(key)
             if view is not None:
                 self._cache.move_to_end(key)
                 return view
-        data, damaged = self.read_record(shard, index)
-        view = self._build_view(shard, index, data, damaged)
+        data, damaged = self.record_bytes(shard, rid)
+        view = self._build_view(shard, rid, data, damaged)
+        if self.staging is not None:
+            self._merge_scratch(view.root, self.scratch_root(shard, rid))
         with self._lock:
             self._cache[key] = view
             self._cache_cost += view.cost
@@ -394,33 +523,62 @@ class Tree:
                 self._cache_cost -= old.cost
         return view
 
-    def _build_view(self, shard: int, index: int, data: bytes, damaged: str | None) -> RecordView:
+    def scratch_root(self, shard: int, rid: RecordId) -> str:
+        assert self.staging is not None
+        tag = f"#{rid}" if isinstance(rid, int) else f"+{rid}"
+        return str(self.staging.scratch_dir(self.shards[shard].shard.relpath, tag))
+
+    def _merge_scratch(self, root: Dir, real: str) -> None:
+        """Show the user's own folders and scratch files of a record beside its features."""
+        try:
+            entries = list(os.scandir(real))
+        except FileNotFoundError:
+            return
+        root.scratch = real
+        for e in entries:
+            if e.is_dir(follow_symlinks=False):
+                sub = root.children.get(e.name)
+                if not isinstance(sub, Dir):
+                    sub = Dir(mtime_ns=root.mtime_ns)
+                    root.children[e.name] = sub
+                self._merge_scratch(sub, e.path)
+            elif e.name not in root.children:
+                root.children[e.name] = ScratchFile(e.path)
+
+    def record_message(self, shard: int, rid: RecordId) -> Any:
+        """The record's current content as a mutable message (writable mounts)."""
+        data, damaged = self.record_bytes(shard, rid)
+        if damaged:
+            raise DataLoss(damaged)
+        cls = proto.SequenceExample if self.kinds[shard] == "sequence" else proto.Example
+        return cls.FromString(data)
+
+    def _build_view(self, shard: int, rid: RecordId, data: bytes, damaged: str | None) -> RecordView:
         idx = self.shards[shard]
         mtime = idx.shard.mtime_ns
         try:
             if self.kinds[shard] == "sequence":
                 msg = proto.SequenceExample.FromString(data)
                 root = Dir(mtime_ns=mtime)
-                root.children["context"] = self._features_dir(msg.context.feature, mtime, damaged)
+                root.children["context"] = self._features_dir(msg.context.feature, "context", mtime, damaged)
                 root.children["feature_lists"] = self._feature_lists_dir(msg.feature_lists.feature_list, mtime, damaged)
             else:
                 msg = proto.Example.FromString(data)
-                root = self._features_dir(msg.features.feature, mtime, damaged)
+                root = self._features_dir(msg.features.feature, "", mtime, damaged)
         except Exception as exc:  # noqa: BLE001 - any parse failure means "show it raw"
-            idx.bad.add(index)
-            offset, _ = idx.span(index)
-            self.errors.add(idx.shard.relpath, index, offset,
-                            f"record does not parse as {'SequenceExample' if self.kinds[shard] == 'sequence' else 'Example'}: {exc or type(exc).__name__}")
+            if isinstance(rid, int):
+                idx.bad.add(rid)
+                offset, _ = idx.span(rid)
+                self.errors.add(idx.shard.relpath, rid, offset,
+                                f"record does not parse as {'SequenceExample' if self.kinds[shard] == 'sequence' else 'Example'}: {exc or type(exc).__name__}")
             return RecordView(Dir(mtime_ns=mtime), 64)
-        if damaged:
-            idx.bad.discard(index)
         return RecordView(root, 256 + len(data) * 2)
 
-    def _features_dir(self, features: Mapping, mtime: int, damaged: str | None) -> Dir:
+    def _features_dir(self, features: Mapping, section: str, mtime: int, damaged: str | None) -> Dir:
         values = {key: codec.value_from_proto(feat) for key, feat in features.items()}
         shapes = codec.raw_shapes(values) if self.decode_raw else {}
         views = {key: codec.render(v, shapes.get(key)) for key, v in values.items()}
-        return self._place(views, {k: v.kind for k, v in values.items()}, mtime, damaged)
+        return self._place(views, {k: v.kind for k, v in values.items()}, section, mtime, damaged, set(shapes))
 
     def _feature_lists_dir(self, lists: Mapping, mtime: int, damaged: str | None) -> Dir:
         views: dict[str, codec.View] = {}
@@ -430,10 +588,10 @@ class Tree:
             views[key] = codec.render_feature_list(steps)
             step_kinds = {s.kind for s in steps}
             kinds[key] = step_kinds.pop() if len(step_kinds) == 1 else "feature_list"
-        return self._place(views, kinds, mtime, damaged)
+        return self._place(views, kinds, "feature_lists", mtime, damaged, set())
 
-    def _place(self, views: Mapping[str, codec.View], kinds: Mapping[str, str], mtime: int,
-               damaged: str | None) -> Dir:
+    def _place(self, views: Mapping[str, codec.View], kinds: Mapping[str, str], section: str, mtime: int,
+               damaged: str | None, raw: set[str]) -> Dir:
         """Lay the features of one folder out by the key -> path rules."""
         root = Dir(mtime_ns=mtime)
         paths = names.layout([(key, view.suffix) for key, view in views.items()])
@@ -447,22 +605,26 @@ class Tree:
                     parent.children[comp] = nxt
                 parent = nxt
             xattrs = {"user.tfrfs.key": _xkey(key), "user.tfrfs.kind": kinds[key].encode()}
-            parent.children[comps[-1]] = self._view_node(views[key], xattrs, mtime, damaged)
+            parent.children[comps[-1]] = self._view_node(views[key], xattrs, mtime, damaged,
+                                                         Loc(section, key, None, key in raw))
         return root
 
     def _view_node(self, view: codec.View, xattrs: Mapping[str, bytes], mtime: int,
-                   damaged: str | None) -> Node:
+                   damaged: str | None, loc: Loc) -> Node:
         if isinstance(view, codec.FileView):
-            return DataFile(view.data, mtime, xattrs, damaged)
-        d = Dir(mtime_ns=mtime, xattrs=xattrs)
-        for name, item in view.items:
-            d.children[name + item.suffix] = self._view_node(item, xattrs, mtime, damaged)
+            return DataFile(view.data, mtime, xattrs, damaged, loc)
+        d = Dir(mtime_ns=mtime, xattrs=xattrs, loc=loc)
+        for i, (name, item) in enumerate(view.items):
+            d.children[name + item.suffix] = self._view_node(item, xattrs, mtime, damaged,
+                                                             Loc(loc.section, loc.key, i))
         return d
 
     # -- schema -------------------------------------------------------------
 
     def schema(self) -> dict:
         """Per feature key: kind, records holding it, min/max value counts, how it is shown."""
+        if self._schema is not None:
+            return self._schema
         features: dict[str, dict] = {}
         lists: dict[str, dict] = {}
         shards = []
@@ -487,12 +649,11 @@ class Tree:
         out: dict = {"shards": shards, "features": _finish(features)}
         if lists:
             out["feature_lists"] = _finish(lists)
+        self._schema = out
         return out
 
     def schema_bytes(self) -> bytes:
-        if self._schema is None:
-            self._schema = (json.dumps(self.schema(), ensure_ascii=False, indent=2, sort_keys=True) + "\n").encode()
-        return self._schema
+        return (json.dumps(self.schema(), ensure_ascii=False, indent=2, sort_keys=True) + "\n").encode()
 
     def close(self) -> None:
         for n, fd in enumerate(self._fds):

@@ -1,0 +1,757 @@
+"""The write side of a writable mount: turning file operations into staged edits.
+
+``Editor`` takes what ordinary tools do — write and close a feature file,
+create one, ``rm``, ``mkdir``, ``mv`` — checks it against the dataset's kinds
+(SPEC 7) and stages the result durably through ``Staging``. A record is
+always staged whole: its new serialized bytes. The user's own folders and
+scratch files live as real files under the staging folder and are merged
+into the record's view by the tree.
+
+Content written to a file collects in a temporary file and is judged only
+when the file is flushed (``close``), never on an intermediate state such as
+the truncation that precedes new content.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from . import codec, durable, names, proto, repack, tfrecord
+from .errors import (Exists, Invalid, IsADir, NotADir, NotEmpty, NotFound, NotPermitted, ReadOnly)
+from .index import IndexCache, ShardFile, ShardIndex
+from .staging import ShardChanges, Staging
+from .tree import (DataFile, Dir, Loc, MetaFile, Node, PlainFile, RecordBin, RecordDir, RecordId,
+                   ScratchFile, ShardDir, Tree)
+
+log = logging.getLogger("tfrfs")
+
+# Temporary names that common tools create beside the file they rewrite, which carry no
+# suffix from SPEC 3.2: sed -i (sedXXXXXX) and vim's write probe (4913). They are treated as
+# scratch files, or those tools could not edit a feature file at all.
+_TOOL_TEMP = re.compile(r"^(sed[A-Za-z0-9]{6}|4913|\d+\.tmp)$")
+
+
+def is_scratch(name: str) -> bool:
+    return names.is_scratch(name) or bool(_TOOL_TEMP.match(name))
+
+
+@dataclass
+class Target:
+    """Where content written inside a record goes."""
+
+    section: str               # "", "context" or "feature_lists"
+    key: str
+    suffix: str
+    item: int | None = None    # a value's index in a .list/ folder or a step's in .steps/
+    raw: bool = False          # the file is a PNG of a key shown as raw pixels
+
+
+class WriteHandle:
+    """A file open for writing: content collects in a staging temp file until flush."""
+
+    def __init__(self, editor: "Editor", path: str, fd: int, tmp: str, *, new: bool) -> None:
+        self.editor = editor
+        self.path = path
+        self.fd = fd
+        self.tmp = tmp
+        self.new = new          # created by this open: the file exists only once flushed
+        self.dirty = new        # content differs from what is staged
+        self.written = False    # data was written since the last flush (a bare truncate is not enough)
+
+    def read(self, size: int, offset: int) -> bytes:
+        return os.pread(self.fd, size, offset)
+
+    def write(self, data: bytes, offset: int) -> int:
+        n = durable.pwrite(self.fd, data, offset, self.tmp)
+        self.dirty = self.written = True
+        return n
+
+    def truncate(self, length: int) -> None:
+        os.ftruncate(self.fd, length)
+        self.dirty = True
+
+    def size(self) -> int:
+        return os.fstat(self.fd).st_size
+
+    def content(self) -> bytes:
+        size = self.size()
+        return os.pread(self.fd, size, 0) if size else b""
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        try:
+            os.unlink(self.tmp)
+        except FileNotFoundError:
+            pass
+
+
+class ScratchHandle:
+    """A scratch file open for reading and writing: a plain real file."""
+
+    def __init__(self, path: str, flags: int) -> None:
+        self.path = path
+        self.fd = os.open(path, flags & ~(os.O_CREAT | os.O_EXCL))
+        self.dirty = False
+
+    def read(self, size: int, offset: int) -> bytes:
+        return os.pread(self.fd, size, offset)
+
+    def write(self, data: bytes, offset: int) -> int:
+        self.dirty = True
+        return durable.pwrite(self.fd, data, offset, self.path)
+
+    def truncate(self, length: int) -> None:
+        os.ftruncate(self.fd, length)
+
+    def size(self) -> int:
+        return os.fstat(self.fd).st_size
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class Editor:
+    """Staged edits of one writable mount."""
+
+    def __init__(self, tree: Tree, staging: Staging, cache: IndexCache) -> None:
+        self.tree = tree
+        self.staging = staging
+        self.cache = cache
+        self.pending: dict[str, WriteHandle] = {}   # path -> handle of a file created and not yet flushed
+        self.last_commit: dict = {}
+        self._show_staged_shards()
+        self.install_meta()
+
+    # -- helpers --------------------------------------------------------------
+
+    @property
+    def root(self) -> str:
+        return self.tree.discovery.root
+
+    def _changes(self, shard: int) -> ShardChanges:
+        idx = self.tree.shards[shard]
+        return self.staging.shard(idx.shard.relpath, compression=idx.shard.compression, kind=self.tree.kinds[shard],
+                                  base={"size": idx.shard.size, "mtime_ns": idx.shard.mtime_ns})
+
+    def _show_staged_shards(self) -> None:
+        """Make the tree show new and removed shards staged by an earlier mount."""
+        for relpath, ch in self.staging.shards.items():
+            n = self.tree.shard_number(relpath)
+            if n is None and not ch.removed:
+                self.tree.add_shard(_empty_index(self.root, relpath, ch.compression), ch.kind)
+            elif n is not None and ch.removed:
+                self.tree.hide_shard(n)
+
+    def _stage_record(self, shard: int, rid: RecordId, data: bytes) -> None:
+        ch = self._changes(shard)
+        if isinstance(rid, str):
+            self.staging.put_added(ch, rid, data)
+        else:
+            self.staging.put_edit(ch, rid, data)
+        self.tree.invalidate(shard, rid)
+
+    def _split(self, path: str) -> tuple[str, str]:
+        parent, _, name = path.rstrip("/").rpartition("/")
+        return parent or "/", name
+
+    def _fail(self, record: RecordDir, inner: tuple[str, ...] | str, reason: str) -> Invalid:
+        where = inner if isinstance(inner, str) else "/".join(inner)
+        relpath = self.tree.shards[record.shard].shard.relpath
+        rid = record.rid if isinstance(record.rid, int) else None
+        self.tree.errors.add(relpath, rid, None, f"{where}: {reason}; the old value stays",
+                             record=str(record.rid), path=where)
+        return Invalid(f"{where}: {reason}")
+
+    def dataset_kind(self, key: str, section: str) -> tuple[str | None, bool]:
+        """(kind, shown as raw pixels) of ``key`` across the dataset, or (None, False) if it is new."""
+        schema = self.tree.schema()
+        table = schema.get("feature_lists" if section == "feature_lists" else "features", {})
+        entry = table.get(key)
+        if not entry:
+            return None, False
+        kind = entry["kind"] if isinstance(entry["kind"], str) else entry["kind"][0]
+        raw = any("raw" in s for s in entry.get("shown_as", ()))
+        return (None if kind in ("mixed", "empty", "feature_list") else kind), raw
+
+    def install_meta(self) -> None:
+        """``.tfrfs/status`` (pending changes) and ``.tfrfs/commit`` (write to it to commit)."""
+        import json
+        self.tree.meta.children["status"] = MetaFile(
+            "status", lambda: (json.dumps(self.status(), indent=2, ensure_ascii=False) + "\n").encode())
+        self.tree.meta.children["commit"] = MetaFile(
+            "commit", lambda: (json.dumps(self.last_commit, ensure_ascii=False) + "\n").encode())
+
+    def truncate_path(self, path: str, length: int) -> None:
+        """truncate(2) by path, with no open file: a whole change, judged at once."""
+        node, record, inner = self.tree.locate(path)
+        if isinstance(node, ScratchFile):
+            os.truncate(node.path, length)
+            return
+        if isinstance(node, MetaFile) and node.name == "commit":
+            return
+        if record is None or not isinstance(node, DataFile):
+            raise ReadOnly(f"{path}: only records can be changed")
+        data = node.data[:length] + b"\0" * max(0, length - len(node.data))
+        self.write_content(record, inner, data, existing=node)
+
+    def touch(self, path: str, times: Any) -> None:
+        if path in self.pending:
+            return
+        node = self.tree.lookup(path)
+        if isinstance(node, ScratchFile):
+            if times is None:
+                os.utime(node.path)
+            else:
+                os.utime(node.path, ns=tuple(int(t) for t in times))
+
+    # -- getattr of files being written -----------------------------------------
+
+    def pending_size(self, path: str) -> int | None:
+        h = self.pending.get(path)
+        return h.size() if h is not None else None
+
+    # -- open / create / flush ------------------------------------------------------
+
+    def open(self, path: str, flags: int) -> WriteHandle | ScratchHandle:
+        node, record, inner = self.tree.locate(path)
+        if isinstance(node, ScratchFile):
+            return ScratchHandle(node.path, flags)
+        if isinstance(node, (PlainFile, MetaFile)) and not (isinstance(node, MetaFile) and node.name == "commit"):
+            raise ReadOnly(f"{path}: only records can be changed")
+        if isinstance(node, (Dir, ShardDir, RecordDir)):
+            raise IsADir(path)
+        fd, tmp = self.staging.tmp_file()
+        if not flags & os.O_TRUNC:
+            current = self.tree.open(node).read(1 << 62, 0) if not isinstance(node, MetaFile) else b""
+            os.write(fd, current)
+        return WriteHandle(self, path, fd, tmp, new=False)
+
+    def create(self, path: str, flags: int) -> WriteHandle | ScratchHandle:
+        parent_path, name = self._split(path)
+        parent, record, inner = self.tree.locate(parent_path)
+        if record is None and isinstance(parent, (Dir, ShardDir)) and not isinstance(parent, RecordDir):
+            raise Invalid(f"{path}: new files can only be made inside a record folder")
+        if is_scratch(name):
+            real = self._scratch_path(record, inner + (name,))
+            os.makedirs(os.path.dirname(real), exist_ok=True)
+            fd = os.open(real, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.close(fd)
+            durable.fsync_dir(os.path.dirname(real))
+            self.tree.invalidate(record.shard, record.rid)
+            return ScratchHandle(real, os.O_RDWR)
+        self._target(record, inner + (name,), create=True)   # refuse names that cannot be features now
+        fd, tmp = self.staging.tmp_file()
+        handle = WriteHandle(self, path, fd, tmp, new=True)
+        self.pending[path] = handle
+        return handle
+
+    def flush(self, handle: WriteHandle | ScratchHandle, *, final: bool = False) -> None:
+        """Judge and stage what was written. Until the last close (``final``), a file that was only
+        truncated is an intermediate state (``> file`` closes once before it writes) and waits."""
+        if isinstance(handle, ScratchHandle):
+            if handle.dirty:
+                durable.fsync(handle.fd, handle.path)
+                handle.dirty = False
+            return
+        if not handle.dirty or not (handle.written or final):
+            return
+        handle.dirty = handle.written = False
+        try:
+            node, record, inner = self._locate_for_write(handle.path)
+            if isinstance(node, MetaFile) and node.name == "commit":
+                self.commit()
+                return
+            self.write_content(record, inner, handle.content(), existing=node)
+        finally:
+            if handle.new:
+                self.pending.pop(handle.path, None)
+                handle.new = False
+
+    def release(self, handle: WriteHandle | ScratchHandle) -> None:
+        if isinstance(handle, WriteHandle):
+            if self.pending.get(handle.path) is handle:
+                self.pending.pop(handle.path)
+        handle.close()
+
+    def _locate_for_write(self, path: str) -> tuple[Node | None, RecordDir, tuple[str, ...]]:
+        parent_path, name = self._split(path)
+        try:
+            node, record, inner = self.tree.locate(path)
+        except NotFound:
+            parent, record, inner = self.tree.locate(parent_path)
+            inner = inner + (name,)
+            node = None
+        if isinstance(node, MetaFile):
+            return node, None, ()  # type: ignore[return-value]
+        if record is None:
+            raise ReadOnly(f"{path}: only records can be changed")
+        return node, record, inner
+
+    # -- mapping a path inside a record to a feature ----------------------------------
+
+    def _scratch_path(self, record: RecordDir | None, inner: tuple[str, ...]) -> str:
+        if record is None:
+            raise Invalid("scratch files can only be made inside a record folder")
+        return os.path.join(self.tree.scratch_root(record.shard, record.rid), *inner)
+
+    def _target(self, record: RecordDir, inner: tuple[str, ...], *, create: bool = False) -> Target:
+        """What a (possibly new) file at ``inner`` inside ``record`` stands for."""
+        section = ""
+        rest = inner
+        if self.tree.kinds[record.shard] == "sequence":
+            if len(inner) < 2 or inner[0] not in ("context", "feature_lists"):
+                raise Invalid("in a SequenceExample record, features live in context/ or feature_lists/")
+            section, rest = inner[0], inner[1:]
+        # A file inside a .list/ or .steps/ folder is one value of that feature.
+        for j, comp in enumerate(rest[:-1]):
+            stem, suffix = names.split_suffix(comp)
+            if suffix in (".list", ".steps"):
+                if j != len(rest) - 2:
+                    raise Invalid("folders cannot be made inside a .list/ or .steps/ folder")
+                key, _ = names.path_to_key(rest[:j + 1])
+                item_stem, item_suffix = names.split_suffix(rest[-1])
+                if item_suffix not in codec.SUFFIXES or not item_stem.isdigit():
+                    raise Invalid(f"{rest[-1]}: files in {comp}/ are named by their index and a suffix, e.g. 0.jpg")
+                if suffix == ".steps" and section != "feature_lists":
+                    raise Invalid(".steps/ folders belong in feature_lists/")
+                return Target(section, key, item_suffix, int(item_stem))
+        key, suffix = names.path_to_key(rest)
+        if suffix is None or suffix not in codec.SUFFIXES:
+            raise Invalid(f"{rest[-1]}: a feature file needs a suffix from .json .txt .bin .jpg .png .gif .bmp "
+                          f".webp .tif .wav .flac .mp3 .ogg (names starting with '.' or ending with '~' are "
+                          f"scratch files)")
+        return Target(section, key, suffix)
+
+    # -- applying content ------------------------------------------------------------
+
+    def write_content(self, record: RecordDir, inner: tuple[str, ...], content: bytes,
+                      existing: Node | None = None) -> None:
+        """Check ``content`` for the file at ``inner`` and stage the record with it."""
+        if isinstance(existing, ScratchFile):
+            return
+        if isinstance(existing, DataFile) and existing.loc is not None:
+            loc = existing.loc
+            suffix = names.split_suffix(inner[-1])[1] or ".bin"
+            target = Target(loc.section, loc.key, suffix, loc.item, loc.raw)
+        else:
+            target = self._target(record, inner)
+        msg = self.tree.record_message(record.shard, record.rid)
+        try:
+            self._apply(msg, target, content)
+        except Invalid as exc:
+            raise self._fail(record, inner, str(exc)) from None
+        self._stage_record(record.shard, record.rid, msg.SerializeToString(deterministic=True))
+
+    def _features(self, msg: Any, section: str) -> Any:
+        if section == "context":
+            return msg.context.feature
+        return msg.features.feature
+
+    def _apply(self, msg: Any, t: Target, content: bytes) -> None:
+        if t.section == "feature_lists":
+            self._apply_list(msg, t, content)
+            return
+        feats = self._features(msg, t.section)
+        if t.item is not None:
+            values = list(codec.value_from_proto(feats[t.key]).values) if t.key in feats else []
+            if t.key in feats and feats[t.key].WhichOneof("kind") not in ("bytes_list", None):
+                raise Invalid(f"{t.key} is not a bytes feature")
+            while len(values) <= t.item:
+                values.append(b"")   # a later file of a .list/ copied before an earlier one
+            values[t.item] = content
+            codec.value_to_proto(codec.Value("bytes_list", tuple(values)), _reset(feats, t.key))
+            return
+        present = t.key in feats
+        kind: str | None = codec.value_from_proto(feats[t.key]).kind if present else None
+        raw = t.raw
+        if not present:
+            kind, raw = self.dataset_kind(t.key, t.section)
+        if kind == "none":
+            kind = None
+        if raw and t.suffix == ".png" and self.tree.decode_raw:
+            pixels, shape = codec.parse_raw_png(content)
+            codec.value_to_proto(codec.Value("bytes_list", (pixels,)), _reset(feats, t.key))
+            prefix = t.key[:t.key.rfind("/") + 1]
+            sizes = {"height": shape.height, "width": shape.width, "depth": shape.channels,
+                     "channels": shape.channels}
+            for name, n in sizes.items():
+                k = prefix + name
+                if k in feats and feats[k].WhichOneof("kind") == "int64_list":
+                    codec.value_to_proto(codec.Value("int64_list", (n,)), _reset(feats, k))
+            return
+        value = codec.parse(t.suffix, content, kind)
+        codec.value_to_proto(value, _reset(feats, t.key))
+
+    def _apply_list(self, msg: Any, t: Target, content: bytes) -> None:
+        lists = msg.feature_lists.feature_list
+        if t.item is None:
+            steps = codec.parse_feature_list(content, self._step_kind(lists, t.key))
+            flist = lists[t.key]
+            del flist.feature[:]
+            for step in steps:
+                codec.value_to_proto(step, flist.feature.add())
+            return
+        flist = lists[t.key]
+        while len(flist.feature) <= t.item:
+            flist.feature.add()
+        kinds = {f.WhichOneof("kind") for f in flist.feature if f.WhichOneof("kind")}
+        step_kind = kinds.pop() if len(kinds) == 1 else None
+        step = flist.feature[t.item]
+        step.Clear()
+        codec.value_to_proto(codec.parse(t.suffix, content, step_kind), step)
+
+    def _step_kind(self, lists: Any, key: str) -> str | None:
+        if key in lists:
+            kinds = {f.WhichOneof("kind") for f in lists[key].feature if f.WhichOneof("kind")}
+            if len(kinds) == 1:
+                return kinds.pop()
+        kind, _ = self.dataset_kind(key, "feature_lists")
+        return kind
+
+    def _remove(self, msg: Any, loc: Loc) -> bool:
+        """Remove what ``loc`` stands for; returns whether the feature itself is gone."""
+        if loc.section == "feature_lists":
+            lists = msg.feature_lists.feature_list
+            if loc.item is None:
+                del lists[loc.key]
+                return True
+            del lists[loc.key].feature[loc.item]
+            if not lists[loc.key].feature:
+                del lists[loc.key]
+                return True
+            return False
+        feats = self._features(msg, loc.section)
+        if loc.item is None:
+            del feats[loc.key]
+            return True
+        values = list(feats[loc.key].bytes_list.value)
+        del values[loc.item]
+        if not values:
+            del feats[loc.key]
+            return True
+        codec.value_to_proto(codec.Value("bytes_list", tuple(values)), _reset(feats, loc.key))
+        return False
+
+    # -- unlink / mkdir / rmdir ----------------------------------------------------------
+
+    def unlink(self, path: str) -> None:
+        node, record, inner = self.tree.locate(path)
+        if isinstance(node, ScratchFile):
+            durable.unlink(node.path)
+            self.tree.invalidate(record.shard, record.rid)
+            return
+        if isinstance(node, RecordBin):
+            self._delete_record(node.shard, node.rid)
+            return
+        if not isinstance(node, DataFile) or node.loc is None or record is None:
+            if isinstance(node, (Dir, ShardDir, RecordDir)):
+                raise IsADir(path)
+            raise ReadOnly(f"{path}: only records can be changed")
+        msg = self.tree.record_message(record.shard, record.rid)
+        self._remove(msg, node.loc)
+        # Folders that held only this feature stay until rmdir, as on any filesystem.
+        self._keep_folders(record, inner[:-1])
+        self._stage_record(record.shard, record.rid, msg.SerializeToString(deterministic=True))
+
+    def _keep_folders(self, record: RecordDir, folder: tuple[str, ...]) -> None:
+        if not folder:
+            return
+        real = self._scratch_path(record, folder)
+        if not os.path.isdir(real):
+            os.makedirs(real, exist_ok=True)
+            durable.fsync_dir(os.path.dirname(real))
+
+    def mkdir(self, path: str) -> None:
+        parent_path, name = self._split(path)
+        parent, record, inner = self.tree.locate(parent_path)
+        try:
+            self.tree.child(parent, name)
+            raise Exists(path)
+        except NotFound:
+            pass
+        if record is not None:
+            if not is_scratch(name):
+                stem, suffix = names.split_suffix(name)
+                if inner and names.split_suffix(inner[-1])[1] in (".list", ".steps"):
+                    raise Invalid("folders cannot be made inside a .list/ or .steps/ folder")
+            self._keep_folders(record, inner + (name,))
+            self.tree.invalidate(record.shard, record.rid)
+            return
+        if isinstance(parent, ShardDir):
+            self._add_record(parent.shard, name, self._empty_record(parent.shard))
+            return
+        if isinstance(parent, Dir) and parent in self.tree.dirs.values() and self.tree.discovery.mirrors_dir:
+            self._add_shard(parent_path, name)
+            return
+        raise NotPermitted(f"{path}: folders can be made in record folders, shard folders and source folders")
+
+    def _empty_record(self, shard: int) -> bytes:
+        if self.tree.kinds[shard] == "sequence":
+            seq = proto.SequenceExample()
+            seq.context.SetInParent()
+            seq.feature_lists.SetInParent()
+            return seq.SerializeToString()
+        return b""
+
+    def _add_record(self, shard: int, name: str, data: bytes) -> None:
+        if is_scratch(name) or not name:
+            raise Invalid(f"{name}: record names may not start with '.' or end with '~'")
+        if self.tree.kinds[shard] == "raw":
+            raise Invalid("records of a raw shard are files; they cannot be added as folders")
+        ch = self._changes(shard)
+        self.staging.put_added(ch, name, data)
+        self.tree.invalidate(shard, name)
+
+    def _add_shard(self, parent_path: str, name: str) -> None:
+        rel_parent = parent_path.strip("/")
+        relpath = os.path.join(rel_parent, name) if rel_parent else name
+        if os.path.exists(os.path.join(self.root, relpath)) and self.tree.shard_number(relpath) is None:
+            raise Exists(f"{relpath}: a file of that name exists in the source folder")
+        lower = name.lower()
+        compression = (tfrecord.GZIP if lower.endswith(".gz") else
+                       tfrecord.ZLIB if lower.endswith(".zlib") else tfrecord.NONE)
+        kinds = set(self.tree.kinds)
+        kind = kinds.pop() if len(kinds) == 1 else "example"
+        existing = self.tree.shard_number(relpath)
+        ch = self.staging.shards.get(relpath)
+        if existing is not None and ch is not None and ch.removed:
+            # Removed and made again before a commit: an empty shard of the same name.
+            for i in range(self.tree.shards[existing].count):
+                if i not in ch.deleted:
+                    self.staging.delete_record(ch, i)
+            for added in list(ch.added):
+                self.staging.remove_added(ch, added)
+            self.staging.set_removed(ch, False)
+            self.tree._place_shard(existing)
+            return
+        self.staging.shard(relpath, compression=compression, kind=kind, new=True)
+        self.tree.add_shard(_empty_index(self.root, relpath, compression), kind)
+
+    def rmdir(self, path: str) -> None:
+        node, record, inner = self.tree.locate(path)
+        if isinstance(node, ShardDir):
+            if any(True for _ in self.tree.list(node)):
+                raise NotEmpty(path)
+            ch = self._changes(node.shard)
+            self.staging.set_removed(ch, True)
+            self.tree.hide_shard(node.shard)
+            return
+        if isinstance(node, RecordDir):
+            view = self.tree.record_view(node.shard, node.rid).root
+            if _has_files(view):
+                raise NotEmpty(path)
+            self._delete_record(node.shard, node.rid)
+            return
+        if record is None or not isinstance(node, Dir):
+            if isinstance(node, Dir):
+                raise NotPermitted(f"{path}: source folders cannot be removed")
+            raise NotADir(path)
+        if node.children:
+            if self.tree.kinds[record.shard] == "sequence" and inner in (("context",), ("feature_lists",)):
+                raise NotEmpty(path)
+            raise NotEmpty(path)
+        if node.scratch:
+            os.rmdir(node.scratch)
+            durable.fsync_dir(os.path.dirname(node.scratch))
+        self.tree.invalidate(record.shard, record.rid)
+
+    def _delete_record(self, shard: int, rid: RecordId) -> None:
+        ch = self._changes(shard)
+        if isinstance(rid, str):
+            self.staging.remove_added(ch, rid)
+        else:
+            self.staging.delete_record(ch, rid)
+        scratch = self.tree.scratch_root(shard, rid)
+        if os.path.isdir(scratch):
+            shutil.rmtree(scratch)
+        self.tree.invalidate(shard, rid)
+
+    # -- rename ----------------------------------------------------------------------------
+
+    def rename(self, old: str, new: str) -> None:
+        node, record, inner = self.tree.locate(old)
+        new_parent_path, new_name = self._split(new)
+        new_parent, new_record, new_inner = self.tree.locate(new_parent_path)
+        if isinstance(node, RecordDir):
+            self._move_record(node, new_parent, new_name)
+            return
+        if record is None or new_record is None or (record.shard, record.rid) != (new_record.shard, new_record.rid):
+            # Across records (or shards): mv falls back to copy and delete, which we support.
+            raise _CrossDevice(f"{old} -> {new}")
+        dest_inner = new_inner + (new_name,)
+        try:
+            dest = self.tree.child(new_parent, new_name)
+        except NotFound:
+            dest = None
+        if isinstance(node, Dir):
+            self._rename_folder(record, node, inner, dest_inner)
+            return
+        content = self.tree.open(node).read(1 << 62, 0) if isinstance(node, DataFile) else \
+            open(node.path, "rb").read() if isinstance(node, ScratchFile) else None
+        if content is None:
+            raise NotPermitted(f"{old}: cannot be renamed")
+        if is_scratch(new_name):
+            real = self._scratch_path(record, dest_inner)
+            os.makedirs(os.path.dirname(real), exist_ok=True)
+            if isinstance(node, ScratchFile):
+                durable.rename(node.path, real)
+                durable.fsync_dir(os.path.dirname(real))
+                self.tree.invalidate(record.shard, record.rid)
+                return
+            durable.write_file(real, content)
+            self.unlink(old)
+            return
+        msg = self.tree.record_message(record.shard, record.rid)
+        if isinstance(node, DataFile) and node.loc is not None:
+            self._remove(msg, node.loc)
+        if isinstance(dest, DataFile) and dest.loc is not None:
+            self._remove(msg, dest.loc)
+        target = self._target(record, dest_inner)
+        try:
+            self._apply(msg, target, content)
+        except Invalid as exc:
+            raise self._fail(record, dest_inner, str(exc)) from None
+        self._keep_folders(record, inner[:-1])
+        self._stage_record(record.shard, record.rid, msg.SerializeToString(deterministic=True))
+        if isinstance(node, ScratchFile):
+            durable.unlink(node.path)
+            self.tree.invalidate(record.shard, record.rid)
+
+    def _rename_folder(self, record: RecordDir, node: Dir, inner: tuple[str, ...], dest: tuple[str, ...]) -> None:
+        files: list[tuple[tuple[str, ...], DataFile]] = []
+        _walk_files(node, (), files)
+        msg = self.tree.record_message(record.shard, record.rid)
+        removed: set[tuple[str, str]] = set()
+        for _, f in files:
+            if f.loc is not None and (f.loc.section, f.loc.key) not in removed:
+                self._remove(msg, Loc(f.loc.section, f.loc.key))
+                removed.add((f.loc.section, f.loc.key))
+        try:
+            for rel, f in sorted(files, key=lambda x: x[0]):
+                self._apply(msg, self._target(record, dest + rel), f.data)
+        except Invalid as exc:
+            raise self._fail(record, dest, str(exc)) from None
+        if node.scratch:
+            real_dest = self._scratch_path(record, dest)
+            os.makedirs(os.path.dirname(real_dest), exist_ok=True)
+            durable.rename(node.scratch, real_dest)
+        self._keep_folders(record, inner[:-1])
+        self._stage_record(record.shard, record.rid, msg.SerializeToString(deterministic=True))
+
+    def _move_record(self, node: RecordDir, new_parent: Node, new_name: str) -> None:
+        if not isinstance(new_parent, ShardDir):
+            raise _CrossDevice("records can only be moved into shard folders")
+        if self.tree.kinds[new_parent.shard] != self.tree.kinds[node.shard]:
+            raise Invalid("a record can only move to a shard of the same record kind")
+        try:
+            existing = self.tree.child(new_parent, new_name)
+        except NotFound:
+            existing = None
+        if existing is not None:
+            if isinstance(existing, RecordDir) and not _has_files(
+                    self.tree.record_view(existing.shard, existing.rid).root):
+                self._delete_record(existing.shard, existing.rid)
+            else:
+                raise Exists(new_name)
+        data, damaged = self.tree.record_bytes(node.shard, node.rid)
+        self._add_record(new_parent.shard, new_name, data)   # first the copy, so a crash loses nothing
+        self._delete_record(node.shard, node.rid)
+
+    # -- commit ------------------------------------------------------------------------------
+
+    def status(self) -> dict:
+        shards = []
+        for relpath, ch in sorted(self.staging.shards.items()):
+            shards.append({"shard": relpath, "new": ch.new, "removed": ch.removed, "edited": len(ch.edited),
+                           "deleted": len(ch.deleted), "added": len(ch.added)})
+        return {"pending": [s for s in shards if s["new"] or s["removed"] or s["edited"] or s["deleted"]
+                            or s["added"]], "last_commit": self.last_commit}
+
+    def commit(self) -> list[repack.ShardResult]:
+        """Write every changed shard anew. Raises CommitFailed; what finished before stays committed."""
+        results = []
+        started = time.monotonic()
+        for relpath, ch in sorted(self.staging.shards.items()):
+            if ch.empty:
+                self.staging.drop_shard(relpath)
+                continue
+            n = self.tree.shard_number(relpath)
+            idx = self.tree.shards[n] if n is not None else None
+            src_fd = self.tree.shard_fd(n) if n is not None else None
+            log.info("committing %s (%d edited, %d deleted, %d added%s)", relpath, len(ch.edited), len(ch.deleted),
+                     len(ch.added), ", removed" if ch.removed else ", new" if ch.new else "")
+            try:
+                result = repack.commit_shard(self.root, ch, idx, src_fd, self.staging)
+            except repack.CommitFailed as exc:
+                log.error("%s", exc)
+                self.last_commit = {"ok": False, "error": str(exc), "done": [r.relpath for r in results]}
+                raise
+            results.append(result)
+            if n is not None:
+                if result.action == "removed":
+                    self.tree.hide_shard(n)
+                else:
+                    self._reload(n, relpath)
+            log.info("committed %s: %s, %d records, %d bytes", relpath, result.action, result.records,
+                     result.bytes)
+        self.last_commit = {"ok": True, "shards": [r.__dict__ for r in results],
+                            "seconds": round(time.monotonic() - started, 3)}
+        return results
+
+    def _reload(self, n: int, relpath: str) -> None:
+        path = os.path.join(self.root, relpath)
+        st = os.stat(path)
+        old = self.tree.shards[n].shard
+        shard = ShardFile(path=os.path.abspath(path), relpath=relpath, compression=old.compression, size=st.st_size,
+                          mtime_ns=st.st_mtime_ns)
+        idx, _ = self.cache.get(shard)
+        self.tree.replace_shard(n, idx)
+
+
+class _CrossDevice(OSError):
+    """rename across records: mv then copies and deletes, which the mount supports."""
+
+    def __init__(self, message: str) -> None:
+        import errno
+        super().__init__(errno.EXDEV, message)
+
+
+def _reset(feats: Any, key: str) -> Any:
+    feats[key].Clear()
+    return feats[key]
+
+
+def _has_files(d: Dir) -> bool:
+    for c in d.children.values():
+        if isinstance(c, Dir):
+            if _has_files(c):
+                return True
+        else:
+            return True
+    return False
+
+
+def _walk_files(d: Dir, prefix: tuple[str, ...], out: list) -> None:
+    for name, c in d.children.items():
+        if isinstance(c, Dir):
+            _walk_files(c, prefix + (name,), out)
+        elif isinstance(c, DataFile):
+            out.append((prefix + (name,), c))
+
+
+def _empty_index(root: str, relpath: str, compression: str) -> ShardIndex:
+    from array import array
+    path = os.path.join(root, relpath)
+    shard = ShardFile(path=os.path.abspath(path), relpath=relpath, compression=compression, size=0,
+                      mtime_ns=time.time_ns())
+    return ShardIndex(shard, os.devnull, array("Q", [0]), "example")

@@ -1,0 +1,207 @@
+"""Commit: turn each changed shard's staged edits into a new sequential shard file.
+
+Per shard, as a transaction: stream the records into a temporary file in the
+shard's own folder — unchanged runs of records copied byte for byte (never
+re-serialized), edited and added records framed from their staged bytes —
+with the shard's compression; fsync; read the new file back and check it;
+write a ``committing`` marker naming the new file; rename it over the old one;
+fsync the folder; and only then drop the shard's staged changes. Recovery at
+the next mount uses the marker to tell a finished rename from an unfinished
+one, so every shard is wholly old or wholly new and no staged change is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Callable
+
+from . import durable, tfrecord
+from .errors import DataLoss, NoSpace, TfrfsError
+from .index import ShardIndex
+from .staging import ShardChanges, Staging
+
+log = logging.getLogger("tfrfs")
+
+COPY_CHUNK = 8 << 20
+TMP_PREFIX = ".tfrfs-commit-"
+
+
+class CommitFailed(TfrfsError, OSError):
+    """A commit could not finish; the old shards and the staged changes are untouched."""
+
+    def __init__(self, message: str, errno_: int) -> None:
+        super().__init__(message)
+        self.errno = errno_
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    relpath: str
+    action: str          # "rewritten", "created", "removed"
+    records: int
+    bytes: int
+
+
+class _FaultedFile:
+    """A file object whose writes pass through the durable fault seam."""
+
+    def __init__(self, f: BinaryIO, path: str) -> None:
+        self._f = f
+        self._path = path
+
+    def write(self, data: bytes | memoryview) -> int:
+        durable.write(self._f, data, self._path)
+        return len(data)
+
+
+def _copy_range(src_fd: int, dst: BinaryIO, start: int, end: int, writer: tfrecord.StreamWriter,
+                path: str) -> None:
+    """Copy bytes [start, end) of the plain source stream into the new shard."""
+    if writer.compression == tfrecord.NONE:
+        dst.flush()
+        out_fd = dst.fileno()
+        pos = start
+        while pos < end:
+            durable._fault("write", path)
+            n = os.copy_file_range(src_fd, out_fd, min(COPY_CHUNK, end - pos), pos)
+            if n == 0:
+                raise DataLoss(f"shard ended while copying bytes {pos}..{end}")
+            pos += n
+        writer.raw_bytes += end - start
+        return
+    pos = start
+    while pos < end:
+        chunk = os.pread(src_fd, min(COPY_CHUNK, end - pos), pos)
+        if not chunk:
+            raise DataLoss(f"shard ended while copying bytes {pos}..{end}")
+        writer.write_framed(chunk)
+        pos += len(chunk)
+
+
+def _write_shard(dst_path: str, ch: ShardChanges, idx: ShardIndex | None, src_fd: int | None,
+                 staging: Staging, compression: str) -> tuple[int, set[int]]:
+    """Write the new shard; returns its record count and the positions of records written fresh."""
+    fresh: set[int] = set()
+    count = 0
+    with open(dst_path, "r+b", buffering=0) as raw:
+        out: BinaryIO = raw
+        faulted = _FaultedFile(out, dst_path)
+        writer = tfrecord.StreamWriter(faulted, compression)  # type: ignore[arg-type]
+        if idx is not None and src_fd is not None:
+            run_start: int | None = None
+            for i in range(idx.count):
+                keep = i not in ch.deleted and i not in ch.edited
+                if keep:
+                    if run_start is None:
+                        run_start = idx.offsets[i]
+                    count += 1
+                    continue
+                if run_start is not None:
+                    _copy_range(src_fd, out, run_start, idx.offsets[i], writer, dst_path)
+                    run_start = None
+                if i in ch.edited:
+                    writer.write(staging.get_edit(ch, i))
+                    fresh.add(count)
+                    count += 1
+            if run_start is not None:
+                _copy_range(src_fd, out, run_start, idx.offsets[idx.count], writer, dst_path)
+        for name in ch.added_names():
+            writer.write(staging.get_added(ch, name))
+            fresh.add(count)
+            count += 1
+        writer.close()
+        durable.fsync(out.fileno(), dst_path)
+    return count, fresh
+
+
+def _check(path: str, compression: str, count: int, fresh: set[int]) -> None:
+    """Read the new shard back: framing of every record, and the data checksum of fresh ones."""
+    import tempfile
+    with open(path, "rb") as f, tempfile.TemporaryFile() as plain:
+        src: BinaryIO = f
+        if compression != tfrecord.NONE:
+            problem = tfrecord.decompress_stream(f, plain, compression)
+            if problem:
+                raise DataLoss(f"new shard does not read back: {problem.reason}")
+            src = plain
+        fd = src.fileno()
+        size = os.fstat(fd).st_size
+        offsets, problem = tfrecord.scan_offsets(fd, size)
+        if problem or len(offsets) - 1 != count:
+            raise DataLoss(f"new shard does not read back: {problem.reason if problem else 'record count differs'}"
+                           f" ({len(offsets) - 1} records, expected {count})")
+        for i in fresh:
+            tfrecord.read_record(fd, offsets[i], offsets[i + 1] - offsets[i] - tfrecord.OVERHEAD)
+
+
+def commit_shard(root: str, ch: ShardChanges, idx: ShardIndex | None, src_fd: int | None,
+                 staging: Staging) -> ShardResult:
+    """Make one shard's staged changes permanent. Raises CommitFailed, leaving everything as it was."""
+    target = os.path.join(root, ch.relpath)
+    folder = os.path.dirname(target)
+    try:
+        if ch.removed:
+            if os.path.exists(target):
+                durable.unlink(target)
+            staging.drop_shard(ch.relpath)
+            return ShardResult(ch.relpath, "removed", 0, 0)
+        compression = idx.shard.compression if idx is not None else ch.compression
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = durable.mkstemp(folder, prefix=TMP_PREFIX)
+        os.close(fd)
+        try:
+            count, fresh = _write_shard(tmp, ch, idx if not ch.new else None, src_fd, staging, compression)
+            _check(tmp, compression, count, fresh)
+            st = os.stat(tmp)
+            marker = {"ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+            durable.write_file(staging.committing_path(ch), json.dumps(marker).encode())
+            durable.rename(tmp, target)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        durable.fsync_dir(folder)
+        staging.drop_shard(ch.relpath)
+        return ShardResult(ch.relpath, "created" if ch.new else "rewritten", count, st.st_size)
+    except OSError as exc:
+        errno_ = exc.errno or 5
+        what = "disk full" if errno_ == 28 else (exc.strerror or str(exc))
+        raise CommitFailed(f"commit of {ch.relpath} failed: {what}; the old shard is unchanged and "
+                           f"its edits stay staged", errno_) from exc
+
+
+def recover(root: str, staging: Staging) -> list[str]:
+    """Finish or undo commits a crash interrupted. Returns what was done, for the log."""
+    done = []
+    for relpath, ch in list(staging.shards.items()):
+        marker = staging.committing_path(ch)
+        target = os.path.join(root, relpath)
+        if marker.exists():
+            try:
+                want = json.loads(marker.read_text())
+                st = os.stat(target)
+                replaced = (st.st_ino, st.st_size, st.st_mtime_ns) == (want["ino"], want["size"], want["mtime_ns"])
+            except (OSError, ValueError, KeyError):
+                replaced = False
+            if replaced:
+                staging.drop_shard(relpath)
+                done.append(f"{relpath}: an interrupted commit had finished; its staged edits are cleared")
+                continue
+            durable.unlink(marker)
+            done.append(f"{relpath}: an interrupted commit had not replaced the shard; edits stay staged")
+        elif ch.removed and not os.path.exists(target):
+            staging.drop_shard(relpath)
+            done.append(f"{relpath}: an interrupted removal had finished")
+    # Temporary shard files of commits that never reached their rename.
+    for relpath in {os.path.dirname(r) for r in staging.shards} | {""}:
+        folder = Path(root) / relpath
+        for leftover in folder.glob(TMP_PREFIX + "*") if folder.is_dir() else ():
+            leftover.unlink()
+            done.append(f"removed unfinished commit file {leftover}")
+    return done
