@@ -71,7 +71,7 @@ def tfdata(tmp_path_factory) -> dict:
 # --- walking a tree --------------------------------------------------------------------------
 
 class Node:
-    __slots__ = ("path", "is_dir", "st", "data", "err", "list_err", "children")
+    __slots__ = ("path", "is_dir", "st", "data", "err", "list_err", "children", "stat_err")
 
     def __init__(self, path: str, is_dir: bool, st) -> None:
         self.path, self.is_dir, self.st = path, is_dir, st
@@ -79,6 +79,7 @@ class Node:
         self.err: int | None = None          # errno of reading the file
         self.list_err: int | None = None     # errno of listing the folder
         self.children: list[str] | None = None
+        self.stat_err: int | None = None     # errno of lstat on a name the listing gave
 
 
 def walk(root: Path, *, only: dict[str, set[str] | None] | None = None, skip_top=(".tfrfs",),
@@ -108,7 +109,7 @@ def walk(root: Path, *, only: dict[str, set[str] | None] | None = None, skip_top
                 st = os.lstat(cfull)
             except OSError as exc:
                 n = Node(crel, False, None)
-                n.err = exc.errno
+                n.err = n.stat_err = exc.errno
                 nodes[crel] = n
                 continue
             n = Node(crel, stat.S_ISDIR(st.st_mode), st)
@@ -204,10 +205,17 @@ def compare(actual: dict[str, Node], oracle: dict, *, prefix_map=None, check_sta
         problems.append(f"{p!r}: missing (expected {expected[p]['t']})")
     for p in sorted(set(actual) - set(expected)):
         n = actual[p]
+        if n.stat_err is not None:
+            problems.append(f"{p!r}: unexpected name in the listing, and lstat of it fails with "
+                            f"{errno.errorcode.get(n.stat_err, n.stat_err)}")
+            continue
         problems.append(f"{p!r}: unexpected {'folder' if n.is_dir else 'file'}"
                         + ("" if n.is_dir or n.data is None else f" ({len(n.data)} bytes: {n.data[:60]!r})"))
     for p in sorted(set(expected) & set(actual)):
         e, n = expected[p], actual[p]
+        if n.stat_err is not None:
+            problems.append(f"{p!r}: listed, but lstat fails with {errno.errorcode.get(n.stat_err, n.stat_err)}")
+            continue
         if e["t"] == "dir":
             if not n.is_dir:
                 problems.append(f"{p!r}: expected a folder, got a file")
@@ -408,6 +416,26 @@ def test_clean_metadata(tfdata, tfrfs_mount):
     for p in (".tfrfs", ".tfrfs/errors", ".tfrfs/schema.json"):
         if not os.path.exists(mnt / p):
             problems.append(f"{p} missing")
+    # read-only is the default (SPEC 7): no write, create, mkdir, unlink or rename gets through
+    rec = mnt / "kinds.tfrecord" / "000000"
+    attempts = {
+        "open int_one.json for writing": lambda: open(rec / "int_one.json", "r+b").close(),
+        "create new.json": lambda: open(rec / "new.json", "xb").close(),
+        "mkdir in a record": lambda: os.mkdir(rec / "newdir"),
+        "mkdir in a shard folder": lambda: os.mkdir(mnt / "kinds.tfrecord" / "000099"),
+        "unlink a feature": lambda: os.unlink(rec / "label.txt"),
+        "rename a feature": lambda: os.rename(rec / "label.txt", rec / "label2.txt"),
+        "truncate a plain file": lambda: os.truncate(mnt / "README.txt", 0),
+    }
+    for what, fn in attempts.items():
+        try:
+            fn()
+            problems.append(f"read-only mount allowed: {what}")
+        except OSError as exc:
+            if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                problems.append(f"read-only mount: {what} failed with errno {exc.errno}, expected EROFS/EACCES/EPERM")
+    if (rec / "int_one.json").read_bytes() != b"[3]\n":
+        problems.append("int_one.json changed in a read-only mount")
     assert not problems, report(problems)
 
 
@@ -426,6 +454,15 @@ def test_damaged_shards(tfdata, tfrfs_mount):
     """SPEC 6: bad data crc -> listed, EIO, later records served; bad header / cut short / trailing
     bytes -> the records before it; a late unparseable record -> NNNNNN.bin; every problem in
     .tfrfs/errors; the daemon survives."""
+    first = tfrfs_mount(tfdata["damaged"])
+    # A listing comes from the index alone (it never parses records), so a record past the first
+    # 16 that does not parse is listed as a folder until it is first opened (README, "Damaged
+    # data"); from then on, and on every later mount, it is NNNNNN.bin as SPEC 2 says.
+    late = first / "badparse.tfrecord" / "000017"
+    assert late.is_dir() and os.listdir(late) == []
+    assert (first / "badparse.tfrecord" / "000017.bin").is_file()
+    assert "000017.bin" in os.listdir(first / "badparse.tfrecord")
+    run_tfrfs("umount", str(first))
     mnt = tfrfs_mount(tfdata["damaged"])
     actual = walk(mnt)
     problems = compare(actual, tfdata["o_damaged"])
@@ -493,4 +530,35 @@ def test_quoted_glob(tfdata, tfrfs_mount):
     assert tops == ["glob_a.tfrecord", "glob_b.tfrecord"], tops
     problems = compare(actual, tfdata["o_clean"], prefix_map={"glob_a.tfrecord": "glob_a.tfrecord",
                                                               "glob_b.tfrecord": "glob_b.tfrecord"})
+    assert not problems, report(problems)
+
+
+def test_no_decode_raw_and_records_override(tfdata, tfrfs_mount):
+    """``--no-decode-raw`` (SPEC 3.3) shows raw pixel arrays by the other rows of 3.2;
+    ``--records raw`` (SPEC 2) shows every record as NNNNNN.bin holding its bytes."""
+    clean, o = tfdata["clean"], tfdata["o_clean"]
+    problems: list[str] = []
+    mnt = tfrfs_mount(clean / "pixels.tfrecord", "--no-decode-raw")
+    actual = walk(mnt)
+    oracle = {"tree": {}, "shards": o["shards"]}
+    for p, e in o["tree"].items():
+        if p == "pixels.tfrecord" or p.startswith("pixels.tfrecord/"):
+            if e["t"] == "png":
+                p = p[: -len(".png")] + e["raw_suffix"]
+                e = {"t": "file", "sha256": e["pixels_sha256"], "size": e["raw_size"], "x": e.get("x", {})}
+            oracle["tree"][p] = e
+    problems += compare(actual, oracle)
+
+    mnt = tfrfs_mount(clean / "kinds.tfrecord", "--records", "raw")
+    s = o["shards"]["kinds.tfrecord"]
+    want = {"kinds.tfrecord": None}
+    for i, sha in enumerate(s["records_sha256"]):
+        want[f"kinds.tfrecord/{i:06d}.bin"] = sha
+    got = walk(mnt)
+    if sorted(got) != sorted(want):
+        problems.append(f"--records raw: paths {sorted(got)}, expected {sorted(want)}")
+    for p, sha in want.items():
+        n = got.get(p)
+        if sha is not None and n is not None and (n.data is None or hashlib.sha256(n.data).hexdigest() != sha):
+            problems.append(f"--records raw: {p!r} does not hold the record's bytes ({n.data!r:.80})")
     assert not problems, report(problems)

@@ -8,7 +8,7 @@ Every shard is written by ``tf.io.TFRecordWriter`` (``tf.io.TFRecordOptions`` fo
 ZLIB) from ``tf.train.Example`` / ``SequenceExample`` / ``Feature`` messages built with
 TensorFlow's own classes. Damaged shards are made by corrupting TF-written shards.
 
-Layout made under OUTDIR (everything is deterministic):
+Layout made under OUTDIR :
 
 ``clean/``     a directory that verifies clean: every feature kind and value form of SPEC 3-4,
                hostile keys, images and sounds, raw pixel arrays, SequenceExamples, GZIP and
@@ -16,6 +16,9 @@ Layout made under OUTDIR (everything is deterministic):
                that starts with the gzip magic, plain non-shard files, sub-directories.
 ``damaged/``   one shard per kind of damage of SPEC 6 (plus a late unparseable record, SPEC 2).
 ``fixtures.json``  what was made: for each damaged shard the damage and where it is.
+
+Values are deterministic (seeded); the bytes of a shard may still vary between runs, since
+protobuf does not fix the order of map entries when serializing.
 
 Only the standard library, numpy, Pillow and TensorFlow are used here: nothing from tfrfs.
 """

@@ -24,13 +24,14 @@ Output (JSON on stdout)::
   {"sources": {SOURCE: {
      "tree":   {relpath: entry},           # every path the mount must show (sampled records only)
      "shards": {relpath: {"compression", "tf_count", "tf_error", "count", "kind", "names",
-                          "problems": [{"type", "index", "offset"}], "sampled", "mtime"}},
+                          "problems": [{"type", "index", "offset"}], "sampled", "mtime",
+                          "records_sha256"}},     # sha256 of each record's bytes (<= 2000 records)
      "plain":  [relpath, ...],
      "name_problems": [...], "oracle_problems": [...]}}}
 
 An entry is ``{"t": "dir"}``, ``{"t": "file", "sha256", "size"}``,
-``{"t": "png", "mode", "width", "height", "pixels_sha256"}`` (compare decoded pixels, not PNG
-bytes) or ``{"t": "damaged", "names": [...]}`` (a record whose data checksum fails: one of
+``{"t": "png", "mode", "width", "height", "pixels_sha256", "raw_suffix", "raw_size"}`` (compare
+decoded pixels, not PNG bytes; ``raw_suffix``: the value's suffix under ``--no-decode-raw``) or ``{"t": "damaged", "names": [...]}`` (a record whose data checksum fails: one of
 ``names`` is listed, reading it or its files fails with EIO). Entries may carry ``"x"``: the
 xattrs the mount must show on that path.
 """
@@ -231,8 +232,10 @@ class R:
 def single_bytes(v: bytes, shape=None) -> R:
     if shape is not None:
         h, w, c = shape
+        # raw_suffix: how the value shows with --no-decode-raw (the other rows of the table)
         return R(".png", png={"mode": {1: "L", 3: "RGB", 4: "RGBA"}[c], "width": w, "height": h,
-                              "pixels_sha256": hashlib.sha256(v).hexdigest()})
+                              "pixels_sha256": hashlib.sha256(v).hexdigest(),
+                              "raw_suffix": single_bytes(v).suffix, "raw_size": len(v)})
     m = magic_suffix(v)
     if m:
         return R(m, v)
@@ -507,6 +510,7 @@ def oracle_shard(b: Builder, path: str, rel: str, comp: str, sample: int | None,
             b.example(f"{rel}/{num}", msg)
     return {"compression": comp, "tf_count": len(tf_recs), "tf_error": tf_err, "count": count,
             "kind": kind, "names": names, "problems": problems, "sampled": sampled,
+            "records_sha256": [hashlib.sha256(r[2]).hexdigest() for r in recs] if count <= 2000 else None,
             "mtime": os.stat(path).st_mtime}
 
 

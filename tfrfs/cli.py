@@ -145,7 +145,7 @@ def cmd_mount(args: argparse.Namespace) -> int:
             log.warning("recovery: %s", line)
         staging.load()
     tree = Tree(disc, indexes, records=args.records, decode_raw=not args.no_decode_raw, writable=args.rw,
-                staging=staging)
+                staging=staging, on_bad=IndexCache(args.cache_dir).save)
     if staging is not None:
         editor = Editor(tree, staging, IndexCache(args.cache_dir))
         pending = editor.status()["pending"]

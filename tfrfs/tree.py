@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Mapping, Union
 from . import codec, names, proto, tfrecord
 from .errors import DataLoss, IsADir, NotADir, NotFound, NameTooLong
 from .index import Discovery, ShardIndex
+from .tfrecord import Problem
 from .staging import ShardChanges, Staging
 
 log = logging.getLogger("tfrfs")
@@ -203,13 +204,15 @@ class Tree:
 
     def __init__(self, discovery: Discovery, indexes: list[ShardIndex], *, records: str | None = None,
                  decode_raw: bool = True, writable: bool = False, cache_bytes: int = DEFAULT_CACHE_BYTES,
-                 errors: ErrorLog | None = None, staging: Staging | None = None) -> None:
+                 errors: ErrorLog | None = None, staging: Staging | None = None,
+                 on_bad: Callable[[ShardIndex], None] | None = None) -> None:
         self.discovery = discovery
         self.shards = indexes
         self.records_override = records
         self.decode_raw = decode_raw
         self.writable = writable
         self.staging = staging
+        self.on_bad = on_bad   # persists a newly found unparsable record, so the next mount lists it right
         self.errors = errors or ErrorLog()
         self.kinds = [records or idx.detected_kind for idx in indexes]
         self.uid = os.getuid()
@@ -363,8 +366,10 @@ class Tree:
                 raise NotFound(name)
             return RecordBin(node.shard, i, len(self.record_bytes(node.shard, i)[0])
                              if ch is not None and i in ch.edited else idx.span(i)[1], node.mtime_ns)
-        if dot or self._is_bad(node.shard, i):
+        if dot:
             raise NotFound(name)
+        # A record found not to parse only now was listed as a folder (listings come from the
+        # index alone): its folder stays reachable, empty, and later listings show NNNNNN.bin.
         return RecordDir(node.shard, i, node.mtime_ns)
 
     def _is_bad(self, shard: int, index: int) -> bool:
@@ -566,11 +571,18 @@ class Tree:
                 msg = proto.Example.FromString(data)
                 root = self._features_dir(msg.features.feature, "", mtime, damaged)
         except Exception as exc:  # noqa: BLE001 - any parse failure means "show it raw"
-            if isinstance(rid, int):
-                idx.bad.add(rid)
+            if isinstance(rid, int) and rid not in idx.bad:
                 offset, _ = idx.span(rid)
-                self.errors.add(idx.shard.relpath, rid, offset,
-                                f"record does not parse as {'SequenceExample' if self.kinds[shard] == 'sequence' else 'Example'}: {exc or type(exc).__name__}")
+                reason = (f"record does not parse as "
+                          f"{'SequenceExample' if self.kinds[shard] == 'sequence' else 'Example'}: "
+                          f"{exc or type(exc).__name__}")
+                self.errors.add(idx.shard.relpath, rid, offset, reason)
+                ch = self.changes(shard)
+                if not (ch is not None and rid in ch.edited):
+                    idx.bad.add(rid)
+                    idx.problems.append(Problem(offset, reason, rid))
+                    if self.on_bad is not None:
+                        self.on_bad(idx)
             return RecordView(Dir(mtime_ns=mtime), 64)
         return RecordView(root, 256 + len(data) * 2)
 
