@@ -232,7 +232,7 @@ def cmd_umount(args: argparse.Namespace) -> int:
     if os.path.exists(os.path.join(mnt, ".tfrfs", "commit")):
         result = _commit(mnt)
         if result is not None:
-            print(f"tfrfs: {result}; {mnt} stays mounted, edits stay staged", file=sys.stderr)
+            print(f"tfrfs: {result}; {mnt} stays mounted", file=sys.stderr)
             return EXIT_PROBLEMS
     proc = subprocess.run(["fusermount", "-u", mnt], capture_output=True, text=True)
     if proc.returncode != 0:
@@ -272,8 +272,6 @@ def cmd_commit(args: argparse.Namespace) -> int:
         raise UsageError(f"{mnt}: not a tfrfs mount")
     if not os.path.exists(os.path.join(mnt, ".tfrfs", "commit")):
         raise UsageError(f"{mnt}: not a writable mount (mount with --rw to make changes)")
-    progress = Progress("committing", delay=0.0)
-    progress.update("writing changed shards")
     failure = _commit(mnt)
     if failure:
         print(f"tfrfs: {failure}", file=sys.stderr)

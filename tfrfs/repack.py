@@ -103,7 +103,7 @@ def _write_shard(dst_path: str, ch: ShardChanges, idx: ShardIndex | None, src_fd
                 if run_start is not None:
                     _copy_range(src_fd, out, run_start, idx.offsets[i], writer, dst_path)
                     run_start = None
-                if i in ch.edited:
+                if i in ch.edited and i not in ch.deleted:
                     writer.write(staging.get_edit(ch, i))
                     fresh.add(count)
                     count += 1
@@ -127,6 +127,7 @@ def _check(path: str, compression: str, count: int, fresh: set[int]) -> None:
             problem = tfrecord.decompress_stream(f, plain, compression)
             if problem:
                 raise DataLoss(f"new shard does not read back: {problem.reason}")
+            plain.flush()   # fstat and pread below see the file, not Python's buffer
             src = plain
         fd = src.fileno()
         size = os.fstat(fd).st_size
@@ -140,40 +141,66 @@ def _check(path: str, compression: str, count: int, fresh: set[int]) -> None:
 
 def commit_shard(root: str, ch: ShardChanges, idx: ShardIndex | None, src_fd: int | None,
                  staging: Staging) -> ShardResult:
-    """Make one shard's staged changes permanent. Raises CommitFailed, leaving everything as it was."""
+    """Make one shard's staged changes permanent. Raises CommitFailed, leaving everything as it was
+    (or, when only the last fsync of the folder failed, the new shard in place and the edits staged
+    until a commit or the next mount's recovery settles it)."""
     target = os.path.join(root, ch.relpath)
     folder = os.path.dirname(target)
+    replaced = False
     try:
         if ch.removed:
             if os.path.exists(target):
                 durable.unlink(target)
-            staging.drop_shard(ch.relpath)
+            _forget(staging, ch.relpath)
             return ShardResult(ch.relpath, "removed", 0, 0)
         compression = idx.shard.compression if idx is not None else ch.compression
         os.makedirs(folder, exist_ok=True)
         fd, tmp = durable.mkstemp(folder, prefix=TMP_PREFIX)
         os.close(fd)
+        marker = staging.committing_path(ch)
         try:
             count, fresh = _write_shard(tmp, ch, idx if not ch.new else None, src_fd, staging, compression)
             _check(tmp, compression, count, fresh)
             st = os.stat(tmp)
-            marker = {"ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-            durable.write_file(staging.committing_path(ch), json.dumps(marker).encode())
+            stamp = {"ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+            durable.write_file(marker, json.dumps(stamp).encode())
             durable.rename(tmp, target)
         except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            # Nothing was replaced: take back the temporary file and the marker, so the shard is
+            # as it was and stays open to edits.
+            for leftover in (tmp, marker):
+                try:
+                    os.unlink(leftover)
+                except OSError:
+                    pass
             raise
+        replaced = True
         durable.fsync_dir(folder)
-        staging.drop_shard(ch.relpath)
+        _forget(staging, ch.relpath)
         return ShardResult(ch.relpath, "created" if ch.new else "rewritten", count, st.st_size)
     except OSError as exc:
         errno_ = exc.errno or 5
         what = "disk full" if errno_ == 28 else (exc.strerror or str(exc))
+        if ch.removed:
+            replaced = not os.path.exists(target)
+        if replaced:
+            done = "removed" if ch.removed else "replaced by the new one"
+            raise CommitFailed(f"commit of {ch.relpath} failed: {what} after the old shard file was {done}; "
+                               f"its edits stay staged until a commit (or the next mount) settles it",
+                               errno_) from exc
         raise CommitFailed(f"commit of {ch.relpath} failed: {what}; the old shard is unchanged and "
                            f"its edits stay staged", errno_) from exc
+
+
+def _forget(staging: Staging, relpath: str) -> None:
+    """Clear a shard's journal once its new file is durably in place. The commit is done either way:
+    if clearing fails, the journal is forgotten in memory and the next mount's recovery (which finds
+    the shard replaced) or the shard's next edit clears it on disk."""
+    try:
+        staging.drop_shard(relpath)
+    except OSError as exc:
+        log.warning("%s is committed, but its staged edits could not be cleared yet: %s", relpath, exc)
+        staging.shards.pop(relpath, None)
 
 
 def recover(root: str, staging: Staging) -> list[str]:

@@ -26,9 +26,10 @@ import json
 import os
 import shutil
 import struct
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from . import durable
 from .errors import Busy
@@ -92,9 +93,19 @@ class Staging:
         for sub in ("shards", "scratch", "tmp"):
             (self.dir / sub).mkdir(exist_ok=True)
         durable.fsync_dir(self.dir)
-        # Files being written when a daemon died were never closed: nothing promised them.
+        durable.fsync_dir(self.dir.parent)   # the journal's own entry beside the shards
+        # Files being written when a daemon died were never closed: nothing promised them. Folders
+        # here are journals a crash interrupted while dropping them (see drop_shard).
         for leftover in (self.dir / "tmp").iterdir():
-            leftover.unlink()
+            if leftover.is_dir() and not leftover.is_symlink():
+                shutil.rmtree(leftover)
+            else:
+                leftover.unlink()
+        # Half-written journal files (a crash inside durable.write_file) are only ever .tmp- files.
+        for sdir in (self.dir / "shards").iterdir():
+            for folder in (sdir, sdir / "edit", sdir / "del", sdir / "add"):
+                for p in folder.glob(".tmp-*") if folder.is_dir() else ():
+                    p.unlink()
 
     def is_locked(self) -> bool:
         """Whether another process holds the writer lock now."""
@@ -136,9 +147,13 @@ class Staging:
                 ch.edited.add(int(p.name))
             for p in _entries(sdir / "del"):
                 ch.deleted.add(int(p.name))
+            # A crash inside delete_record can leave a record both edited and deleted: deleted wins,
+            # as it did for the call that returned (or was interrupted) last.
+            ch.edited -= ch.deleted
             for p in _entries(sdir / "add"):
                 ch.added[_read_added_name(p)] = p.name
             self.shards[ch.relpath] = ch
+        self.shards = dict(sorted(self.shards.items()))   # in shard order, not by folder hash
         return self.shards
 
     # -- shard level ------------------------------------------------------------
@@ -150,7 +165,16 @@ class Staging:
         if ch is None:
             ch = ShardChanges(relpath=relpath, sid=shard_id(relpath), new=new, compression=compression,
                               kind=kind, base=base or {})
-            self._write_meta(ch)
+            if self._sdir(ch).exists():
+                # Not loaded, so not current: a folder whose meta.json was never written, or the journal
+                # of a commit that finished but could not be cleared. Edits must not join it.
+                self._remove_tree("shards", ch.sid)
+            try:
+                self._write_meta(ch)
+            except BaseException:
+                if (self._sdir(ch) / "meta.json").exists():
+                    self.shards[relpath] = ch     # on disk already: the next mount will show it
+                raise
             self.shards[relpath] = ch
         return ch
 
@@ -167,47 +191,89 @@ class Staging:
         durable.write_file(sdir / "meta.json", json.dumps(meta).encode())
         durable.fsync_dir(sdir.parent)
 
+    def _check_open(self, ch: ShardChanges) -> None:
+        """Refuse new changes to a shard whose last commit failed after its rename: recovery would
+        take the journal as committed and drop them with it. Committing again clears this."""
+        if self.committing_path(ch).exists():
+            raise Busy(f"{ch.relpath}: its last commit failed after the new shard file was put in place; "
+                       "commit again (tfrfs commit) before changing it")
+
     def set_removed(self, ch: ShardChanges, removed: bool) -> None:
-        ch.removed = removed
-        self._write_meta(ch)
+        with self._changing(ch):
+            ch.removed = removed
+            self._write_meta(ch)
 
     def drop_shard(self, relpath: str) -> None:
         """Forget everything staged for ``relpath`` (after its commit, or a discard)."""
-        ch = self.shards.pop(relpath, None)
+        ch = self.shards.get(relpath)
         sid = ch.sid if ch else shard_id(relpath)
-        for top in ("shards", "scratch"):
-            path = self.dir / top / sid
-            if path.exists():
-                # Rename first, so a crash mid-delete never leaves a half-dropped journal.
-                doomed = self.dir / "tmp" / f"drop-{top}-{sid}"
-                if doomed.exists():
-                    shutil.rmtree(doomed)
-                durable.rename(path, doomed)
-                durable.fsync_dir(self.dir / top)
-                shutil.rmtree(doomed, ignore_errors=True)
+        # Scratch files first: a crash between the two then leaves the journal (which recovery
+        # finishes), never scratch files of records that a commit has renumbered.
+        self._remove_tree("scratch", sid)
+        # Forgotten in memory once gone on disk, so a failure leaves both saying the same.
+        self._remove_tree("shards", sid, gone=lambda: self.shards.pop(relpath, None))
+        self.shards.pop(relpath, None)
+
+    def _remove_tree(self, top: str, sid: str, gone: Callable[[], object] | None = None) -> None:
+        path = self.dir / top / sid
+        if path.exists():
+            # Rename first, so a crash mid-delete never leaves a half-dropped journal.
+            doomed = self.dir / "tmp" / f"drop-{top}-{sid}"
+            if doomed.exists():
+                shutil.rmtree(doomed)
+            durable.rename(path, doomed)
+            if gone is not None:
+                gone()
+            durable.fsync_dir(self.dir / top)
+            shutil.rmtree(doomed, ignore_errors=True)
 
     # -- record level -------------------------------------------------------------
 
+    @contextmanager
+    def _changing(self, ch: ShardChanges) -> Iterator[None]:
+        """Run one change of ``ch``; if it fails part way, make memory say what the disk now says,
+        so the mount shows what the next mount would."""
+        self._check_open(ch)
+        try:
+            yield
+        except BaseException:
+            self._refresh(ch)
+            raise
+
+    def _refresh(self, ch: ShardChanges) -> None:
+        sdir = self._sdir(ch)
+        try:
+            meta = json.loads((sdir / "meta.json").read_text())
+            ch.removed = meta.get("removed", False)
+        except (OSError, ValueError):
+            pass
+        ch.deleted = {int(p.name) for p in _entries(sdir / "del")}
+        ch.edited = {int(p.name) for p in _entries(sdir / "edit")} - ch.deleted
+        ch.added = {_read_added_name(p): p.name for p in _entries(sdir / "add")}
+
     def put_edit(self, ch: ShardChanges, index: int, data: bytes) -> None:
-        durable.write_file(self._sdir(ch) / "edit" / str(index), data)
-        ch.edited.add(index)
+        with self._changing(ch):
+            durable.write_file(self._sdir(ch) / "edit" / str(index), data)
+            ch.edited.add(index)
 
     def get_edit(self, ch: ShardChanges, index: int) -> bytes:
         return (self._sdir(ch) / "edit" / str(index)).read_bytes()
 
     def delete_record(self, ch: ShardChanges, index: int) -> None:
-        durable.write_file(self._sdir(ch) / "del" / str(index), b"")
-        edit = self._sdir(ch) / "edit" / str(index)
-        if index in ch.edited:
-            durable.unlink(edit)
-            ch.edited.discard(index)
-        ch.deleted.add(index)
+        with self._changing(ch):
+            durable.write_file(self._sdir(ch) / "del" / str(index), b"")
+            # Deleted from here on (a del marker wins over an edit, see load); the edit file is tidied.
+            ch.deleted.add(index)
+            if index in ch.edited:
+                ch.edited.discard(index)
+                durable.unlink(self._sdir(ch) / "edit" / str(index))
 
     def put_added(self, ch: ShardChanges, name: str, data: bytes) -> None:
-        fid = ch.added.get(name) or name_id(name)
-        raw = name.encode("utf-8", "surrogateescape")
-        durable.write_file(self._sdir(ch) / "add" / fid, struct.pack("<I", len(raw)) + raw + data)
-        ch.added[name] = fid
+        with self._changing(ch):
+            fid = ch.added.get(name) or name_id(name)
+            raw = name.encode("utf-8", "surrogateescape")
+            durable.write_file(self._sdir(ch) / "add" / fid, struct.pack("<I", len(raw)) + raw + data)
+            ch.added[name] = fid
 
     def get_added(self, ch: ShardChanges, name: str) -> bytes:
         blob = (self._sdir(ch) / "add" / ch.added[name]).read_bytes()
@@ -215,8 +281,9 @@ class Staging:
         return blob[4 + n:]
 
     def remove_added(self, ch: ShardChanges, name: str) -> None:
-        fid = ch.added.pop(name)
-        durable.unlink(self._sdir(ch) / "add" / fid)
+        with self._changing(ch):
+            durable.unlink(self._sdir(ch) / "add" / ch.added[name])
+            del ch.added[name]
 
     # -- scratch files ---------------------------------------------------------------
 
