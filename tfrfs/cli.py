@@ -266,13 +266,27 @@ def _commit(mnt: str) -> str | None:
     return None
 
 
+def _with_progress(what: str, work: Callable[[], str | None]) -> str | None:
+    """Run ``work`` while telling the user it is still going (after the first second)."""
+    import threading
+    result: list[str | None] = []
+    worker = threading.Thread(target=lambda: result.append(work()), daemon=True)
+    worker.start()
+    progress = Progress(what, delay=1.0)
+    while worker.is_alive():
+        worker.join(0.2)
+        progress.update("writing changed shards")
+    progress.update("done", final=True)
+    return result[0] if result else "commit did not finish"
+
+
 def cmd_commit(args: argparse.Namespace) -> int:
     mnt = args.mountpoint
     if mounted_fstype(mnt) != FSTYPE:
         raise UsageError(f"{mnt}: not a tfrfs mount")
     if not os.path.exists(os.path.join(mnt, ".tfrfs", "commit")):
         raise UsageError(f"{mnt}: not a writable mount (mount with --rw to make changes)")
-    failure = _commit(mnt)
+    failure = _with_progress("committing", lambda: _commit(mnt))
     if failure:
         print(f"tfrfs: {failure}", file=sys.stderr)
         return EXIT_PROBLEMS

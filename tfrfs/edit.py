@@ -75,6 +75,10 @@ class WriteHandle:
     def truncate(self, length: int) -> None:
         os.ftruncate(self.fd, length)
         self.dirty = True
+        # Only a truncate to zero can be the step before new content; `truncate -s N` to any
+        # other length is the change itself, judged at the next close so that close can fail.
+        if length:
+            self.written = True
 
     def size(self) -> int:
         return os.fstat(self.fd).st_size
@@ -129,6 +133,7 @@ class Editor:
         self.cache = cache
         self.pending: dict[str, WriteHandle] = {}   # path -> handle of a file created and not yet flushed
         self.last_commit: dict = {}
+        self._raw_tallies: dict[tuple[int, str], dict[str, tuple[int, int]]] = {}
         self._show_staged_shards()
         self.install_meta()
 
@@ -183,6 +188,60 @@ class Editor:
         raw = any("raw" in s for s in entry.get("shown_as", ()))
         return (None if kind in ("mixed", "empty", "feature_list") else kind), raw
 
+    def _raw_nearby(self, shard: int, key: str, section: str) -> bool | None:
+        """Whether the records nearest to ``shard`` show ``key`` as raw pixels: its own shard's
+        records if any hold the key as one bytes value, else those of the shards in its folder;
+        None if none of them hold it.
+
+        One key can be raw pixels in one shard and an encoded PNG in another (the sample's
+        ``image/encoded``). The dataset-wide answer would decode every PNG copied into a new
+        record, so ``cp -r`` of an Object Detection record would store raw pixels where its PNG
+        bytes were. A record copied in arrives a file at a time, height and width perhaps after
+        the image, so its neighbours are the only evidence at hand.
+        """
+        folder = os.path.dirname(self.tree.shards[shard].shard.relpath)
+        tiers = ([shard], [n for n, idx in enumerate(self.tree.shards)
+                           if os.path.dirname(idx.shard.relpath) == folder])
+        for tier in tiers:
+            raw = plain = 0
+            for n in tier:
+                r, p = self._raw_tally(n, section).get(key, (0, 0))
+                raw, plain = raw + r, plain + p
+            if raw or plain:
+                return raw >= plain
+        return None
+
+    def _raw_tally(self, shard: int, section: str) -> dict[str, tuple[int, int]]:
+        """Per key: (records showing it as raw pixels, records holding it as another one bytes value),
+        over the shard's original records (computed once per shard; commit forgets them)."""
+        cache_key = (shard, section)
+        tally = self._raw_tallies.get(cache_key)
+        if tally is not None:
+            return tally
+        tally = {}
+        idx = self.tree.shards[shard]
+        kind = self.tree.kinds[shard]
+        if self.tree.decode_raw and kind != "raw" and idx.count and self.tree.shard_fd(shard) is not None:
+            for i in range(idx.count):
+                if i in idx.bad:
+                    continue
+                data, _ = self.tree.read_record(shard, i)
+                try:
+                    if kind == "sequence":
+                        feats = proto.SequenceExample.FromString(data).context.feature if section == "context" else {}
+                    else:
+                        feats = proto.Example.FromString(data).features.feature
+                except Exception:  # noqa: BLE001 - unparsable records are reported when opened
+                    continue
+                values = {k: codec.value_from_proto(f) for k, f in feats.items()}
+                shapes = codec.raw_shapes(values)
+                for k, v in values.items():
+                    if v.kind == "bytes_list" and len(v.values) == 1:
+                        r, p = tally.get(k, (0, 0))
+                        tally[k] = (r + 1, p) if k in shapes else (r, p + 1)
+        self._raw_tallies[cache_key] = tally
+        return tally
+
     def install_meta(self) -> None:
         """``.tfrfs/status`` (pending changes) and ``.tfrfs/commit`` (write to it to commit)."""
         import json
@@ -234,7 +293,11 @@ class Editor:
         if not flags & os.O_TRUNC:
             current = self.tree.open(node).read(1 << 62, 0) if not isinstance(node, MetaFile) else b""
             os.write(fd, current)
-        return WriteHandle(self, path, fd, tmp, new=False)
+        handle = WriteHandle(self, path, fd, tmp, new=False)
+        # O_TRUNC emptied the file: that is a change, judged at the last close even if nothing
+        # is written (`: > f`, `cp /dev/null f`), or the old value would silently stay.
+        handle.dirty = bool(flags & os.O_TRUNC)
+        return handle
 
     def create(self, path: str, flags: int) -> WriteHandle | ScratchHandle:
         parent_path, name = self._split(path)
@@ -347,7 +410,7 @@ class Editor:
             target = self._target(record, inner)
         msg = self.tree.record_message(record.shard, record.rid)
         try:
-            self._apply(msg, target, content)
+            self._apply(msg, target, content, record.shard)
         except Invalid as exc:
             raise self._fail(record, inner, str(exc)) from None
         self._stage_record(record.shard, record.rid, msg.SerializeToString(deterministic=True))
@@ -357,7 +420,7 @@ class Editor:
             return msg.context.feature
         return msg.features.feature
 
-    def _apply(self, msg: Any, t: Target, content: bytes) -> None:
+    def _apply(self, msg: Any, t: Target, content: bytes, shard: int) -> None:
         if t.section == "feature_lists":
             self._apply_list(msg, t, content)
             return
@@ -376,6 +439,9 @@ class Editor:
         raw = t.raw
         if not present:
             kind, raw = self.dataset_kind(t.key, t.section)
+            if raw:
+                nearby = self._raw_nearby(shard, t.key, t.section)
+                raw = raw if nearby is None else nearby
         if kind == "none":
             kind = None
         if raw and t.suffix == ".png" and self.tree.decode_raw:
@@ -618,7 +684,7 @@ class Editor:
             self._remove(msg, dest.loc)
         target = self._target(record, dest_inner)
         try:
-            self._apply(msg, target, content)
+            self._apply(msg, target, content, record.shard)
         except Invalid as exc:
             raise self._fail(record, dest_inner, str(exc)) from None
         self._keep_folders(record, inner[:-1])
@@ -638,7 +704,7 @@ class Editor:
                 removed.add((f.loc.section, f.loc.key))
         try:
             for rel, f in sorted(files, key=lambda x: x[0]):
-                self._apply(msg, self._target(record, dest + rel), f.data)
+                self._apply(msg, self._target(record, dest + rel), f.data, record.shard)
         except Invalid as exc:
             raise self._fail(record, dest, str(exc)) from None
         if node.scratch:
@@ -681,6 +747,7 @@ class Editor:
         """Write every changed shard anew. Raises CommitFailed; what finished before stays committed."""
         results = []
         started = time.monotonic()
+        self._raw_tallies.clear()   # the shards are about to change
         for relpath, ch in sorted(self.staging.shards.items()):
             if ch.empty:
                 self.staging.drop_shard(relpath)

@@ -297,8 +297,15 @@ def mount(tree: Tree, mountpoint: str, *, editor: Any = None, foreground: bool =
         max_read=131072,
     )
     if tree.writable:
-        opts.update(attr_timeout=1.0, entry_timeout=1.0, negative_timeout=0, big_writes=True,
-                    max_write=131072)
+        # atomic_o_trunc: open(O_TRUNC) arrives as one open with the flag. Without it the kernel
+        # sends a path truncate to 0 first, with no file handle, and an empty .json would be
+        # judged (and refused) before `>` or cp could write the new content.
+        # No attribute or name caching: names and sizes change without a call through the kernel
+        # for that path (a commit renumbers records; a PNG sets height.json; a value becomes
+        # binary and city.txt is city.bin). The kernel reads no further than the size it holds,
+        # and a name it still believes in makes open(O_CREAT) skip create and fail with ENOENT.
+        opts.update(attr_timeout=0.0, entry_timeout=0.0, negative_timeout=0, big_writes=True,
+                    max_write=131072, atomic_o_trunc=True)
         ops: Operations = WritableOperations(tree, editor)
     else:
         # Nothing changes under a read-only mount: let the kernel keep attributes, names and data.
