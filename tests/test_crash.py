@@ -715,10 +715,6 @@ def test_fault_at_every_staging_step(name: str, tmp_path: Path, faults) -> None:
     run_staging_faults(name, tmp_path, faults)
 
 
-@pytest.mark.xfail(strict=True, reason="edit.py Editor._stage_record (and _add_shard, _add_record, "
-                   "_delete_record) update the tree only after staging returns: when a fault hits after the "
-                   "journal file is in place (its folder's fsync), the running mount keeps showing the old "
-                   "value while the next mount shows the new one")
 def test_running_mount_shows_what_the_next_mount_will(tmp_path: Path, faults) -> None:
     run_staging_faults("edit-features", tmp_path, faults, live_is_next_mount=True)
 

@@ -932,8 +932,6 @@ def test_cp_r_into_a_dataset_without_those_keys(data: Path, orig: dict, tfrfs_mo
                              canon(orig[TAB][0], "example", proto.Example, proto.SequenceExample)]
 
 
-@pytest.mark.xfail(strict=True, reason="repack.commit_shard writes the new shard with durable.mkstemp (mode 0600) "
-                                       "and renames it over the old one: the shard file loses its permissions")
 def test_commit_keeps_shard_file_mode(data: Path, tfrfs_mount) -> None:
     shard = data / TRAIN0
     os.chmod(shard, 0o644)

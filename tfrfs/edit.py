@@ -159,11 +159,14 @@ class Editor:
 
     def _stage_record(self, shard: int, rid: RecordId, data: bytes) -> None:
         ch = self._changes(shard)
-        if isinstance(rid, str):
-            self.staging.put_added(ch, rid, data)
-        else:
-            self.staging.put_edit(ch, rid, data)
-        self.tree.invalidate(shard, rid)
+        try:
+            if isinstance(rid, str):
+                self.staging.put_added(ch, rid, data)
+            else:
+                self.staging.put_edit(ch, rid, data)
+        finally:
+            # Even when staging failed part way, show what is on disk now: what the next mount shows.
+            self.tree.invalidate(shard, rid)
 
     def _split(self, path: str) -> tuple[str, str]:
         parent, _, name = path.rstrip("/").rpartition("/")
@@ -550,8 +553,10 @@ class Editor:
                 stem, suffix = names.split_suffix(name)
                 if inner and names.split_suffix(inner[-1])[1] in (".list", ".steps"):
                     raise Invalid("folders cannot be made inside a .list/ or .steps/ folder")
-            self._keep_folders(record, inner + (name,))
-            self.tree.invalidate(record.shard, record.rid)
+            try:
+                self._keep_folders(record, inner + (name,))
+            finally:
+                self.tree.invalidate(record.shard, record.rid)
             return
         if isinstance(parent, ShardDir):
             self._add_record(parent.shard, name, self._empty_record(parent.shard))
@@ -575,8 +580,10 @@ class Editor:
         if self.tree.kinds[shard] == "raw":
             raise Invalid("records of a raw shard are files; they cannot be added as folders")
         ch = self._changes(shard)
-        self.staging.put_added(ch, name, data)
-        self.tree.invalidate(shard, name)
+        try:
+            self.staging.put_added(ch, name, data)
+        finally:
+            self.tree.invalidate(shard, name)
 
     def _add_shard(self, parent_path: str, name: str) -> None:
         rel_parent = parent_path.strip("/")
@@ -600,8 +607,11 @@ class Editor:
             self.staging.set_removed(ch, False)
             self.tree._place_shard(existing)
             return
-        self.staging.shard(relpath, compression=compression, kind=kind, new=True)
-        self.tree.add_shard(_empty_index(self.root, relpath, compression), kind)
+        try:
+            self.staging.shard(relpath, compression=compression, kind=kind, new=True)
+        finally:
+            if relpath in self.staging.shards:   # on disk, even if a later step of it failed
+                self.tree.add_shard(_empty_index(self.root, relpath, compression), kind)
 
     def rmdir(self, path: str) -> None:
         node, record, inner = self.tree.locate(path)
@@ -626,21 +636,25 @@ class Editor:
             if self.tree.kinds[record.shard] == "sequence" and inner in (("context",), ("feature_lists",)):
                 raise NotEmpty(path)
             raise NotEmpty(path)
-        if node.scratch:
-            os.rmdir(node.scratch)
-            durable.fsync_dir(os.path.dirname(node.scratch))
-        self.tree.invalidate(record.shard, record.rid)
+        try:
+            if node.scratch:
+                os.rmdir(node.scratch)
+                durable.fsync_dir(os.path.dirname(node.scratch))
+        finally:
+            self.tree.invalidate(record.shard, record.rid)
 
     def _delete_record(self, shard: int, rid: RecordId) -> None:
         ch = self._changes(shard)
-        if isinstance(rid, str):
-            self.staging.remove_added(ch, rid)
-        else:
-            self.staging.delete_record(ch, rid)
-        scratch = self.tree.scratch_root(shard, rid)
-        if os.path.isdir(scratch):
-            shutil.rmtree(scratch)
-        self.tree.invalidate(shard, rid)
+        try:
+            if isinstance(rid, str):
+                self.staging.remove_added(ch, rid)
+            else:
+                self.staging.delete_record(ch, rid)
+            scratch = self.tree.scratch_root(shard, rid)
+            if os.path.isdir(scratch):
+                shutil.rmtree(scratch)
+        finally:
+            self.tree.invalidate(shard, rid)
 
     # -- rename ----------------------------------------------------------------------------
 

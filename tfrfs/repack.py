@@ -156,6 +156,14 @@ def commit_shard(root: str, ch: ShardChanges, idx: ShardIndex | None, src_fd: in
         compression = idx.shard.compression if idx is not None else ch.compression
         os.makedirs(folder, exist_ok=True)
         fd, tmp = durable.mkstemp(folder, prefix=TMP_PREFIX)
+        # mkstemp makes 0600; the new shard keeps the old file's mode (a new one gets the umask's).
+        try:
+            mode = os.stat(target).st_mode & 0o7777
+        except FileNotFoundError:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.fchmod(fd, mode)
         os.close(fd)
         marker = staging.committing_path(ch)
         try:
