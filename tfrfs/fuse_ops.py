@@ -153,6 +153,10 @@ class Operations:
         return list(self.tree.xattrs(self.tree.lookup(path)))
 
     def getxattr(self, path: str, name: str, position: int = 0) -> bytes:
+        if not name.startswith("user."):
+            # ls -l asks every file for security.selinux and system.posix_acl_access; "not
+            # supported" (unlike "no such attribute") makes it stop asking for the whole mount.
+            raise fuse.FuseOSError(errno.ENOTSUP)
         try:
             return self.tree.xattrs(self.tree.lookup(path))[name]
         except KeyError:

@@ -397,8 +397,9 @@ class Tree:
         if isinstance(node, ShardDir):
             return Stat(True, 0, node.mtime_ns, 1)   # 1: subfolder count unknown without parsing
         if isinstance(node, RecordDir):
-            root = self.record_view(node.shard, node.rid).root
-            return Stat(True, 0, node.mtime_ns, self.stat(root).nlink)
+            # 1 ("unknown"), as for shard folders: counting subfolders would parse the record,
+            # and ls -l or find on a shard folder must not parse every record.
+            return Stat(True, 0, node.mtime_ns, 1)
         if isinstance(node, MetaFile):
             return Stat(False, len(node.render()), self.meta.mtime_ns)
         if isinstance(node, ScratchFile):
