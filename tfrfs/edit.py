@@ -20,7 +20,7 @@ import re
 import shutil
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from . import codec, durable, names, proto, repack, tfrecord
 from .errors import (Exists, Invalid, IsADir, NotADir, NotEmpty, NotFound, NotPermitted, ReadOnly)

@@ -43,8 +43,6 @@ def _find_codec(name: str) -> codecs.CodecInfo | None:
 
 codecs.register(_find_codec)
 
-_ACCESS_W = os.W_OK
-
 
 class Operations:
     """fusepy operations for a read-only tree."""
@@ -103,7 +101,7 @@ class Operations:
 
     def access(self, path: str, amode: int) -> int:
         self.tree.lookup(path)
-        if amode & _ACCESS_W and not self.tree.writable:
+        if amode & os.W_OK and not self.tree.writable:
             raise fuse.FuseOSError(errno.EROFS)
         return 0
 

@@ -20,7 +20,6 @@ import os
 import stat
 import struct
 import tempfile
-import time
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,11 +84,20 @@ def sniff_file(path: str, *, named_as_source: bool = False) -> str | None:
 
 
 def _decompresses_empty(path: str, comp: str) -> bool:
-    import io
+    """Whether a GZIP/ZLIB file inflates to nothing; stops at the first byte it yields."""
+    import zlib
+    wbits = 16 + zlib.MAX_WBITS if comp == tfrecord.GZIP else zlib.MAX_WBITS
+    d = zlib.decompressobj(wbits)
     with open(path, "rb") as f:
-        out = io.BytesIO()
-        tfrecord.decompress_stream(f, out, comp)
-    return out.tell() == 0
+        while block := f.read(1 << 16):
+            try:
+                if d.decompress(block, 1):
+                    return False
+            except zlib.error:
+                return False   # damaged: it is judged (and reported) when indexed
+            if d.eof:
+                break
+    return True
 
 
 def _shard_file(path: str, relpath: str, comp: str) -> ShardFile:
@@ -368,10 +376,3 @@ def index_all(shards: Iterable[ShardFile], cache: IndexCache,
         if progress:
             progress(n, len(shards), records)
     return out
-
-
-def iter_shard_records(idx: ShardIndex) -> Iterator[tuple[int, int, int]]:
-    """(index, header offset, data length) of every record."""
-    offs = idx.offsets
-    for i in range(len(offs) - 1):
-        yield i, offs[i], offs[i + 1] - offs[i] - tfrecord.OVERHEAD

@@ -17,10 +17,10 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
 from . import durable, tfrecord
-from .errors import DataLoss, NoSpace, TfrfsError
+from .errors import DataLoss, TfrfsError
 from .index import ShardIndex
 from .staging import ShardChanges, Staging
 

@@ -79,6 +79,20 @@ def read_record(fd: int, offset: int, length: int, *, verify: bool = True) -> by
     return data
 
 
+def header_problem(header: bytes, pos: int, size: int, index: int) -> tuple[int | None, Problem | None]:
+    """Judge the header read at ``pos`` of a ``size``-byte stream: (data length, None) when the
+    record is whole, else (None, the problem that ends the shard there)."""
+    if len(header) < HEADER:
+        return None, Problem(pos, f"file ends inside a record header ({size - pos} trailing bytes)", index)
+    length, hcrc = _HDR.unpack(header)
+    if masked_crc(header[:8]) != hcrc:
+        return None, Problem(pos, "length checksum failed in record header", index)
+    if pos + OVERHEAD + length > size:
+        return None, Problem(pos, f"record is cut short: it needs {OVERHEAD + length} bytes, "
+                                  f"the file has {size - pos} left", index)
+    return length, None
+
+
 def scan_offsets(fd: int, size: int, *, start: int = 0) -> tuple[list[int], Problem | None]:
     """Find record offsets from headers alone, never reading a record's data.
 
@@ -88,19 +102,11 @@ def scan_offsets(fd: int, size: int, *, start: int = 0) -> tuple[list[int], Prob
     offsets = [start]
     pos = start
     pread = os.pread
-    unpack = _HDR.unpack
-    crc = masked_crc
     while pos < size:
-        header = pread(fd, HEADER, pos)
-        if len(header) < HEADER:
-            return offsets, Problem(pos, f"file ends inside a record header ({size - pos} trailing bytes)", len(offsets) - 1)
-        length, hcrc = unpack(header)
-        if crc(header[:8]) != hcrc:
-            return offsets, Problem(pos, "length checksum failed in record header", len(offsets) - 1)
-        end = pos + OVERHEAD + length
-        if end > size:
-            return offsets, Problem(pos, f"record is cut short: it needs {OVERHEAD + length} bytes, the file has {size - pos} left", len(offsets) - 1)
-        pos = end
+        length, problem = header_problem(pread(fd, HEADER, pos), pos, size, len(offsets) - 1)
+        if problem:
+            return offsets, problem
+        pos += OVERHEAD + length
         offsets.append(pos)
     return offsets, None
 

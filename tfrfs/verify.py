@@ -28,17 +28,9 @@ def _records(f: BinaryIO, size: int, problems: list[Problem]) -> Iterator[tuple[
     pos = 0
     index = 0
     while pos < size:
-        header = f.read(tfrecord.HEADER)
-        if len(header) < tfrecord.HEADER:
-            problems.append(Problem(pos, f"file ends inside a record header ({size - pos} trailing bytes)", index))
-            return
-        length = tfrecord.parse_header(header)
-        if length is None:
-            problems.append(Problem(pos, "length checksum failed in record header", index))
-            return
-        if pos + tfrecord.OVERHEAD + length > size:
-            problems.append(Problem(pos, f"record is cut short: it needs {tfrecord.OVERHEAD + length} bytes, "
-                                         f"the file has {size - pos} left", index))
+        length, problem = tfrecord.header_problem(f.read(tfrecord.HEADER), pos, size, index)
+        if problem:
+            problems.append(problem)
             return
         body = f.read(length)
         yield index, pos, body, tfrecord.check_data(f.read(tfrecord.FOOTER), body)
