@@ -137,25 +137,29 @@ def test_damaged_shard_served_with_eio(tmp_path: Path, tfrfs_mount) -> None:
     src = tmp_path / "src"
     src.mkdir()
     recs = []
-    for i in range(5):
+    for i in range(20):
         ex = proto.Example()
         ex.features.feature["i"].int64_list.value.append(i)
         recs.append(ex.SerializeToString())
-    blob = b"".join(tfrecord.frame(r) for r in recs)
-    bad = bytearray(blob)
-    second = len(tfrecord.frame(recs[0]))
-    bad[second + 12 + len(recs[1]) - 1] ^= 0x01   # the int value of record 1: still parses
+    frames = [tfrecord.frame(r) for r in recs]
+    # Record 18's int value: it still parses, and it lies past the records read to tell the kind,
+    # so the mount finds the damage only when the record is read.
+    bad = bytearray(b"".join(frames))
+    bad[sum(map(len, frames[:18])) + 12 + len(recs[18]) - 1] ^= 0x01
     (src / "d.tfrecord").write_bytes(bytes(bad) + b"\x00\x01")
     mnt = tfrfs_mount(src)
     shard = mnt / "d.tfrecord"
-    assert sorted(os.listdir(shard)) == [f"{i:06d}" for i in range(5)]
+    # Read (and so cached by the kernel) before the damaged record is: it must grow all the same.
+    before = [json.loads(x) for x in (mnt / ".tfrfs" / "errors").read_text().splitlines()]
+    assert {(x["shard"], x["index"]) for x in before} == {("d.tfrecord", 20)}
+    assert sorted(os.listdir(shard)) == [f"{i:06d}" for i in range(20)]
     assert (shard / "000000" / "i.json").read_text() == "[0]\n"
     with pytest.raises(OSError) as e:
-        (shard / "000001" / "i.json").read_bytes()
+        (shard / "000018" / "i.json").read_bytes()
     assert e.value.errno == errno.EIO
-    assert (shard / "000004" / "i.json").read_text() == "[4]\n"
+    assert (shard / "000019" / "i.json").read_text() == "[19]\n"
     lines = [json.loads(x) for x in (mnt / ".tfrfs" / "errors").read_text().splitlines()]
-    assert {(x["shard"], x["index"]) for x in lines} >= {("d.tfrecord", 1), ("d.tfrecord", 5)}
+    assert {(x["shard"], x["index"]) for x in lines} == {("d.tfrecord", 18), ("d.tfrecord", 20)}
     assert all({"shard", "index", "offset", "reason"} <= set(x) for x in lines)
     # The daemon survived all of that.
     assert (shard / "000002" / "i.json").read_text() == "[2]\n"

@@ -141,6 +141,7 @@ _F32 = struct.Struct("<f")
 _U32 = struct.Struct("<I")
 _E_FORMATS = tuple(f"%.{p}e" for p in range(9))  # 1 .. 9 significant digits; 9 always suffices
 _TWO_24 = float(1 << 24)
+_F32_MIN_NORMAL = 2.0 ** -126
 _SMALLEST_ASYMMETRIC = 2.0 ** -125  # from here up, a power of two has a closer neighbour below
 
 
@@ -173,7 +174,21 @@ def _shortest_f32(a: float) -> str:
                 pass
         return None
 
-    found = fits(0)  # round numbers (0.5, 1e-30, 2e+20) are common: try one digit first
+    if a >= _F32_MIN_NORMAL:
+        # Six-digit decimals lie further apart (>= 1e-6 relative) than a normal float32's rounding
+        # interval is wide (<= 1.2e-7 relative), so at most one is inside it: when the nearest
+        # six-digit decimal reads back, every shorter one that reads back is that same number
+        # (repr drops its trailing zeros). Otherwise the answer has 7, 8 or 9 digits.
+        six = fits(5)
+        if six is not None:
+            return six
+        eight = fits(7)
+        if eight is None:
+            nine = fits(8)
+            assert nine is not None
+            return nine
+        return fits(6) or eight
+    found = fits(0)  # subnormals: wide intervals; round numbers (1e-45) are common
     if found is not None:
         return found
     # "Some p-digit decimal reads back" only grows with p (a p-digit decimal is also a

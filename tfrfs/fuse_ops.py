@@ -10,6 +10,7 @@ read-only file, say) never enters Python at all.
 from __future__ import annotations
 
 import codecs
+import ctypes
 import errno
 import logging
 import os
@@ -44,8 +45,61 @@ def _find_codec(name: str) -> codecs.CodecInfo | None:
 codecs.register(_find_codec)
 
 
+class _MetaInvalidator:
+    """Makes the kernel forget ``.tfrfs`` whenever ``.tfrfs/errors`` grows.
+
+    A read-only mount lets the kernel keep names, sizes and pages for a day, and it never
+    opens files (reads come by path), so nothing else would make it ask for the new size. The
+    notice goes out from its own thread: sent from inside a request it could wait on a lock
+    that the request holds (libfuse's rule for notifications).
+    """
+
+    _PARENT = 1   # the mount's root: FUSE_ROOT_ID
+    _NAME = b".tfrfs"
+
+    def __init__(self) -> None:
+        self._chan: int | None = None
+        self._wake = threading.Event()
+
+    def bind(self) -> None:
+        """Find the kernel channel; call from inside a FUSE callback (``init``)."""
+        lib = fuse._libfuse
+        lib.fuse_get_session.restype = ctypes.c_void_p
+        lib.fuse_get_session.argtypes = [ctypes.c_void_p]
+        lib.fuse_session_next_chan.restype = ctypes.c_void_p
+        lib.fuse_session_next_chan.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        lib.fuse_lowlevel_notify_inval_entry.restype = ctypes.c_int
+        lib.fuse_lowlevel_notify_inval_entry.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p,
+                                                         ctypes.c_size_t]
+        session = lib.fuse_get_session(lib.fuse_get_context().contents.fuse)
+        self._chan = lib.fuse_session_next_chan(session, None) if session else None
+        if not self._chan:
+            log.warning("no FUSE channel found: .tfrfs/errors may show an old size until remount")
+            return
+        threading.Thread(target=self._run, name="tfrfs-notify", daemon=True).start()
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    def _run(self) -> None:
+        notify = fuse._libfuse.fuse_lowlevel_notify_inval_entry
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            rc = notify(self._chan, self._PARENT, self._NAME, len(self._NAME))
+            if rc not in (0, -errno.ENOENT):   # ENOENT: the kernel holds no such name, nothing to do
+                log.debug("kernel notification for .tfrfs failed: %s", os.strerror(-rc))
+                if rc in (-errno.ENODEV, -errno.EBADF):
+                    return   # unmounted
+
+
 class Operations:
-    """fusepy operations for a read-only tree."""
+    """fusepy operations for a read-only tree.
+
+    Files are read by path: ``open`` answers "not implemented", which the kernel takes as
+    "opening always succeeds" and stops sending opens and releases, two of the four requests
+    that reading a small file would otherwise cost.
+    """
 
     use_ns = True   # times in nanoseconds (and fusepy's float-time deprecation stays quiet)
 
@@ -96,6 +150,12 @@ class Operations:
 
     # -- operations -----------------------------------------------------------
 
+    def init(self, path: str) -> None:
+        if not self.tree.writable:
+            invalidator = _MetaInvalidator()
+            invalidator.bind()
+            self.tree.errors.on_change = invalidator.poke
+
     def getattr(self, path: str, fh: Any = None) -> dict[str, int]:
         return self._attrs(self.tree.lookup(path))
 
@@ -122,19 +182,19 @@ class Operations:
             yield name, (dir_mode if is_dir else file_mode), 0
 
     def open(self, path: str, fi: Any) -> int:
-        if fi.flags & os.O_ACCMODE != os.O_RDONLY and not self.tree.writable:
-            raise fuse.FuseOSError(errno.EROFS)
+        if not self.tree.writable:
+            raise fuse.FuseOSError(errno.ENOSYS)   # see the class docstring; writes fail with EROFS
         node = self.tree.lookup(path)
         handle = self.tree.open(node)
         fi.fh = self._new_handle(handle)
         if isinstance(node, MetaFile):
             # Their content grows while mounted: bypass the page cache and the cached size.
             fi.direct_io = 1
-        elif not self.tree.writable:
-            fi.keep_cache = 1
         return 0
 
     def read(self, path: str, size: int, offset: int, fi: Any) -> bytes:
+        if fi.fh == 0:   # no handle: a read-only mount
+            return self.tree.read(self.tree.lookup(path), size, offset)
         return self._handles[fi.fh].read(size, offset)
 
     def release(self, path: str, fi: Any) -> int:

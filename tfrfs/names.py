@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Sequence
+from types import MappingProxyType
+from typing import Mapping, Sequence
 
 from . import codec
 from .errors import Invalid, NameTooLong
@@ -163,19 +164,36 @@ def _claim(taken: set[str], component: str, suffix: str, source: str) -> str:
         n += 1
 
 
-def layout(entries: Sequence[tuple[str, str]]) -> dict[str, tuple[str, ...]]:
+_LAYOUTS: dict[tuple[tuple[str, str], ...], Mapping[str, tuple[str, ...]]] = {}
+_LAYOUTS_MAX = 4096
+
+
+def layout(entries: Sequence[tuple[str, str]]) -> Mapping[str, tuple[str, ...]]:
     """Path components of every feature of one record folder, relative to that folder.
 
     ``entries`` are ``(key, suffix)`` for every feature (suffix ``.list``/``.steps`` for a
     feature shown as a folder). The last component of each path includes the suffix. Names are
     at most 255 bytes and unique; the module docstring gives the rule for clashes.
+
+    The records of a dataset mostly share one set of keys and suffixes, so layouts are
+    remembered (the result is shared: read it, do not change it).
     """
+    sig = tuple(sorted(entries))
+    hit = _LAYOUTS.get(sig)
+    if hit is None:
+        if len(_LAYOUTS) >= _LAYOUTS_MAX:
+            _LAYOUTS.clear()
+        hit = _LAYOUTS[sig] = MappingProxyType(_layout(sig))
+    return hit
+
+
+def _layout(entries: Sequence[tuple[str, str]]) -> dict[str, tuple[str, ...]]:
     result: dict[str, tuple[str, ...]] = {}
     # Names given out in each folder. A nested-key folder is claimed once, by the first key
     # under it; later keys find it in `folders`, so sharing it is never seen as a clash.
     taken: dict[tuple[str, ...], set[str]] = {}
     folders: dict[str, tuple[str, ...]] = {}  # key prefix -> its folder's path
-    for key, suffix in sorted(entries):
+    for key, suffix in entries:
         if key in result:
             raise ValueError(f"key {key!r} given twice")
         parts = _parts(key)

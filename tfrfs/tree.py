@@ -26,6 +26,8 @@ from .staging import ShardChanges, Staging
 log = logging.getLogger("tfrfs")
 
 DEFAULT_CACHE_BYTES = 256 << 20
+_BIN_CACHE_BYTES = 32 << 20   # recent .bin records, read by path in 128 KiB pieces
+_PLAIN_FDS = 64               # plain files kept open for reads by path
 _ROOT_META = ".tfrfs"
 
 
@@ -162,6 +164,7 @@ class ErrorLog:
         self._lines: list[bytes] = []
         self._seen: set[tuple] = set()
         self._lock = threading.Lock()
+        self.on_change: Callable[[], None] | None = None   # the adapter tells the kernel the file grew
 
     def add(self, shard: str | None, index: int | None, offset: int | None, reason: str, **extra: object) -> None:
         key = (shard, index, offset, reason)
@@ -174,6 +177,8 @@ class ErrorLog:
         where = f"{shard}" + (f" record {index}" if index is not None else "") + \
                 (f" at offset {offset}" if offset is not None else "")
         log.warning("%s: %s", where, reason)
+        if self.on_change is not None:
+            self.on_change()
 
     def render(self) -> bytes:
         with self._lock:
@@ -225,6 +230,9 @@ class Tree:
         self._cache: OrderedDict[tuple[int, RecordId], RecordView] = OrderedDict()
         self._cache_cost = 0
         self._cache_budget = cache_bytes
+        self._bins: OrderedDict[tuple[int, RecordId], tuple[bytes, str | None]] = OrderedDict()
+        self._bins_cost = 0
+        self._plain_fds: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.RLock()
         self._schema: dict | None = None
         self.meta = Dir(mtime_ns=0)
@@ -451,6 +459,64 @@ class Tree:
             return Handle(node.render())
         raise IsADir("is a folder")
 
+    def read(self, node: Node, size: int, offset: int) -> bytes:
+        """``size`` bytes of a file at ``offset``, with no open handle.
+
+        A read-only mount answers reads by path (the kernel is told that open is not
+        implemented, which saves an open and a release per file), so what a handle would hold
+        is kept here instead: recent ``.bin`` records and plain files' descriptors.
+        """
+        if isinstance(node, DataFile):
+            if node.damaged:
+                raise DataLoss(node.damaged)
+            return node.data[offset:offset + size]
+        if isinstance(node, RecordBin):
+            data, damaged = self._bin_content(node)
+            if damaged:
+                raise DataLoss(damaged)
+            return data[offset:offset + size]
+        if isinstance(node, PlainFile):
+            return os.pread(self._plain_fd(node.path), size, offset)
+        if isinstance(node, MetaFile):
+            return node.render()[offset:offset + size]
+        if isinstance(node, ScratchFile):
+            h = self.open(node)
+            try:
+                return h.read(size, offset)
+            finally:
+                h.close()
+        raise IsADir("is a folder")
+
+    def _bin_content(self, node: RecordBin) -> tuple[bytes, str | None]:
+        if self.writable:   # records change under a writable mount; its reads come with handles anyway
+            return self.record_bytes(node.shard, node.rid)
+        key = (node.shard, node.rid)
+        with self._lock:
+            hit = self._bins.get(key)
+            if hit is not None:
+                self._bins.move_to_end(key)
+                return hit
+        got = self.record_bytes(node.shard, node.rid)
+        with self._lock:
+            self._bins[key] = got
+            self._bins_cost += len(got[0])
+            while self._bins_cost > _BIN_CACHE_BYTES and len(self._bins) > 1:
+                _, old = self._bins.popitem(last=False)
+                self._bins_cost -= len(old[0])
+        return got
+
+    def _plain_fd(self, path: str) -> int:
+        with self._lock:
+            fd = self._plain_fds.get(path)
+            if fd is not None:
+                self._plain_fds.move_to_end(path)
+                return fd
+            fd = os.open(path, os.O_RDONLY)
+            self._plain_fds[path] = fd
+            while len(self._plain_fds) > _PLAIN_FDS:
+                os.close(self._plain_fds.popitem(last=False)[1])
+            return fd
+
     def xattrs(self, node: Node) -> Mapping[str, bytes]:
         if isinstance(node, (Dir, DataFile)):
             return node.xattrs
@@ -673,6 +739,11 @@ class Tree:
             if fd is not None:
                 os.close(fd)
                 self._fds[n] = None
+        with self._lock:
+            for fd in self._plain_fds.values():
+                os.close(fd)
+            self._plain_fds.clear()
+            self._bins.clear()
 
 
 def _tally(acc: dict[str, dict], features: Mapping, decode_raw: bool) -> None:
