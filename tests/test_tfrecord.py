@@ -94,6 +94,31 @@ def test_data_crc_failure_raises_dataloss(tmp_path) -> None:
     os.close(fd)
 
 
+@pytest.mark.parametrize("size", [100, 1 << 20])   # small records are read with their footer, large apart
+def test_read_record_checks_every_byte(size: int, tmp_path) -> None:
+    payload = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    good = _shard([payload])
+    p = tmp_path / "r.tfrecord"
+    for flip in (12, 12 + size - 1, 12 + size, len(good) - 1):   # first and last data byte, footer
+        bad = bytearray(good)
+        bad[flip] ^= 0x40
+        p.write_bytes(bytes(bad))
+        fd = os.open(p, os.O_RDONLY)
+        with pytest.raises(DataLoss):
+            tfrecord.read_record(fd, 0, size)
+        os.close(fd)
+    for cut in (len(good) - 1, len(good) - 4, 12 + size // 2):
+        p.write_bytes(good[:cut])
+        fd = os.open(p, os.O_RDONLY)
+        with pytest.raises(DataLoss, match="cut short"):
+            tfrecord.read_record(fd, 0, size)
+        os.close(fd)
+    p.write_bytes(good)
+    fd = os.open(p, os.O_RDONLY)
+    assert tfrecord.read_record(fd, 0, size) == payload
+    os.close(fd)
+
+
 @pytest.mark.parametrize("comp", [tfrecord.GZIP, tfrecord.ZLIB])
 def test_compressed_round_trip_and_sniff(comp: str) -> None:
     raw = _shard([b"a" * 100, b"", b"b"])

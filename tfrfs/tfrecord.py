@@ -64,17 +64,25 @@ class Problem:
     index: int | None = None
 
 
+_SPLIT_READ = 64 << 10
+
+
 def read_record(fd: int, offset: int, length: int, *, verify: bool = True) -> bytes:
     """The data of the record whose header is at ``offset`` (length already known).
 
     Raises ``DataLoss`` when the record is cut short or its data checksum fails.
     """
-    want = length + FOOTER
-    buf = os.pread(fd, want, offset + HEADER)
-    if len(buf) < want:
+    if length < _SPLIT_READ:
+        buf = os.pread(fd, length + FOOTER, offset + HEADER)
+        data, footer = buf[:length], buf[length:]
+    else:
+        # A large record is read apart from its footer, so its bytes are not copied once more
+        # to cut the footer off.
+        data = os.pread(fd, length, offset + HEADER)
+        footer = os.pread(fd, FOOTER, offset + HEADER + length)
+    if len(data) < length or len(footer) < FOOTER:
         raise DataLoss(f"record at offset {offset} is cut short")
-    data = buf[:length]
-    if verify and _U32.unpack_from(buf, length)[0] != masked_crc(data):
+    if verify and _U32.unpack(footer)[0] != masked_crc(data):
         raise DataLoss(f"data checksum failed for the record at offset {offset}")
     return data
 
