@@ -225,9 +225,19 @@ def format_float32(x: float) -> str:
         f = math.copysign(math.inf, x)
     if math.isinf(f):
         return "Infinity" if f > 0 else "-Infinity"
-    if f < 0:
-        return "-" + repr(float(_shortest_f32(-f)))
-    return repr(float(_shortest_f32(f)))
+    # Datasets repeat values (box corners on a pixel grid, scores): remember recent answers.
+    # Zeros never get here, so -0.0 and 0.0 (equal as keys) cannot mix.
+    text = _FLOAT_TEXT.get(f)
+    if text is None:
+        text = "-" + repr(float(_shortest_f32(-f))) if f < 0 else repr(float(_shortest_f32(f)))
+        if len(_FLOAT_TEXT) >= _FLOAT_TEXT_MAX:
+            _FLOAT_TEXT.clear()
+        _FLOAT_TEXT[f] = text
+    return text
+
+
+_FLOAT_TEXT: dict[float, str] = {}
+_FLOAT_TEXT_MAX = 1 << 16
 
 
 def _encode_json(obj: Any) -> str:
