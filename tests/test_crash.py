@@ -29,7 +29,7 @@ import pytest
 from tfrfs import durable, proto, repack, tfrecord
 from tfrfs.edit import Editor
 from tfrfs.index import STAGING_DIR, IndexCache, discover, index_all
-from tfrfs.staging import Staging, shard_id
+from tfrfs.staging import INTENT, Staging, shard_id
 from tfrfs.tree import DataFile, Dir, PlainFile, RecordBin, RecordDir, ScratchFile, ShardDir, Tree
 
 from conftest import force_unmount, is_mounted, run_tfrfs
@@ -625,9 +625,40 @@ def _script(name: str, s: Session) -> list[tuple]:
         return [("create", "/a.tfrecord/000004/.label.json.swp"),
                 ("write", "/a.tfrecord/000004/.label.json.swp", b"swap"),
                 ("rename", "/a.tfrecord/000004/label.json", "/a.tfrecord/000004/label.json~"),
-                ("write", "/a.tfrecord/000004/label.json", b"[4, 4]\n")]
+                ("write", "/a.tfrecord/000004/label.json", b"[4, 4]\n"),
+                ("rename", "/a.tfrecord/000004/label.json~", "/a.tfrecord/000004/label.json")]  # backup restored
+    if name == "rename-in-record":
+        r = "/a.tfrecord/000001"
+        image = "/a.tfrecord/000002/image"
+        encoded = f"{image}/" + next(n for n, _ in s.tree.list(s.tree.lookup(image)))   # its suffix: by its value
+        return [("create", f"{r}/sedAb12Cd"),                    # sed -i: its temp file over the feature
+                ("write", f"{r}/sedAb12Cd", b"[8]\n"),
+                ("rename", f"{r}/sedAb12Cd", f"{r}/label.json"),
+                ("mkdir", f"{r}/notes"),                                       # a folder of scratch files only
+                ("create", f"{r}/notes/.n.swp"),
+                ("write", f"{r}/notes/.n.swp", b"n"),
+                ("rename", f"{r}/notes", f"{r}/notes2"),
+                ("create", f"{r}/image/.x.swp"),                               # features and a scratch file
+                ("write", f"{r}/image/.x.swp", b"x"),
+                ("rename", f"{r}/image", f"{r}/picture"),
+                ("rename", encoded, encoded + "~")]                                # in a folder
     if name == "move-record":
         return [("rename", "/a.tfrecord/000005", "/sub/c.tfrecord/moved")]
+    if name == "move-records":
+        return ([("mkdir", "/a.tfrecord/new"),                                  # an added record, with a scratch file
+                 ("write", "/a.tfrecord/new/label.json", b"[1]\n"),
+                 ("create", "/a.tfrecord/new/.label.json.swp"),
+                 ("write", "/a.tfrecord/new/.label.json.swp", b"swap"),
+                 ("rename", "/a.tfrecord/new", "/sub/c.tfrecord/new2"),
+                 ("rename", "/a.tfrecord/000002", "/a.tfrecord/renamed"),           # within its shard
+                 ("rename", "/b.tfrecord.gz/early", "/b.tfrecord.gz/early2"),       # added by an earlier mount
+                 ("mkdir", "/sub/c.tfrecord/empty"),                                # over an empty added record
+                 ("rename", "/a.tfrecord/000003", "/sub/c.tfrecord/empty"),
+                 ("write", "/a.tfrecord/000004/label.json", b"[44]\n"),             # edited, with a user folder
+                 ("mkdir", "/a.tfrecord/000004/mine"),
+                 ("rename", "/a.tfrecord/000004", "/e.tfrecord.zlib/x")]
+                + [c for c in s.rm_r_calls("/d.tfrecord/000000") if c[0] == "unlink"]
+                + [("rename", "/a.tfrecord/000005", "/d.tfrecord/000000")])         # over an emptied original one
     raise AssertionError(name)
 
 
@@ -719,16 +750,145 @@ def test_running_mount_shows_what_the_next_mount_will(tmp_path: Path, faults) ->
     run_staging_faults("edit-features", tmp_path, faults, live_is_next_mount=True)
 
 
-@pytest.mark.xfail(strict=True, reason="edit.py Editor.rename to a scratch name writes the scratch copy "
-                   "(durable.write_file) and then unlinks the feature: a crash between leaves both")
 def test_fault_at_every_step_of_rename_to_scratch(tmp_path: Path, faults) -> None:
     run_staging_faults("scratch", tmp_path, faults)
 
 
-@pytest.mark.xfail(strict=True, reason="edit.py Editor._move_record stages the copy, then the deletion: "
-                   "a crash between leaves the record in both shards (nothing lost, but mv is not atomic)")
 def test_fault_at_every_step_of_record_move(tmp_path: Path, faults) -> None:
     run_staging_faults("move-record", tmp_path, faults)
+
+
+@pytest.mark.parametrize("name", ["rename-in-record", "move-records"])
+def test_fault_at_every_step_of_renames(name: str, tmp_path: Path, faults) -> None:
+    """Renames that change a record and a scratch file, or two records, are one step each."""
+    run_staging_faults(name, tmp_path, faults)
+
+
+def _intent_published(calls: list[tuple[str, str]]) -> int:
+    """How many durable calls it takes to publish the (first) intent: up to its rename."""
+    return next(i for i, (op, path) in enumerate(calls, 1) if op == "rename" and path.endswith(f"/{INTENT}"))
+
+
+MOVE = ("/a.tfrecord/000005", "/sub/c.tfrecord/moved")
+
+
+def test_a_step_failing_twice_is_finished_by_the_next_change(tmp_path: Path, faults) -> None:
+    """The intent is published, then its steps fail and fail again: the call reports the error, the
+    running mount counts it as done, and the next change (or commit, or mount) puts its files in place."""
+    cache = tmp_path / "cache"
+    template = _staging_template(tmp_path, cache)
+    clean = copy_source(template, tmp_path / "clean")
+    s = Session(clean, cache)
+    s.rename(*MOVE)
+    s.write("/a.tfrecord/000001/label.json", b"[11]\n")
+    expected = s.view()
+    s.close()
+
+    root = copy_source(template, tmp_path / "src")
+    s = Session(root, cache)
+    counter = faults(None)
+    s.rename(*MOVE)
+    durable.fault_hook = None
+    published = _intent_published(counter.calls)
+    s.close()
+    shutil.rmtree(root)
+
+    for change in ("write", "commit"):
+        root = copy_source(template, tmp_path / change)
+        s = Session(root, cache)
+
+        class Twice(Faults):
+            def __call__(self, op: str, path: str) -> None:
+                self.calls.append((op, path))
+                if published + 1 < len(self.calls) <= published + 3:   # the first step, and its retry
+                    self.fired = (op, path)
+                    raise InjectedFault(op, path)
+
+        durable.fault_hook = hook = Twice()
+        with pytest.raises(OSError) as exc:
+            s.rename(*MOVE)
+        durable.fault_hook = None
+        assert caused_by_fault(exc.value) and hook.fired
+        assert (root / STAGING_DIR / INTENT).exists()
+        assert "moved" in dict(s.tree.list(s.tree.lookup("/sub/c.tfrecord")))
+        assert "000005" not in dict(s.tree.list(s.tree.lookup("/a.tfrecord")))
+        if change == "write":
+            s.write("/a.tfrecord/000001/label.json", b"[11]\n")
+            assert not (root / STAGING_DIR / INTENT).exists()
+            assert s.view() == expected
+            s.close()
+            check_next_mount(root, cache, [expected], change)
+        else:
+            s.editor.commit()                     # the shards get all of the move
+            assert not (root / STAGING_DIR / INTENT).exists()
+            s.write("/a.tfrecord/000001/label.json", b"[11]\n")
+            s.editor.commit()
+            s.close()
+            s = Session(clean, cache)
+            s.editor.commit()
+            s.close()
+            assert disk_shard_records(root) == disk_shard_records(clean)
+            assert journal(root) == {} and strays(root) == []
+
+
+def test_a_damaged_or_torn_intent_is_never_carried_out(tmp_path: Path, faults) -> None:
+    """Only a whole intent, published by its rename, counts: a torn one (a .tmp- file) and one that
+    does not parse are dropped, with whatever they prepared, and the journal stays as it was."""
+    cache = tmp_path / "cache"
+    template = _staging_template(tmp_path, cache)
+    s = Session(template, cache)
+    before = s.view()
+    s.close()
+    r = copy_source(template, tmp_path / "count")
+    s = Session(r, cache)
+    counter = faults(None)
+    s.rename(*MOVE)
+    durable.fault_hook = None
+    s.close()
+    published = _intent_published(counter.calls)
+    for case in ("torn", "damaged", "outside"):
+        root = copy_source(template, tmp_path / case)
+        # The daemon dies just before the intent's rename: its content is whole, beside its name.
+        info = crash_at(published, root, cache, lambda s, progress: s.rename(*MOVE))
+        assert info["status"] == CRASHED and info["at"][1].endswith(f"/{INTENT}"), info
+        staging = root / STAGING_DIR
+        torn = [p for p in staging.glob(".tmp-*")]
+        assert len(torn) == 1 and json.loads(torn[0].read_bytes())["steps"], torn
+        if case == "damaged":
+            torn[0].write_bytes(torn[0].read_bytes()[:-7])
+            torn[0].rename(staging / INTENT)
+        elif case == "outside":
+            doc = json.loads(torn[0].read_bytes())
+            doc["steps"][0]["dst"] = "../../a.tfrecord"
+            torn[0].write_text(json.dumps(doc))
+            torn[0].rename(staging / INTENT)
+        check_next_mount(root, cache, [before], case)
+
+
+def test_discard_drops_a_published_intent(tmp_path: Path, faults) -> None:
+    """tfrfs discard after a crash that left an intent half done: nothing of it comes back."""
+    cache = tmp_path / "cache"
+    build_dataset(tmp_path / "template")
+    template = tmp_path / "template"
+    s = Session(template, cache)
+    original = s.view()
+    s.close()
+    r = copy_source(template, tmp_path / "count")
+    s = Session(r, cache)
+    counter = faults(None)
+    s.rename(*MOVE)
+    durable.fault_hook = None
+    s.close()
+    published = _intent_published(counter.calls)
+    for extra in (1, 3):     # just published; one step done
+        root = copy_source(template, tmp_path / f"d{extra}")
+        info = crash_at(published + extra, root, cache, lambda s, progress: s.rename(*MOVE))
+        assert info["status"] == CRASHED, info
+        assert (root / STAGING_DIR / INTENT).exists()
+        proc = run_tfrfs("discard", str(root))
+        assert proc.returncode == 0, proc.stderr
+        assert journal(root) == {} and not (root / STAGING_DIR / INTENT).exists()
+        check_next_mount(root, cache, [original], f"discard after {extra}")
 
 
 @pytest.mark.parametrize("at", ["rename", "fsync"])

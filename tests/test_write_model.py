@@ -246,7 +246,9 @@ class WritableMount(RuleBasedStateMachine):
             return
         # A known float key (or one the record holds) keeps its kind: integers may be written.
         text = float_json(values, ints_ok=known == "float_list" or present)
-        self._set(*where, key, codec.Value("float_list", tuple(_f32(v) for v in values)), text)
+        # "NaN" in JSON carries no sign or payload: what is written is the plain quiet NaN.
+        written = tuple(math.nan if math.isnan(v) else v for v in values)
+        self._set(*where, key, codec.Value("float_list", tuple(_f32(v) for v in written)), text)
 
     @precondition(lambda self: self.model is not None)
     @rule(data=st.data(), key=st.sampled_from(TEXT_KEYS), text=texts)

@@ -525,20 +525,150 @@ def test_rm_r(data: Path, template: Path, orig: dict, tfrfs_mount, tf: TFReader)
 
 
 @pytest.mark.tf
-@pytest.mark.parametrize("shard", [
-    pytest.param(CLIPS, marks=pytest.mark.xfail(strict=True, reason=(
-        "names inside a record are not stable while rm -r runs: unlinking step 0 of jpeg.steps/ renumbers "
-        "the later steps, so rm's next names are gone (ENOENT)"))),
-    pytest.param(MNIST, marks=pytest.mark.xfail(strict=True, reason=(
-        "names inside a record are not stable while rm -r runs: unlinking depth.json/height.json makes "
-        "image_raw no raw pixel array any more, so image_raw.png becomes image_raw.bin (ENOENT)"))),
-])
+@pytest.mark.parametrize("shard", [CLIPS, MNIST])
 def test_rm_r_record_whose_names_depend_on_each_other(shard: str, data: Path, template: Path, orig: dict,
                                                        tfrfs_mount, tf: TFReader) -> None:
     mnt = tfrfs_mount(data, "--rw")
     sh(f"rm -r {shard}/000001", cwd=mnt)
     commit(mnt)
     check_dataset(tf, data, template, orig, {shard: [r for i, r in enumerate(orig[shard]) if i != 1]})
+
+
+def steps_of(m: Any, key: str) -> list[codec.Value]:
+    return [codec.value_from_proto(f) for f in m.feature_lists.feature_list[key].feature]
+
+
+def set_steps(m: Any, key: str, steps: list[codec.Value]) -> Any:
+    flist = m.feature_lists.feature_list[key]
+    del flist.feature[:]
+    for step in steps:
+        codec.value_to_proto(step, flist.feature.add())
+    return m
+
+
+@pytest.mark.tf
+def test_removed_step_renames_no_other_step(data: Path, template: Path, orig: dict, tfrfs_mount,
+                                            tf: TFReader) -> None:
+    """SPEC 7: until a commit, names stay stable. Step 1 is still 1.jpg after step 0 went; a new
+    step goes among the others by its number; the commit writes the steps in that order."""
+    mnt = tfrfs_mount(data, "--rw")
+    folder = mnt / CLIPS / "000000" / "feature_lists" / "frames" / "jpeg.steps"
+    jpegs = [s.values[0] for s in steps_of(msg(orig[CLIPS][0], "sequence"), "frames/jpeg")]
+    assert sorted(os.listdir(folder)) == ["0.jpg", "1.jpg", "2.jpg", "3.jpg"]
+    os.unlink(folder / "0.jpg")
+    assert sorted(os.listdir(folder)) == ["1.jpg", "2.jpg", "3.jpg"]
+    assert (folder / "1.jpg").read_bytes() == jpegs[1]
+    os.unlink(folder / "2.jpg")
+    assert [(n, (folder / n).read_bytes()) for n in sorted(os.listdir(folder))] == \
+        [("1.jpg", jpegs[1]), ("3.jpg", jpegs[3])]
+    write_file(folder / "2.jpg", jpegs[0])          # a free number: between 1 and 3
+    write_file(folder / "3.jpg", jpegs[2])          # an existing number: that step
+    assert [(n, (folder / n).read_bytes()) for n in sorted(os.listdir(folder))] == \
+        [("1.jpg", jpegs[1]), ("2.jpg", jpegs[0]), ("3.jpg", jpegs[2])]
+    commit(mnt)
+    assert sorted(os.listdir(folder)) == ["0.jpg", "1.jpg", "2.jpg"]   # renumbered by the commit
+    exp: list[Expected] = list(orig[CLIPS])
+    exp[0] = set_steps(msg(orig[CLIPS][0], "sequence"), "frames/jpeg",
+                       [codec.Value("bytes_list", (j,)) for j in (jpegs[1], jpegs[0], jpegs[2])])
+    check_dataset(tf, data, template, orig, {CLIPS: exp})
+
+
+@pytest.mark.tf
+def test_emptied_steps_folder_stays_until_rmdir(data: Path, template: Path, orig: dict, tfrfs_mount,
+                                                tf: TFReader) -> None:
+    mnt = tfrfs_mount(data, "--rw")
+    lists = mnt / CLIPS / "000001" / "feature_lists" / "frames"
+    folder = lists / "jpeg.steps"
+    names = sorted(os.listdir(folder))
+    assert len(names) == 5
+    for name in names:
+        os.unlink(folder / name)
+        # No step left is renamed, and one step left is still a folder.
+        assert sorted(os.listdir(folder)) == names[names.index(name) + 1:]
+    assert folder.is_dir() and sorted(os.listdir(lists)) == ["boxes.json", "jpeg.steps", "tags.json"]
+    os.rmdir(folder)
+    assert sorted(os.listdir(lists)) == ["boxes.json", "tags.json"]
+    commit(mnt)
+    exp: list[Expected] = list(orig[CLIPS])
+    m1 = msg(orig[CLIPS][1], "sequence")
+    del m1.feature_lists.feature_list["frames/jpeg"]
+    exp[1] = m1
+    check_dataset(tf, data, template, orig, {CLIPS: exp})
+
+
+@pytest.mark.tf
+def test_raw_pixels_stay_png_when_height_goes(data: Path, template: Path, orig: dict, tfrfs_mount,
+                                              tf: TFReader) -> None:
+    """image_raw.png of a record whose height.json was removed is still the PNG it was until the
+    commit; the pixels themselves never change. After the commit the rules show it as .bin."""
+    mnt = tfrfs_mount(data, "--rw")
+    rec = mnt / MNIST / "000002"
+    png = (rec / "image_raw.png").read_bytes()
+    os.unlink(rec / "height.json")
+    assert sorted(os.listdir(rec)) == ["depth.json", "image_raw.png", "label.json", "width.json"]
+    assert (rec / "image_raw.png").read_bytes() == png
+    assert os.stat(rec / "image_raw.png").st_size == len(png)
+    os.unlink(rec / "width.json")
+    write_file(rec / "depth.json", "[3]")            # no shape fits any more: still the same PNG
+    assert (rec / "image_raw.png").read_bytes() == png
+    with Image.open(rec / "image_raw.png") as img:
+        pixels = img.tobytes()
+    assert pixels == values(msg(orig[MNIST][2]), "image_raw")[0]
+    commit(mnt)
+    assert sorted(os.listdir(rec)) == ["depth.json", "image_raw.bin", "label.json"]
+    exp: list[Expected] = list(orig[MNIST])
+    exp[2] = setf(delf(msg(orig[MNIST][2]), "height", "width"), "depth", "int64_list", 3)
+    check_dataset(tf, data, template, orig, {MNIST: exp})
+
+
+def _list_dataset(src: Path) -> list[bytes]:
+    """A shard whose records hold several-value bytes features, shown as KEY.list/ folders."""
+    import io
+    buf = io.BytesIO()
+    Image.new("RGB", (4, 3), (9, 99, 199)).save(buf, format="JPEG")
+    jpg = buf.getvalue()
+    frames = [jpg if i % 3 == 0 else bytes([i, 0, 255]) for i in range(12)]   # 00.jpg, 01.bin ... 11.bin
+    records = [setf(setf(proto.Example(), "frames", "bytes_list", *frames), "label", "int64_list", 7),
+               setf(setf(proto.Example(), "pair", "bytes_list", jpg, b"a note"), "label", "int64_list", 8)]
+    with open(src / "lists.tfrecord", "wb") as f:
+        w = tfrecord.StreamWriter(f)
+        for r in records:
+            w.write(r.SerializeToString(deterministic=True))
+        w.close()
+    return [r.SerializeToString(deterministic=True) for r in records]
+
+
+@pytest.mark.tf
+def test_removed_list_item_renames_no_other_item(tmp_path: Path, tfrfs_mount, tf: TFReader) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    records = _list_dataset(src)
+    frames = values(msg(records[0]), "frames")
+    mnt = tfrfs_mount(src, "--rw")
+    folder = mnt / "lists.tfrecord" / "000000" / "frames.list"
+    names = sorted(os.listdir(folder))
+    assert names[:3] == ["00.jpg", "01.bin", "02.bin"] and names[-1] == "11.bin"
+    os.unlink(folder / "00.jpg")
+    assert sorted(os.listdir(folder)) == names[1:]      # not renumbered 0..10
+    assert (folder / "01.bin").read_bytes() == frames[1]
+    assert (folder / "11.bin").read_bytes() == frames[11]
+    for name in names[1:-2]:
+        os.unlink(folder / name)
+    assert sorted(os.listdir(folder)) == ["10.bin", "11.bin"]
+    write_file(folder / "10.bin", b"\x00changed")       # an item written keeps its name
+    assert (folder / "10.bin").read_bytes() == b"\x00changed"
+    # A list left with one text value is still a folder (the rules would show pair.txt).
+    pair = mnt / "lists.tfrecord" / "000001" / "pair.list"
+    os.unlink(pair / "0.jpg")
+    assert sorted(os.listdir(pair.parent)) == ["label.json", "pair.list"]
+    assert os.listdir(pair) == ["1.txt"] and (pair / "1.txt").read_bytes() == b"a note"
+    commit(mnt)
+    assert sorted(os.listdir(pair.parent)) == ["label.json", "pair.txt"]
+    got = tf.dump([(src / "lists.tfrecord", "example")])[str(src / "lists.tfrecord")]
+    want = [setf(msg(records[0]), "frames", "bytes_list", b"\x00changed", frames[11]),
+            setf(msg(records[1]), "pair", "bytes_list", b"a note")]
+    assert got["parsed"] == [canon(m.SerializeToString(), "example", proto.Example, proto.SequenceExample)
+                             for m in want]
 
 
 @pytest.mark.tf

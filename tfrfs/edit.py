@@ -25,8 +25,8 @@ from typing import Any
 from . import codec, durable, names, proto, repack, tfrecord
 from .errors import (Exists, Invalid, IsADir, NotADir, NotEmpty, NotFound, NotPermitted, ReadOnly)
 from .index import IndexCache, ShardFile, ShardIndex
-from .staging import ShardChanges, Staging
-from .tree import (DataFile, Dir, Loc, MetaFile, Node, PlainFile, RecordBin, RecordDir, RecordId,
+from .staging import Intent, ShardChanges, Staging
+from .tree import (DataFile, Dir, Loc, MetaFile, NamePin, Node, PlainFile, RecordBin, RecordDir, RecordId,
                    ScratchFile, ShardDir, Tree)
 
 log = logging.getLogger("tfrfs")
@@ -35,6 +35,7 @@ log = logging.getLogger("tfrfs")
 # suffix from SPEC 3.2: sed -i (sedXXXXXX) and vim's write probe (4913). They are treated as
 # scratch files, or those tools could not edit a feature file at all.
 _TOOL_TEMP = re.compile(r"^(sed[A-Za-z0-9]{6}|4913|\d+\.tmp)$")
+_EAGER_VIEW_BYTES = 1 << 20   # records up to this size get their view (and smaller pin) right after a change
 
 
 def is_scratch(name: str) -> bool:
@@ -50,6 +51,9 @@ class Target:
     suffix: str
     item: int | None = None    # a value's index in a .list/ folder or a step's in .steps/
     raw: bool = False          # the file is a PNG of a key shown as raw pixels
+    insert: bool = False       # a new item goes in before ``item`` (the others keep their values)
+    stems: tuple[str, ...] | None = None   # an item's folder: the names of its items after this write
+    folder: tuple[str, ...] = ()           # an item's folder: its path inside the section
 
 
 class WriteHandle:
@@ -157,16 +161,30 @@ class Editor:
             elif n is not None and ch.removed:
                 self.tree.hide_shard(n)
 
-    def _stage_record(self, shard: int, rid: RecordId, data: bytes) -> None:
+    def _stage_record(self, shard: int, rid: RecordId, data: bytes, shown: NamePin | None = None) -> None:
+        """Stage a record's new bytes. ``shown``: the names its features keep (by default, as they
+        are shown now): until a commit a change renames no feature it leaves alone (SPEC 7)."""
+        pin = shown if shown is not None else self.tree.names_shown(shard, rid)
         ch = self._changes(shard)
         try:
             if isinstance(rid, str):
                 self.staging.put_added(ch, rid, data)
             else:
                 self.staging.put_edit(ch, rid, data)
-        finally:
+        except BaseException:
             # Even when staging failed part way, show what is on disk now: what the next mount shows.
             self.tree.invalidate(shard, rid)
+            if self._staged_now(shard, rid, data):
+                self.tree.pin_names(shard, rid, pin)
+            raise
+        self.tree.pin_names(shard, rid, pin, build=len(data) <= _EAGER_VIEW_BYTES)
+
+    def _staged_now(self, shard: int, rid: RecordId, data: bytes) -> bool:
+        """Whether ``data`` is what is staged for the record (a failed call may have got that far)."""
+        try:
+            return self.tree.record_bytes(shard, rid)[0] == data
+        except (OSError, KeyError):
+            return False
 
     def _split(self, path: str) -> tuple[str, str]:
         parent, _, name = path.rstrip("/").rpartition("/")
@@ -370,8 +388,12 @@ class Editor:
             raise Invalid("scratch files can only be made inside a record folder")
         return os.path.join(self.tree.scratch_root(record.shard, record.rid), *inner)
 
-    def _target(self, record: RecordDir, inner: tuple[str, ...], *, create: bool = False) -> Target:
-        """What a (possibly new) file at ``inner`` inside ``record`` stands for."""
+    def _target(self, record: RecordDir, inner: tuple[str, ...], *, create: bool = False,
+                by_name: bool = False) -> Target:
+        """What a (possibly new) file at ``inner`` inside ``record`` stands for.
+
+        ``by_name``: a file of a .list/ or .steps/ folder goes among the items shown there in the
+        order of their numbers (for content written to it); otherwise its number is its index."""
         section = ""
         rest = inner
         if self.tree.kinds[record.shard] == "sequence":
@@ -384,19 +406,68 @@ class Editor:
             if suffix in (".list", ".steps"):
                 if j != len(rest) - 2:
                     raise Invalid("folders cannot be made inside a .list/ or .steps/ folder")
-                key, _ = names.path_to_key(rest[:j + 1])
+                folder = self._feature_folder(record, inner[:-1])
+                # A folder shown for a feature stands for that feature's key, whatever its name.
+                key = folder.loc.key if folder is not None and folder.loc is not None \
+                    else names.path_to_key(rest[:j + 1])[0]
                 item_stem, item_suffix = names.split_suffix(rest[-1])
-                if item_suffix not in codec.SUFFIXES or not item_stem.isdigit():
+                if item_suffix not in codec.SUFFIXES or not (item_stem.isdigit() and item_stem.isascii()):
                     raise Invalid(f"{rest[-1]}: files in {comp}/ are named by their index and a suffix, e.g. 0.jpg")
                 if suffix == ".steps" and section != "feature_lists":
                     raise Invalid(".steps/ folders belong in feature_lists/")
-                return Target(section, key, item_suffix, int(item_stem))
+                if not by_name:
+                    return Target(section, key, item_suffix, int(item_stem))
+                return self._item_target(record, section, key, item_suffix, item_stem, rest[:-1])
         key, suffix = names.path_to_key(rest)
         if suffix is None or suffix not in codec.SUFFIXES:
             raise Invalid(f"{rest[-1]}: a feature file needs a suffix from .json .txt .bin .jpg .png .gif .bmp "
                           f".webp .tif .wav .flac .mp3 .ogg (names starting with '.' or ending with '~' are "
                           f"scratch files)")
         return Target(section, key, suffix)
+
+    def _feature_folder(self, record: RecordDir, folder: tuple[str, ...]) -> Dir | None:
+        """The .list/ or .steps/ folder shown at ``folder`` for a feature, if there is one now."""
+        node: Node = self.tree.record_view(record.shard, record.rid).root
+        for comp in folder:
+            if not isinstance(node, Dir) or comp not in node.children:
+                return None
+            node = node.children[comp]
+        if isinstance(node, Dir) and node.loc is not None and node.loc.item is None:
+            return node
+        return None
+
+    def _item_names(self, record: RecordDir, section: str, key: str) -> tuple[str, ...]:
+        """The names (without suffix) of ``key``'s items as shown now, by position: those of its
+        folder, or for a key shown as one file the numbers the rules would give its items."""
+        shown = self.tree.record_view(record.shard, record.rid).shown.get((section, key))
+        if shown is not None and shown.stems is not None:
+            return shown.stems
+        msg = self.tree.record_message(record.shard, record.rid)
+        if section == "feature_lists":
+            lists = msg.feature_lists.feature_list
+            count = len(lists[key].feature) if key in lists else 0
+        else:
+            feats = self._features(msg, section)
+            count = len(codec.value_from_proto(feats[key]).values) if key in feats else 0
+        width = len(str(count - 1)) if count else 1     # SPEC 3.2: zero-padded to the largest index
+        return tuple(str(i).zfill(width) for i in range(count))
+
+    def _item_target(self, record: RecordDir, section: str, key: str, suffix: str, stem: str,
+                     folder: tuple[str, ...]) -> Target:
+        """Where content written to ``stem`` + ``suffix`` in ``key``'s .list/ or .steps/ folder goes.
+
+        An existing number is that item; a new one goes among the others in number order, with
+        no empty values made up for gaps: a folder shows the values of its files in name order
+        (SPEC 7), also when its files arrive out of order or its numbers have gaps (items removed
+        before a commit keep the numbers of the others)."""
+        items = self._item_names(record, section, key)
+        numbers = [int(n) for n in items]
+        number = int(stem)
+        if number in numbers:
+            return Target(section, key, suffix, numbers.index(number), stems=items, folder=folder)
+        at = sum(1 for n in numbers if n < number)
+        return Target(section, key, suffix, at, insert=True, stems=items[:at] + (stem,) + items[at:],
+                      folder=folder)
 
     # -- applying content ------------------------------------------------------------
 
@@ -408,15 +479,23 @@ class Editor:
         if isinstance(existing, DataFile) and existing.loc is not None:
             loc = existing.loc
             suffix = names.split_suffix(inner[-1])[1] or ".bin"
-            target = Target(loc.section, loc.key, suffix, loc.item, loc.raw)
+            stems = self._item_names(record, loc.section, loc.key) if loc.item is not None else None
+            target = Target(loc.section, loc.key, suffix, loc.item, loc.raw, stems=stems)
         else:
-            target = self._target(record, inner)
+            target = self._target(record, inner, by_name=True)
         msg = self.tree.record_message(record.shard, record.rid)
         try:
             self._apply(msg, target, content, record.shard)
         except Invalid as exc:
             raise self._fail(record, inner, str(exc)) from None
-        self._stage_record(record.shard, record.rid, msg.SerializeToString(deterministic=True))
+        shown = None
+        if target.stems is not None:
+            # Written into a .list/ or .steps/ folder: the feature is shown as that folder, its
+            # items under the names they had and this one under the name it was written to.
+            shown = self.tree.names_shown(record.shard, record.rid)
+            shown.keep_items(target.section, target.key, target.stems,
+                             self.tree.feature_digest(msg, target.section, target.key), folder=target.folder)
+        self._stage_record(record.shard, record.rid, msg.SerializeToString(deterministic=True), shown)
 
     def _features(self, msg: Any, section: str) -> Any:
         if section == "context":
@@ -432,9 +511,12 @@ class Editor:
             values = list(codec.value_from_proto(feats[t.key]).values) if t.key in feats else []
             if t.key in feats and feats[t.key].WhichOneof("kind") not in ("bytes_list", None):
                 raise Invalid(f"{t.key} is not a bytes feature")
-            while len(values) <= t.item:
-                values.append(b"")   # a later file of a .list/ copied before an earlier one
-            values[t.item] = content
+            if t.insert:
+                values.insert(t.item, content)
+            else:
+                while len(values) <= t.item:
+                    values.append(b"")   # a later file of a .list/ copied before an earlier one
+                values[t.item] = content
             codec.value_to_proto(codec.Value("bytes_list", tuple(values)), _reset(feats, t.key))
             return
         present = t.key in feats
@@ -471,10 +553,14 @@ class Editor:
                 codec.value_to_proto(step, flist.feature.add())
             return
         flist = lists[t.key]
-        while len(flist.feature) <= t.item:
-            flist.feature.add()
         kinds = {f.WhichOneof("kind") for f in flist.feature if f.WhichOneof("kind")}
         step_kind = kinds.pop() if len(kinds) == 1 else None
+        if t.insert:
+            flist.feature.add()
+            for i in range(len(flist.feature) - 1, t.item, -1):   # repeated messages have no insert
+                flist.feature[i].CopyFrom(flist.feature[i - 1])
+        while len(flist.feature) <= t.item:
+            flist.feature.add()
         step = flist.feature[t.item]
         step.Clear()
         codec.value_to_proto(codec.parse(t.suffix, content, step_kind), step)
@@ -527,10 +613,23 @@ class Editor:
                 raise IsADir(path)
             raise ReadOnly(f"{path}: only records can be changed")
         msg = self.tree.record_message(record.shard, record.rid)
-        self._remove(msg, node.loc)
-        # Folders that held only this feature stay until rmdir, as on any filesystem.
-        self._keep_folders(record, inner[:-1])
-        self._stage_record(record.shard, record.rid, msg.SerializeToString(deterministic=True))
+        shown = self.tree.names_shown(record.shard, record.rid)
+        if self._remove(msg, node.loc):
+            # Folders that held only this feature (a .list/ or .steps/ folder included) stay until
+            # rmdir, as on any filesystem.
+            self._keep_folders(record, inner[:-1])
+        elif node.loc.item is not None:
+            self._drop_item_name(shown, node.loc, msg)
+        self._stage_record(record.shard, record.rid, msg.SerializeToString(deterministic=True), shown)
+
+    def _drop_item_name(self, shown: NamePin, loc: Loc, msg: Any) -> None:
+        """After removing item ``loc.item`` of a .list/ or .steps/ folder, the items after it keep
+        their names (``rm -r`` has listed them already): the folder shows the names it had, less one."""
+        entry = shown.get(loc.section, loc.key)
+        if entry is None or entry.stems is None or loc.item is None or loc.item >= len(entry.stems):
+            return
+        stems = entry.stems[:loc.item] + entry.stems[loc.item + 1:]
+        shown.keep_items(loc.section, loc.key, stems, self.tree.feature_digest(msg, loc.section, loc.key))
 
     def _keep_folders(self, record: RecordDir, folder: tuple[str, ...]) -> None:
         if not folder:
@@ -650,6 +749,7 @@ class Editor:
                 self.staging.remove_added(ch, rid)
             else:
                 self.staging.delete_record(ch, rid)
+            self.tree.unpin(shard, rid)   # an added record's name may be given to a new record
             scratch = self.tree.scratch_root(shard, rid)
             if os.path.isdir(scratch):
                 shutil.rmtree(scratch)
@@ -657,6 +757,9 @@ class Editor:
             self.tree.invalidate(shard, rid)
 
     # -- rename ----------------------------------------------------------------------------
+    # A rename that changes more than one journal file — a record and a scratch file, or two records —
+    # is staged as one Intent (staging.py): published by a single durable rename, so a crash or an I/O
+    # error leaves the state before the call or after it, never a mix.
 
     def rename(self, old: str, new: str) -> None:
         node, record, inner = self.tree.locate(old)
@@ -674,26 +777,67 @@ class Editor:
         except NotFound:
             dest = None
         if isinstance(node, Dir):
-            self._rename_folder(record, node, inner, dest_inner)
+            self._rename_folder(record, node, inner, dest_inner, dest)
             return
-        content = self.tree.open(node).read(1 << 62, 0) if isinstance(node, DataFile) else \
-            open(node.path, "rb").read() if isinstance(node, ScratchFile) else None
-        if content is None:
+        if isinstance(dest, Dir):
+            raise IsADir(new)
+        if isinstance(node, ScratchFile):
+            self._rename_scratch(record, node, dest_inner, dest)
+        elif isinstance(node, DataFile) and node.loc is not None:
+            self._rename_feature(record, node, inner, dest_inner, dest)
+        else:
             raise NotPermitted(f"{old}: cannot be renamed")
-        if is_scratch(new_name):
-            real = self._scratch_path(record, dest_inner)
-            os.makedirs(os.path.dirname(real), exist_ok=True)
-            if isinstance(node, ScratchFile):
-                durable.rename(node.path, real)
-                durable.fsync_dir(os.path.dirname(real))
-                self.tree.invalidate(record.shard, record.rid)
-                return
-            durable.write_file(real, content)
-            self.unlink(old)
-            return
+
+    def _rename_feature(self, record: RecordDir, node: DataFile, inner: tuple[str, ...],
+                        dest_inner: tuple[str, ...], dest: Node | None) -> None:
+        assert node.loc is not None
+        content = self.tree.open(node).read(1 << 62, 0)
         msg = self.tree.record_message(record.shard, record.rid)
-        if isinstance(node, DataFile) and node.loc is not None:
+        shown = self.tree.names_shown(record.shard, record.rid)
+        intent = self.staging.intent()
+        if is_scratch(dest_inner[-1]):
+            # An editor's backup (mv label.json label.json~): the key goes, as with rm, and the
+            # scratch file appears, in the same step.
+            if self._remove(msg, node.loc):
+                self._keep_folders(record, inner[:-1])
+            elif node.loc.item is not None:
+                self._drop_item_name(shown, node.loc, msg)
+            real = self._scratch_path(record, dest_inner)
+            self._make_real_folder(os.path.dirname(real))
+            intent.write_file(real, content)
+        else:
             self._remove(msg, node.loc)
+            self._take_content(record, msg, shown, dest_inner, dest, content)
+            self._keep_folders(record, inner[:-1])
+        self._intend_record(intent, record.shard, record.rid, msg)
+        self._run_intent(intent, {(record.shard, record.rid): shown})
+
+    def _rename_scratch(self, record: RecordDir, node: ScratchFile, dest_inner: tuple[str, ...],
+                        dest: Node | None) -> None:
+        if is_scratch(dest_inner[-1]):
+            real = self._scratch_path(record, dest_inner)
+            self._make_real_folder(os.path.dirname(real))
+            try:
+                durable.rename(node.path, real)      # one rename: atomic as it is
+                durable.fsync_dir(os.path.dirname(real))
+            finally:
+                self.tree.invalidate(record.shard, record.rid)
+            return
+        # A scratch file renamed over a feature (sed -i, rsync, an editor restoring its backup): the
+        # record takes the content and the scratch file goes, in the same step.
+        with open(node.path, "rb") as f:
+            content = f.read()
+        msg = self.tree.record_message(record.shard, record.rid)
+        shown = self.tree.names_shown(record.shard, record.rid)
+        self._take_content(record, msg, shown, dest_inner, dest, content)
+        intent = self.staging.intent()
+        intent.drop(node.path)
+        self._intend_record(intent, record.shard, record.rid, msg)
+        self._run_intent(intent, {(record.shard, record.rid): shown})
+
+    def _take_content(self, record: RecordDir, msg: Any, shown: NamePin, dest_inner: tuple[str, ...],
+                      dest: Node | None, content: bytes) -> None:
+        """Put ``content`` into ``msg`` as the feature file at ``dest_inner`` (replacing ``dest``)."""
         if isinstance(dest, DataFile) and dest.loc is not None:
             self._remove(msg, dest.loc)
         target = self._target(record, dest_inner)
@@ -701,16 +845,21 @@ class Editor:
             self._apply(msg, target, content, record.shard)
         except Invalid as exc:
             raise self._fail(record, dest_inner, str(exc)) from None
-        self._keep_folders(record, inner[:-1])
-        self._stage_record(record.shard, record.rid, msg.SerializeToString(deterministic=True))
-        if isinstance(node, ScratchFile):
-            durable.unlink(node.path)
-            self.tree.invalidate(record.shard, record.rid)
+        if target.stems is not None:
+            shown.keep_items(target.section, target.key, target.stems,
+                             self.tree.feature_digest(msg, target.section, target.key))
 
-    def _rename_folder(self, record: RecordDir, node: Dir, inner: tuple[str, ...], dest: tuple[str, ...]) -> None:
+    def _rename_folder(self, record: RecordDir, node: Dir, inner: tuple[str, ...], dest: tuple[str, ...],
+                       existing: Node | None) -> None:
+        # As rename(2): a folder may only take the place of an empty folder.
+        if existing is not None and not isinstance(existing, Dir):
+            raise NotADir("/".join(dest))
+        if isinstance(existing, Dir) and existing.children:
+            raise NotEmpty("/".join(dest))
         files: list[tuple[tuple[str, ...], DataFile]] = []
         _walk_files(node, (), files)
         msg = self.tree.record_message(record.shard, record.rid)
+        shown = self.tree.names_shown(record.shard, record.rid)
         removed: set[tuple[str, str]] = set()
         for _, f in files:
             if f.loc is not None and (f.loc.section, f.loc.key) not in removed:
@@ -721,31 +870,91 @@ class Editor:
                 self._apply(msg, self._target(record, dest + rel), f.data, record.shard)
         except Invalid as exc:
             raise self._fail(record, dest, str(exc)) from None
+        intent = self.staging.intent()
         if node.scratch:
+            # The user's own files in it move with the features, in the same step.
             real_dest = self._scratch_path(record, dest)
-            os.makedirs(os.path.dirname(real_dest), exist_ok=True)
-            durable.rename(node.scratch, real_dest)
+            self._make_real_folder(os.path.dirname(real_dest))
+            intent.move(node.scratch, real_dest)
         self._keep_folders(record, inner[:-1])
-        self._stage_record(record.shard, record.rid, msg.SerializeToString(deterministic=True))
+        if files:
+            self._intend_record(intent, record.shard, record.rid, msg)
+        self._run_intent(intent, {(record.shard, record.rid): shown})
 
     def _move_record(self, node: RecordDir, new_parent: Node, new_name: str) -> None:
+        """mv of a record folder into a shard folder (its own included: a new name). One step: the
+        record is added there, deleted here, and the user's own files in it move along."""
         if not isinstance(new_parent, ShardDir):
             raise _CrossDevice("records can only be moved into shard folders")
         if self.tree.kinds[new_parent.shard] != self.tree.kinds[node.shard]:
             raise Invalid("a record can only move to a shard of the same record kind")
+        if is_scratch(new_name) or not new_name:
+            raise Invalid(f"{new_name}: record names may not start with '.' or end with '~'")
+        shard = new_parent.shard
         try:
             existing = self.tree.child(new_parent, new_name)
         except NotFound:
             existing = None
-        if existing is not None:
-            if isinstance(existing, RecordDir) and not _has_files(
-                    self.tree.record_view(existing.shard, existing.rid).root):
-                self._delete_record(existing.shard, existing.rid)
-            else:
-                raise Exists(new_name)
-        data, damaged = self.tree.record_bytes(node.shard, node.rid)
-        self._add_record(new_parent.shard, new_name, data)   # first the copy, so a crash loses nothing
-        self._delete_record(node.shard, node.rid)
+        if isinstance(existing, RecordDir) and (existing.shard, existing.rid) == (node.shard, node.rid):
+            return
+        if existing is not None and (not isinstance(existing, RecordDir) or _has_files(
+                self.tree.record_view(existing.shard, existing.rid).root)):
+            raise Exists(new_name)
+        data, _ = self.tree.record_bytes(node.shard, node.rid)
+        src_ch, dst_ch = self._changes(node.shard), self._changes(shard)
+        intent = self.staging.intent()
+        touched: dict[tuple[int, RecordId], NamePin | None] = {(node.shard, node.rid): None, (shard, new_name): None}
+        if existing is not None and isinstance(existing.rid, int):
+            # An empty original record of that name goes; an added one is replaced by the add below.
+            intent.delete(dst_ch, existing.rid)
+            intent.drop(self.tree.scratch_root(shard, existing.rid))
+            touched[(shard, existing.rid)] = None
+        intent.add(dst_ch, new_name, data)
+        intent.delete(src_ch, node.rid)
+        src_scratch, dst_scratch = self.tree.scratch_root(node.shard, node.rid), self.tree.scratch_root(shard, new_name)
+        if os.path.isdir(src_scratch):
+            self._make_real_folder(os.path.dirname(dst_scratch))
+            intent.move(src_scratch, dst_scratch)
+        else:
+            intent.drop(dst_scratch)     # left by the record of that name that was here
+        self._run_intent(intent, touched)
+
+    def _intend_record(self, intent: Intent, shard: int, rid: RecordId, msg: Any) -> None:
+        data = msg.SerializeToString(deterministic=True)
+        if isinstance(rid, str):
+            intent.add(self._changes(shard), rid, data)
+        else:
+            intent.edit(self._changes(shard), rid, data)
+
+    def _run_intent(self, intent: Intent, touched: dict[tuple[int, RecordId], NamePin | None]) -> None:
+        """Stage ``intent``, then show the records it changed as they are now: a record changed in
+        place with the names it showed (``touched`` gives its pin), a deleted or moved-in one afresh.
+        Shown so also when the call happened but failed part way, and when a later change finishes it."""
+        def show() -> None:
+            for (shard, rid), pin in touched.items():
+                if not intent.published:
+                    self.tree.invalidate(shard, rid)
+                elif pin is not None:
+                    self.tree.pin_names(shard, rid, pin)
+                else:
+                    self.tree.unpin(shard, rid)
+                    self.tree.invalidate(shard, rid)
+        intent.after = show
+        try:
+            self.staging.run(intent)
+        finally:
+            show()
+
+    def _make_real_folder(self, path: str) -> None:
+        """Make a folder under the staging folder (and the ones above it) durably, before an intent
+        names it. Folders of a record that it already shows, so making them changes no view."""
+        missing = []
+        while not os.path.isdir(path):
+            missing.append(path)
+            path = os.path.dirname(path)
+        for folder in reversed(missing):
+            os.makedirs(folder, exist_ok=True)
+            durable.fsync_dir(os.path.dirname(folder))
 
     # -- commit ------------------------------------------------------------------------------
 

@@ -148,6 +148,9 @@ def commit_shard(root: str, ch: ShardChanges, idx: ShardIndex | None, src_fd: in
     folder = os.path.dirname(target)
     replaced = False
     try:
+        # A call whose intent was published but whose files are not all in place yet (an I/O error)
+        # is finished first: the new shard must hold all of it or none of it.
+        staging.settle()
         if ch.removed:
             if os.path.exists(target):
                 durable.unlink(target)

@@ -9,12 +9,14 @@ kept in an LRU within a memory budget.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import threading
-from collections import OrderedDict
-from dataclasses import dataclass, field
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, Union
 
 from . import codec, names, proto, tfrecord
@@ -125,10 +127,85 @@ Node = Union[Dir, DataFile, ShardDir, RecordDir, RecordBin, PlainFile, MetaFile,
 FILE_NODES = (DataFile, RecordBin, PlainFile, MetaFile, ScratchFile)
 
 
+PinKey = tuple[str, str]   # (section, key) of one feature of a record
+
+
+@dataclass(frozen=True)
+class Shown:
+    """How one feature of a record is shown: the parts of its name and look that can depend on more
+    than its own value (SPEC 3.1 clashes, 3.2 item numbering, 3.3 raw pixels, 4 steps)."""
+
+    folders: tuple[str, ...]                 # the folders above its entry, inside its section's folder
+    stem: str                                # its entry's name without the suffix
+    shape: codec.Shape | None = None         # shown as a PNG of raw pixels of this shape
+    stems: tuple[str, ...] | None = None     # a .list/ or .steps/ folder: its items' names, by position
+    kept: bool = False                       # shown otherwise than the SPEC rules show its value now
+    digest: bytes = b""                      # in a pin: the value it was shown for
+
+
+class NamePin:
+    """The names a changed record's features keep until a commit (SPEC 7: names stay stable).
+
+    Taken from the record as it was shown just before a change. An entry holds while its feature
+    still has the value it was shown for, so removing a feature, a step or a list item never
+    renames the others: a raw pixel array whose height went keeps its ``.png``, the items after a
+    removed one keep their numbers, a ``.list/`` left with one value stays a folder. A feature
+    whose value a write changed is shown by the SPEC rules again (its item names excepted, which
+    the editor carries over itself with ``keep_items``). Pins live in memory only: a commit, or
+    the next mount, shows every record by the rules.
+    """
+
+    def __init__(self, entries: dict[PinKey, Shown] | None = None) -> None:
+        self.entries: dict[PinKey, Shown] = entries or {}
+
+    def get(self, section: str, key: str) -> Shown | None:
+        return self.entries.get((section, key))
+
+    def keep_items(self, section: str, key: str, stems: tuple[str, ...], digest: bytes,
+                   folder: tuple[str, ...] = ()) -> None:
+        """Show ``key`` for its new value (``digest``) as a .list/ or .steps/ folder with these item
+        names: where it is shown now, or for a key not shown yet at ``folder`` (its path in the section)."""
+        shown = self.entries.get((section, key))
+        if shown is not None:
+            self.entries[(section, key)] = replace(shown, shape=None, stems=stems, digest=digest)
+        elif folder:
+            stem, _ = names.split_suffix(folder[-1])
+            self.entries[(section, key)] = Shown(folder[:-1], stem, None, stems, False, digest)
+
+    def only(self, keys: set[PinKey]) -> "NamePin":
+        return NamePin({k: v for k, v in self.entries.items() if k in keys})
+
+
+def value_digest(message: Any) -> bytes:
+    """Identifies a Feature's (or a FeatureList's) value, so a pin knows whether it changed."""
+    return hashlib.blake2b(message.SerializeToString(deterministic=True), digest_size=16).digest()
+
+
+@dataclass
+class _Naming:
+    """What building one record's view needs to keep its names stable, and what it finds."""
+
+    pin: NamePin | None
+    shown: dict[PinKey, Shown] | None    # filled in writable mounts: how every feature is shown
+    kept: set[PinKey] = field(default_factory=set)   # pin entries that changed what is shown
+
+    def held(self, section: str, features: Mapping[str, Any]) -> dict[str, Shown]:
+        """Pin entries of ``section`` whose feature still has the value it was shown for."""
+        if self.pin is None:
+            return {}
+        out = {}
+        for key, message in features.items():
+            shown = self.pin.get(section, key)
+            if shown is not None and shown.digest == value_digest(message):
+                out[key] = shown
+        return out
+
+
 @dataclass
 class RecordView:
     root: Dir
     cost: int
+    shown: dict[PinKey, Shown] = field(default_factory=dict)   # writable mounts only
 
 
 class Handle:
@@ -233,6 +310,8 @@ class Tree:
         self._bins: OrderedDict[tuple[int, RecordId], tuple[bytes, str | None]] = OrderedDict()
         self._bins_cost = 0
         self._plain_fds: OrderedDict[str, int] = OrderedDict()
+        # Names that changed records keep until their shard is committed (see NamePin).
+        self._pins: dict[tuple[int, RecordId], NamePin] = {}
         self._lock = threading.RLock()
         self._schema: dict | None = None
         self.meta = Dir(mtime_ns=0)
@@ -307,6 +386,8 @@ class Tree:
         with self._lock:
             for key in [k for k in self._cache if k[0] == n]:
                 self._cache_cost -= self._cache.pop(key).cost
+            for key in [k for k in self._pins if k[0] == n]:
+                del self._pins[key]
 
     # -- lookup -------------------------------------------------------------
 
@@ -584,7 +665,16 @@ class Tree:
                 self._cache.move_to_end(key)
                 return view
         data, damaged = self.record_bytes(shard, rid)
-        view = self._build_view(shard, rid, data, damaged)
+        naming = _Naming(self._pins.get(key), {} if self.writable else None)
+        view = self._build_view(shard, rid, data, damaged, naming)
+        if naming.pin is not None:
+            # Keep only the entries that made a difference: the rest the rules show alike, and
+            # the next change takes its snapshot from what is shown, not from the pin.
+            with self._lock:
+                if naming.kept:
+                    self._pins[key] = naming.pin.only(naming.kept)
+                else:
+                    self._pins.pop(key, None)
         if self.staging is not None:
             self._merge_scratch(view.root, self.scratch_root(shard, rid))
         with self._lock:
@@ -594,6 +684,55 @@ class Tree:
                 _, old = self._cache.popitem(last=False)
                 self._cache_cost -= old.cost
         return view
+
+    # -- stable names (writable mounts) ---------------------------------------
+
+    def names_shown(self, shard: int, rid: RecordId) -> NamePin:
+        """How the record's features are shown now, with their values' digests: the pin a change
+        to the record starts from (writable mounts)."""
+        view = self.record_view(shard, rid)
+        data, damaged = self.record_bytes(shard, rid)
+        if damaged or not view.shown:
+            return NamePin()
+        try:
+            digests = _value_digests(self._parse(shard, data))
+        except Exception:  # noqa: BLE001 - a record that does not parse shows no features to keep
+            return NamePin()
+        return NamePin({k: replace(s, digest=digests[k]) for k, s in view.shown.items() if k in digests})
+
+    def pin_names(self, shard: int, rid: RecordId, pin: NamePin, *, build: bool = True) -> None:
+        """Show the record (whose staged content just changed) with the names of ``pin`` where they
+        hold. ``build=False`` leaves building its view to the next lookup (a large record: the
+        writer still holds its content, and a second copy of it is not worth a smaller pin)."""
+        key = (shard, rid)
+        with self._lock:
+            self._pins[key] = pin
+        self.invalidate(shard, rid)
+        if not build:
+            return
+        try:
+            # Built now, so the pin shrinks at once to what it changes (memory stays small when a
+            # script edits many records), instead of at the record's next lookup.
+            self.record_view(shard, rid)
+        except OSError:
+            pass   # the next lookup reports it
+
+    def unpin(self, shard: int, rid: RecordId) -> None:
+        """Forget the names kept for a record (deleted, or its name given to another record)."""
+        with self._lock:
+            self._pins.pop((shard, rid), None)
+
+    def feature_digest(self, message: Any, section: str, key: str) -> bytes:
+        """The digest of feature ``key`` of ``section`` in a record message (b"" if it has none)."""
+        if section == "feature_lists":
+            container = message.feature_lists.feature_list
+        else:
+            container = message.context.feature if section == "context" else message.features.feature
+        return value_digest(container[key]) if key in container else b""
+
+    def _parse(self, shard: int, data: bytes) -> Any:
+        cls = proto.SequenceExample if self.kinds[shard] == "sequence" else proto.Example
+        return cls.FromString(data)
 
     def scratch_root(self, shard: int, rid: RecordId) -> str:
         assert self.staging is not None
@@ -625,18 +764,21 @@ class Tree:
         cls = proto.SequenceExample if self.kinds[shard] == "sequence" else proto.Example
         return cls.FromString(data)
 
-    def _build_view(self, shard: int, rid: RecordId, data: bytes, damaged: str | None) -> RecordView:
+    def _build_view(self, shard: int, rid: RecordId, data: bytes, damaged: str | None,
+                    naming: _Naming) -> RecordView:
         idx = self.shards[shard]
         mtime = idx.shard.mtime_ns
         try:
             if self.kinds[shard] == "sequence":
                 msg = proto.SequenceExample.FromString(data)
                 root = Dir(mtime_ns=mtime)
-                root.children["context"] = self._features_dir(msg.context.feature, "context", mtime, damaged)
-                root.children["feature_lists"] = self._feature_lists_dir(msg.feature_lists.feature_list, mtime, damaged)
+                root.children["context"] = self._features_dir(msg.context.feature, "context", mtime, damaged,
+                                                              naming)
+                root.children["feature_lists"] = self._feature_lists_dir(msg.feature_lists.feature_list, mtime,
+                                                                         damaged, naming)
             else:
                 msg = proto.Example.FromString(data)
-                root = self._features_dir(msg.features.feature, "", mtime, damaged)
+                root = self._features_dir(msg.features.feature, "", mtime, damaged, naming)
         except Exception as exc:  # noqa: BLE001 - any parse failure means "show it raw"
             if isinstance(rid, int) and rid not in idx.bad:
                 offset, _ = idx.span(rid)
@@ -650,42 +792,85 @@ class Tree:
                     idx.problems.append(Problem(offset, reason, rid))
                     if self.on_bad is not None:
                         self.on_bad(idx)
+            naming.kept.clear()
             return RecordView(Dir(mtime_ns=mtime), 64)
-        return RecordView(root, 256 + len(data) * 2)
+        shown = naming.shown or {}
+        return RecordView(root, 256 + len(data) * 2 + 128 * len(shown), shown)
 
-    def _features_dir(self, features: Mapping, section: str, mtime: int, damaged: str | None) -> Dir:
+    def _features_dir(self, features: Mapping, section: str, mtime: int, damaged: str | None,
+                      naming: _Naming) -> Dir:
         values = {key: codec.value_from_proto(feat) for key, feat in features.items()}
         shapes = codec.raw_shapes(values) if self.decode_raw else {}
-        views = {key: codec.render(v, shapes.get(key)) for key, v in values.items()}
-        return self._place(views, {k: v.kind for k, v in values.items()}, section, mtime, damaged, set(shapes))
+        held = naming.held(section, features)
+        views: dict[str, codec.View] = {}
+        for key, value in values.items():
+            shown = held.get(key)
+            shape = shapes.get(key)
+            if shape is None and shown is not None and shown.shape is not None:
+                # Its height, width or depth went or changed, its pixels did not: it stays the PNG
+                # it was (same name, same picture) until a commit.
+                shape = shown.shape
+                naming.kept.add((section, key))
+            views[key] = codec.render(value, shape)
+            if shown is not None and shown.stems is not None and value.kind == "bytes_list":
+                items = [codec.render(codec.Value("bytes_list", (v,))) for v in value.values]
+                views[key] = self._keep_items(views[key], shown.stems, ".list", items, (section, key), naming)
+        return self._place(views, {k: v.kind for k, v in values.items()}, section, mtime, damaged, naming, held)
 
-    def _feature_lists_dir(self, lists: Mapping, mtime: int, damaged: str | None) -> Dir:
+    def _feature_lists_dir(self, lists: Mapping, mtime: int, damaged: str | None, naming: _Naming) -> Dir:
         views: dict[str, codec.View] = {}
         kinds: dict[str, str] = {}
+        held = naming.held("feature_lists", lists)
         for key, flist in lists.items():
             steps = [codec.value_from_proto(f) for f in flist.feature]
             views[key] = codec.render_feature_list(steps)
+            shown = held.get(key)
+            if shown is not None and shown.stems is not None:
+                views[key] = self._keep_items(views[key], shown.stems, ".steps", [codec.render(s) for s in steps],
+                                              ("feature_lists", key), naming)
             step_kinds = {s.kind for s in steps}
             kinds[key] = step_kinds.pop() if len(step_kinds) == 1 else "feature_list"
-        return self._place(views, kinds, "feature_lists", mtime, damaged, set())
+        return self._place(views, kinds, "feature_lists", mtime, damaged, naming, held)
+
+    @staticmethod
+    def _keep_items(rules: codec.View, stems: tuple[str, ...], suffix: str, items: list[codec.View],
+                    where: PinKey, naming: _Naming) -> codec.View:
+        """A .list/ or .steps/ folder shown with the item names it had: after an item was removed,
+        the later ones keep their numbers, and one value or all-text steps left stay a folder."""
+        if isinstance(rules, codec.DirView) and rules.suffix == suffix and \
+                tuple(name for name, _ in rules.items) == stems:
+            return rules
+        if len(items) != len(stems):
+            return rules    # the pin no longer matches the value: the rules decide
+        naming.kept.add(where)
+        return codec.DirView(suffix, tuple(zip(stems, items)))
 
     def _place(self, views: Mapping[str, codec.View], kinds: Mapping[str, str], section: str, mtime: int,
-               damaged: str | None, raw: set[str]) -> Dir:
-        """Lay the features of one folder out by the key -> path rules."""
+               damaged: str | None, naming: _Naming, held: Mapping[str, Shown]) -> Dir:
+        """Lay the features of one folder out by the key -> path rules, features that a pin holds
+        where they were."""
         root = Dir(mtime_ns=mtime)
         paths = names.layout([(key, view.suffix) for key, view in views.items()])
+        if held:
+            # A clash (SPEC 3.1) that a removed feature no longer makes must not rename the other one.
+            wishes = {key: s.folders + (s.stem + views[key].suffix,) for key, s in held.items()}
+            paths, moved = _settle(paths, wishes)
+            naming.kept.update((section, key) for key in moved)
         for key, comps in paths.items():
             parent = root
             for depth, comp in enumerate(comps[:-1]):
                 nxt = parent.children.get(comp)
                 if not isinstance(nxt, Dir):
                     part = "/".join(key.split("/")[:depth + 1]) if len(comps) > 1 else key
-                    nxt = Dir(mtime_ns=mtime, xattrs={"user.tfrfs.key": _xkey(part)})
+                    nxt = Dir(mtime_ns=mtime, xattrs=_key_xattrs(part, None))
                     parent.children[comp] = nxt
                 parent = nxt
-            xattrs = {"user.tfrfs.key": _xkey(key), "user.tfrfs.kind": kinds[key].encode()}
-            parent.children[comps[-1]] = self._view_node(views[key], xattrs, mtime, damaged,
-                                                         Loc(section, key, None, key in raw))
+            view = views[key]
+            xattrs = _key_xattrs(key, kinds[key])
+            raw = isinstance(view, codec.FileView) and view.raw_shape is not None
+            parent.children[comps[-1]] = self._view_node(view, xattrs, mtime, damaged, Loc(section, key, None, raw))
+            if naming.shown is not None:
+                naming.shown[(section, key)] = _shown(view, comps, (section, key) in naming.kept)
         return root
 
     def _view_node(self, view: codec.View, xattrs: Mapping[str, bytes], mtime: int,
@@ -782,6 +967,70 @@ def _finish(acc: dict[str, dict]) -> dict[str, dict]:
                     "min_values": e["min_values"], "max_values": e["max_values"],
                     "shown_as": sorted(e["shown"], key=lambda s: -e["shown"][s])}
     return out
+
+
+def _shown(view: codec.View, comps: tuple[str, ...], kept: bool) -> Shown:
+    name = comps[-1]
+    stem = name[:len(name) - len(view.suffix)]
+    if isinstance(view, codec.FileView):
+        return Shown(comps[:-1], stem, view.raw_shape, None, kept)
+    return Shown(comps[:-1], stem, None, tuple(item for item, _ in view.items), kept)
+
+
+def _settle(layout: Mapping[str, tuple[str, ...]], wishes: Mapping[str, tuple[str, ...]]
+            ) -> tuple[Mapping[str, tuple[str, ...]], set[str]]:
+    """The paths of ``layout`` with each feature moved to the path it wishes for, where that
+    clashes with no other entry; and the keys moved."""
+    moves = sorted((key, wish) for key, wish in wishes.items() if layout[key] != wish)
+    if not moves:
+        return layout, set()
+    paths = dict(layout)
+    files = {path: key for key, path in paths.items()}
+    folders = Counter(path[:i] for path in paths.values() for i in range(1, len(path)))
+
+    def count(path: tuple[str, ...], by: int) -> None:
+        for i in range(1, len(path)):
+            folders[path[:i]] += by
+
+    moved = set()
+    for key, wish in moves:
+        old = paths[key]
+        del files[old]
+        count(old, -1)
+        free = wish not in files and not folders[wish] and not any(wish[:i] in files for i in range(1, len(wish)))
+        new = wish if free else old
+        files[new] = key
+        count(new, 1)
+        paths[key] = new
+        if free:
+            moved.add(key)
+    return paths, moved
+
+
+def _value_digests(message: Any) -> dict[PinKey, bytes]:
+    """The digest of every feature (and feature list) of a parsed record."""
+    if isinstance(message, proto.SequenceExample):
+        out = {("context", k): value_digest(f) for k, f in message.context.feature.items()}
+        out.update({("feature_lists", k): value_digest(f) for k, f in message.feature_lists.feature_list.items()})
+        return out
+    return {("", k): value_digest(f) for k, f in message.features.feature.items()}
+
+
+_XATTRS: dict[tuple[str, str | None], Mapping[str, bytes]] = {}
+
+
+def _key_xattrs(key: str, kind: str | None) -> Mapping[str, bytes]:
+    """The xattrs of a feature (key and kind) or of a nested-key folder (key): shared between
+    records, as most records of a dataset have the same keys."""
+    got = _XATTRS.get((key, kind))
+    if got is None:
+        attrs = {"user.tfrfs.key": _xkey(key)}
+        if kind is not None:
+            attrs["user.tfrfs.kind"] = kind.encode()
+        if len(_XATTRS) >= 1 << 14:
+            _XATTRS.clear()
+        got = _XATTRS[(key, kind)] = MappingProxyType(attrs)
+    return got
 
 
 def _is_dir(node: Node) -> bool:
