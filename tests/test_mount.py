@@ -113,6 +113,25 @@ def test_cp_r_find_ls_grep(sample: Path, tfrfs_mount, tmp_path: Path) -> None:
     assert (tmp_path / "clips" / "000000" / "feature_lists").is_dir()
 
 
+@pytest.mark.parametrize("rw", [False, True])
+def test_inode_numbers_survive_the_kernel_forgetting(rw: bool, sample: Path, tmp_path: Path, tfrfs_mount) -> None:
+    """cp, rsync and tar compare a file's inode number between stat and open: one the kernel
+    forgot in between (memory pressure, here drop_caches) must come back with the same number."""
+    src = tmp_path / "src"
+    shutil.copytree(sample, src)
+    mnt = tfrfs_mount(src, *(["--rw"] if rw else []))
+    rec = next(p for p in sorted((mnt / "val").iterdir()) if p.is_dir())
+    paths = [mnt / "val", rec] + sorted(p for p in rec.rglob("*") if p.is_file())[:5]
+    before = [os.stat(p).st_ino for p in paths]
+    listed = {e.name: e.inode() for e in os.scandir(rec)}
+    assert len(set(before)) == len(before)
+    assert os.stat(mnt).st_ino == 1 and os.stat(mnt / ".").st_ino == 1
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("2\n")   # dentries and inodes
+    assert [os.stat(p).st_ino for p in paths] == before
+    assert listed == {e.name: os.stat(rec / e.name).st_ino for e in os.scandir(rec)}
+
+
 def test_raw_pixels_are_png(sample: Path, tfrfs_mount) -> None:
     from PIL import Image
     mnt = tfrfs_mount(sample)

@@ -14,6 +14,7 @@ import ctypes
 import errno
 import logging
 import os
+import posixpath
 import stat as _stat
 import threading
 import time
@@ -43,6 +44,21 @@ def _find_codec(name: str) -> codecs.CodecInfo | None:
 
 
 codecs.register(_find_codec)
+
+
+_INO_BITS = (1 << 63) - 1
+
+
+def _ino(path: str) -> int:
+    """A path's inode number: the same for the mount's life, whatever the kernel forgets.
+
+    (libfuse would number nodes itself, and give a new number to a name looked up again after
+    the kernel dropped it under memory pressure; cp, rsync and tar compare inode numbers
+    between a stat and an open, and call such a file "replaced while being copied".)
+    """
+    if path == "/":
+        return 1   # the kernel numbers the root 1 (FUSE_ROOT_ID)
+    return (hash(path) & _INO_BITS) or 2
 
 
 class _MetaInvalidator:
@@ -131,10 +147,11 @@ class Operations:
 
     # -- helpers --------------------------------------------------------------
 
-    def _attrs(self, node: Node) -> dict[str, int]:
+    def _attrs(self, node: Node, path: str) -> dict[str, int]:
         st: Stat = self.tree.stat(node)
         mode = (_stat.S_IFDIR | self.tree.dir_mode) if st.is_dir else (_stat.S_IFREG | self.tree.file_mode)
         return {
+            "st_ino": _ino(path),
             "st_mode": mode, "st_nlink": st.nlink, "st_size": st.size,
             "st_uid": self.tree.uid, "st_gid": self.tree.gid,
             "st_mtime": st.mtime_ns, "st_ctime": st.mtime_ns, "st_atime": st.mtime_ns,
@@ -157,7 +174,7 @@ class Operations:
             self.tree.errors.on_change = invalidator.poke
 
     def getattr(self, path: str, fh: Any = None) -> dict[str, int]:
-        return self._attrs(self.tree.lookup(path))
+        return self._attrs(self.tree.lookup(path), path)
 
     def access(self, path: str, amode: int) -> int:
         self.tree.lookup(path)
@@ -173,13 +190,12 @@ class Operations:
 
     def readdir(self, path: str, fh: int) -> Any:
         node = self.tree.lookup(path)
-        yield "."
-        yield ".."
-        dir_mode = {"st_mode": _stat.S_IFDIR}
-        file_mode = {"st_mode": _stat.S_IFREG}
+        yield ".", {"st_mode": _stat.S_IFDIR, "st_ino": _ino(path)}, 0
+        yield "..", {"st_mode": _stat.S_IFDIR, "st_ino": _ino(posixpath.dirname(path))}, 0
+        prefix = path.rstrip("/") + "/"
         # Each entry's type lets find and ls skip a stat per name.
         for name, is_dir in self.tree.list(node):
-            yield name, (dir_mode if is_dir else file_mode), 0
+            yield name, {"st_mode": _stat.S_IFDIR if is_dir else _stat.S_IFREG, "st_ino": _ino(prefix + name)}, 0
 
     def open(self, path: str, fi: Any) -> int:
         if not self.tree.writable:
@@ -235,8 +251,8 @@ class WritableOperations(Operations):
         size = self.editor.pending_size(path)
         if size is not None:
             now = time.time_ns()
-            return {"st_mode": _stat.S_IFREG | self.tree.file_mode, "st_nlink": 1, "st_size": size,
-                    "st_uid": self.tree.uid, "st_gid": self.tree.gid, "st_mtime": now, "st_ctime": now,
+            return {"st_ino": _ino(path), "st_mode": _stat.S_IFREG | self.tree.file_mode, "st_nlink": 1,
+                    "st_size": size, "st_uid": self.tree.uid, "st_gid": self.tree.gid, "st_mtime": now, "st_ctime": now,
                     "st_atime": now, "st_blocks": (size + 511) // 512, "st_blksize": 131072}
         return super().getattr(path, fh)
 
@@ -357,6 +373,7 @@ def mount(tree: Tree, mountpoint: str, *, editor: Any = None, foreground: bool =
         fsname=fsname,
         subtype="tfrfs",
         max_read=131072,
+        use_ino=True,       # inode numbers from _ino()
     )
     if tree.writable:
         # atomic_o_trunc: open(O_TRUNC) arrives as one open with the flag. Without it the kernel
