@@ -399,6 +399,11 @@ values = st.one_of(
 
 
 @given(values)
+def test_suffix_of_is_what_render_shows(value: Value) -> None:
+    assert codec.suffix_of(value) == codec.render(value).suffix
+
+
+@given(values)
 @settings(max_examples=400)
 def test_feature_file_feature_identity(value: Value) -> None:
     # The dataset's kind is kept ...

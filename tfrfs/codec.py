@@ -452,6 +452,15 @@ def render(value: Value, shape: Shape | None = None) -> View:
     return _RENDER[value.kind](value.values)
 
 
+def suffix_of(value: Value) -> str:
+    """The suffix ``render(value)`` would give, without rendering (no float text, no copies)."""
+    if value.kind != "bytes_list":
+        return ".json"
+    if len(value.values) == 1:
+        return _single_suffix(value.values[0])
+    return ".json" if all(is_text(v) for v in value.values) else ".list"
+
+
 def render_feature_list(steps: Sequence[Value]) -> View:
     """How a SequenceExample feature list is shown (SPEC 4).
 

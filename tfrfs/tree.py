@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -889,6 +890,10 @@ class Tree:
         """Per feature key: kind, records holding it, min/max value counts, how it is shown."""
         if self._schema is not None:
             return self._schema
+        started = time.monotonic()
+        total = sum(idx.count for idx in self.shards)
+        # It reads every record: say so, as the mount answers nothing else meanwhile.
+        log.info("reading all %d records for the dataset's schema (.tfrfs/schema.json, kinds of keys)", total)
         features: dict[str, dict] = {}
         lists: dict[str, dict] = {}
         shards = []
@@ -910,6 +915,7 @@ class Tree:
                         _tally(features, proto.Example.FromString(data).features.feature, self.decode_raw)
                 except Exception:  # noqa: BLE001 - unparsable records are reported when opened
                     continue
+        log.info("schema of %d records read in %.1fs", total, time.monotonic() - started)
         out: dict = {"shards": shards, "features": _finish(features)}
         if lists:
             out["feature_lists"] = _finish(lists)
@@ -937,7 +943,7 @@ def _tally(acc: dict[str, dict], features: Mapping, decode_raw: bool) -> None:
     for key, value in values.items():
         entry = acc.setdefault(key, {"kinds": {}, "records": 0, "min_values": None, "max_values": None,
                                      "shown": {}})
-        shown = "raw pixels .png" if key in shapes else codec.render(value).suffix
+        shown = "raw pixels .png" if key in shapes else codec.suffix_of(value)
         _count(entry, value.kind, len(value.values), shown)
 
 
