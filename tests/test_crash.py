@@ -772,6 +772,18 @@ def _intent_published(calls: list[tuple[str, str]]) -> int:
 MOVE = ("/a.tfrecord/000005", "/sub/c.tfrecord/moved")
 
 
+def _move_published_at(template: Path, tmp_path: Path, cache: Path, faults) -> int:
+    """The durable call at which MOVE publishes its intent, counted on a copy of ``template``."""
+    root = copy_source(template, tmp_path / "count")
+    s = Session(root, cache)
+    counter = faults(None)
+    s.rename(*MOVE)
+    durable.fault_hook = None
+    s.close()
+    shutil.rmtree(root)
+    return _intent_published(counter.calls)
+
+
 def test_a_step_failing_twice_is_finished_by_the_next_change(tmp_path: Path, faults) -> None:
     """The intent is published, then its steps fail and fail again: the call reports the error, the
     running mount counts it as done, and the next change (or commit, or mount) puts its files in place."""
@@ -784,14 +796,7 @@ def test_a_step_failing_twice_is_finished_by_the_next_change(tmp_path: Path, fau
     expected = s.view()
     s.close()
 
-    root = copy_source(template, tmp_path / "src")
-    s = Session(root, cache)
-    counter = faults(None)
-    s.rename(*MOVE)
-    durable.fault_hook = None
-    published = _intent_published(counter.calls)
-    s.close()
-    shutil.rmtree(root)
+    published = _move_published_at(template, tmp_path, cache, faults)
 
     for change in ("write", "commit"):
         root = copy_source(template, tmp_path / change)
@@ -839,13 +844,7 @@ def test_a_damaged_or_torn_intent_is_never_carried_out(tmp_path: Path, faults) -
     s = Session(template, cache)
     before = s.view()
     s.close()
-    r = copy_source(template, tmp_path / "count")
-    s = Session(r, cache)
-    counter = faults(None)
-    s.rename(*MOVE)
-    durable.fault_hook = None
-    s.close()
-    published = _intent_published(counter.calls)
+    published = _move_published_at(template, tmp_path, cache, faults)
     for case in ("torn", "damaged", "outside"):
         root = copy_source(template, tmp_path / case)
         # The daemon dies just before the intent's rename: its content is whole, beside its name.
@@ -873,13 +872,7 @@ def test_discard_drops_a_published_intent(tmp_path: Path, faults) -> None:
     s = Session(template, cache)
     original = s.view()
     s.close()
-    r = copy_source(template, tmp_path / "count")
-    s = Session(r, cache)
-    counter = faults(None)
-    s.rename(*MOVE)
-    durable.fault_hook = None
-    s.close()
-    published = _intent_published(counter.calls)
+    published = _move_published_at(template, tmp_path, cache, faults)
     for extra in (1, 3):     # just published; one step done
         root = copy_source(template, tmp_path / f"d{extra}")
         info = crash_at(published + extra, root, cache, lambda s, progress: s.rename(*MOVE))

@@ -414,7 +414,8 @@ def _json_texts(texts: Sequence[str]) -> str:
     return "[" + ", ".join(map(encode_basestring, texts)) + "]"
 
 
-def _index_names(n: int) -> list[str]:
+def index_names(n: int) -> list[str]:
+    """Names of ``n`` items of a .list/ or .steps/ folder: indexes zero-padded to the largest (SPEC 3.2)."""
     width = len(str(n - 1)) if n else 1
     return [str(i).zfill(width) for i in range(n)]
 
@@ -429,7 +430,7 @@ def _render_bytes(values: tuple, shape: Shape | None) -> View:
     if texts is not None:  # zero values land here too: "[]"
         return FileView(".json", (_json_texts(texts) + "\n").encode("utf-8"))
     return DirView(".list", tuple((name, FileView(_single_suffix(v), v))
-                                  for name, v in zip(_index_names(len(values)), values)))
+                                  for name, v in zip(index_names(len(values)), values)))
 
 
 _RENDER: dict[str, Callable[[tuple], View]] = {
@@ -483,7 +484,7 @@ def render_feature_list(steps: Sequence[Value]) -> View:
                 body = ", ".join(_json_texts(t) for t in texts)  # type: ignore[arg-type]
                 return FileView(".json", f"[{body}]\n".encode("utf-8"))
     return DirView(".steps", tuple((name, render(step))
-                                   for name, step in zip(_index_names(len(steps)), steps)))
+                                   for name, step in zip(index_names(len(steps)), steps)))
 
 
 # --------------------------------------------------------------------------------------------

@@ -449,8 +449,7 @@ class Editor:
         else:
             feats = self._features(msg, section)
             count = len(codec.value_from_proto(feats[key]).values) if key in feats else 0
-        width = len(str(count - 1)) if count else 1     # SPEC 3.2: zero-padded to the largest index
-        return tuple(str(i).zfill(width) for i in range(count))
+        return tuple(codec.index_names(count))
 
     def _item_target(self, record: RecordDir, section: str, key: str, suffix: str, stem: str,
                      folder: tuple[str, ...]) -> Target:

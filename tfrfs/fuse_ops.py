@@ -23,7 +23,7 @@ from typing import Any
 import fuse
 
 from .errors import NoAttr, TfrfsError
-from .tree import FILE_NODES, Handle, MetaFile, Node, Stat, Tree
+from .tree import FILE_NODES, Handle, MetaFile, Stat, Tree
 
 log = logging.getLogger("tfrfs")
 
@@ -147,8 +147,7 @@ class Operations:
 
     # -- helpers --------------------------------------------------------------
 
-    def _attrs(self, node: Node, path: str) -> dict[str, int]:
-        st: Stat = self.tree.stat(node)
+    def _attrs(self, st: Stat, path: str) -> dict[str, int]:
         mode = (_stat.S_IFDIR | self.tree.dir_mode) if st.is_dir else (_stat.S_IFREG | self.tree.file_mode)
         return {
             "st_ino": _ino(path),
@@ -174,7 +173,7 @@ class Operations:
             self.tree.errors.on_change = invalidator.poke
 
     def getattr(self, path: str, fh: Any = None) -> dict[str, int]:
-        return self._attrs(self.tree.lookup(path), path)
+        return self._attrs(self.tree.stat(self.tree.lookup(path)), path)
 
     def access(self, path: str, amode: int) -> int:
         self.tree.lookup(path)
@@ -249,11 +248,8 @@ class WritableOperations(Operations):
 
     def getattr(self, path: str, fh: Any = None) -> dict[str, int]:
         size = self.editor.pending_size(path)
-        if size is not None:
-            now = time.time_ns()
-            return {"st_ino": _ino(path), "st_mode": _stat.S_IFREG | self.tree.file_mode, "st_nlink": 1,
-                    "st_size": size, "st_uid": self.tree.uid, "st_gid": self.tree.gid, "st_mtime": now, "st_ctime": now,
-                    "st_atime": now, "st_blocks": (size + 511) // 512, "st_blksize": 131072}
+        if size is not None:   # a file being created: no feature behind it yet
+            return self._attrs(Stat(False, size, time.time_ns()), path)
         return super().getattr(path, fh)
 
     def access(self, path: str, amode: int) -> int:

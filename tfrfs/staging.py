@@ -312,8 +312,7 @@ class Staging:
     def put_added(self, ch: ShardChanges, name: str, data: bytes) -> None:
         with self._changing(ch):
             fid = ch.added.get(name) or name_id(name)
-            raw = name.encode("utf-8", "surrogateescape")
-            durable.write_file(self._sdir(ch) / "add" / fid, struct.pack("<I", len(raw)) + raw + data)
+            durable.write_file(self._sdir(ch) / "add" / fid, _added_blob(name, data))
             ch.added[name] = fid
 
     def get_added(self, ch: ShardChanges, name: str) -> bytes:
@@ -486,6 +485,12 @@ def _entries(folder: Path) -> Iterator[Path]:
     return (p for p in folder.iterdir() if not p.name.startswith(".tmp-"))
 
 
+def _added_blob(name: str, data: bytes) -> bytes:
+    """An added record's journal file: its name (u32 length, UTF-8), then its bytes."""
+    raw = name.encode("utf-8", "surrogateescape")
+    return struct.pack("<I", len(raw)) + raw + data
+
+
 def _read_added_name(path: Path) -> str:
     with open(path, "rb") as f:
         (n,) = struct.unpack("<I", f.read(4))
@@ -531,8 +536,7 @@ class Intent:
     def add(self, ch: ShardChanges, name: str, data: bytes) -> None:
         """An added record ``name`` (replacing one of that name)."""
         fid = ch.added.get(name) or name_id(name)
-        raw = name.encode("utf-8", "surrogateescape")
-        self.ops.append(_Op("put", self._shard(ch) / "add" / fid, data=struct.pack("<I", len(raw)) + raw + data))
+        self.ops.append(_Op("put", self._shard(ch) / "add" / fid, data=_added_blob(name, data)))
 
         def note() -> None:
             ch.added[name] = fid

@@ -542,12 +542,14 @@ class Tree:
         raise IsADir("is a folder")
 
     def read(self, node: Node, size: int, offset: int) -> bytes:
-        """``size`` bytes of a file at ``offset``, with no open handle.
+        """``size`` bytes of a file at ``offset``, with no open handle (read-only mounts).
 
         A read-only mount answers reads by path (the kernel is told that open is not
         implemented, which saves an open and a release per file), so what a handle would hold
-        is kept here instead: recent ``.bin`` records and plain files' descriptors.
+        is kept here instead: recent ``.bin`` records and plain files' descriptors. Nothing
+        changes under a read-only mount, so neither needs invalidating.
         """
+        assert not self.writable, "a writable mount reads through handles"
         if isinstance(node, DataFile):
             if node.damaged:
                 raise DataLoss(node.damaged)
@@ -561,17 +563,9 @@ class Tree:
             return os.pread(self._plain_fd(node.path), size, offset)
         if isinstance(node, MetaFile):
             return node.render()[offset:offset + size]
-        if isinstance(node, ScratchFile):
-            h = self.open(node)
-            try:
-                return h.read(size, offset)
-            finally:
-                h.close()
-        raise IsADir("is a folder")
+        raise IsADir("is a folder")   # scratch files exist only in writable mounts
 
     def _bin_content(self, node: RecordBin) -> tuple[bytes, str | None]:
-        if self.writable:   # records change under a writable mount; its reads come with handles anyway
-            return self.record_bytes(node.shard, node.rid)
         key = (node.shard, node.rid)
         with self._lock:
             hit = self._bins.get(key)
@@ -762,8 +756,7 @@ class Tree:
         data, damaged = self.record_bytes(shard, rid)
         if damaged:
             raise DataLoss(damaged)
-        cls = proto.SequenceExample if self.kinds[shard] == "sequence" else proto.Example
-        return cls.FromString(data)
+        return self._parse(shard, data)
 
     def _build_view(self, shard: int, rid: RecordId, data: bytes, damaged: str | None,
                     naming: _Naming) -> RecordView:
