@@ -31,7 +31,7 @@ def is_mounted(path: Path) -> bool:
 
 
 def force_unmount(path: Path) -> None:
-    for cmd in (["fusermount", "-u", str(path)], ["fusermount", "-uz", str(path)], ["umount", "-l", str(path)]):
+    for cmd in (["fusermount3", "-u", str(path)], ["fusermount3", "-uz", str(path)], ["umount", "-l", str(path)]):
         if not is_mounted(path):
             return
         subprocess.run(cmd, capture_output=True)

@@ -1002,7 +1002,7 @@ def _gone(pid: int) -> bool:
 
 
 def kill_daemon(mnt: Path) -> None:
-    """kill -9 the daemon, then detach its dead mount (fusermount -uz)."""
+    """kill -9 the daemon, then detach its dead mount (fusermount3 -uz)."""
     pid = daemon_pid(mnt)
     os.kill(pid, signal.SIGKILL)
     for _ in range(200):
@@ -1011,7 +1011,7 @@ def kill_daemon(mnt: Path) -> None:
         time.sleep(0.02)
     else:
         raise AssertionError(f"daemon {pid} did not die")
-    subprocess.run(["fusermount", "-uz", str(mnt)], capture_output=True)
+    subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True)
     force_unmount(mnt)
     assert not is_mounted(mnt)
 

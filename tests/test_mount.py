@@ -9,6 +9,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,8 @@ def sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_tree_never_imports_fuse() -> None:
-    code = "import sys, tfrfs.tree, tfrfs.cli; assert 'fuse' not in sys.modules, 'fuse imported'"
+    code = ("import sys, tfrfs.tree, tfrfs.cli; "
+            "assert not {'mfusepy', 'fuse'} & set(sys.modules), 'the FUSE binding was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -130,6 +132,41 @@ def test_inode_numbers_survive_the_kernel_forgetting(rw: bool, sample: Path, tmp
     Path("/proc/sys/vm/drop_caches").write_text("2\n")   # dentries and inodes
     assert [os.stat(p).st_ino for p in paths] == before
     assert listed == {e.name: os.stat(rec / e.name).st_ino for e in os.scandir(rec)}
+
+
+def test_listings_carry_exact_attributes(sample: Path, tfrfs_mount) -> None:
+    """A read-only listing hands the kernel each entry's attributes (readdirplus), and stat then
+    answers from them without asking the daemon: they must be exactly what a lookup gives."""
+    mnt = tfrfs_mount(sample)
+    shard_mtime = os.stat(sample / "train" / "train-00000-of-00002.tfrecord").st_mtime_ns
+    files = 0
+    for dirpath, _dirs, names in os.walk(mnt):   # listings first, as ls -l, find and cp -r do
+        for entry in os.scandir(dirpath):
+            st = entry.stat(follow_symlinks=False)
+            assert st.st_ino == entry.inode()
+            if entry.is_dir(follow_symlinks=False):
+                assert stat.S_IMODE(st.st_mode) == 0o555
+                continue
+            files += 1
+            data = Path(entry.path).read_bytes()
+            assert st.st_size == len(data), entry.path
+            assert stat.S_IMODE(st.st_mode) == 0o444 and st.st_uid == os.getuid()
+            assert st.st_blocks == (len(data) + 511) // 512
+            if "/train/train-00000-of-00002.tfrecord/" in entry.path:
+                assert st.st_mtime_ns == shard_mtime
+    assert files > 300
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the read-ahead knob is root's")
+def test_read_only_mount_reads_ahead_1_mib(sample: Path, tfrfs_mount) -> None:
+    """Large files arrive in 1 MiB requests: the mount's read-ahead is raised from 128 KiB."""
+    mnt = tfrfs_mount(sample)
+    dev = os.stat(mnt).st_dev
+    knob = Path(f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb")
+    deadline = time.monotonic() + 5
+    while knob.read_text().strip() != "1024" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert knob.read_text().strip() == "1024"
 
 
 def test_raw_pixels_are_png(sample: Path, tfrfs_mount) -> None:

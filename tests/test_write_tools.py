@@ -498,6 +498,33 @@ def test_mv(data: Path, template: Path, orig: dict, tfrfs_mount, tf: TFReader, t
     })
 
 
+RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
+
+
+def renameat2(old: Path, new: Path, flags: int) -> int:
+    """renameat2(2) as mv -n and others call it: 0, or the errno."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd = -100
+    rc = libc.renameat2(at_fdcwd, os.fsencode(old), at_fdcwd, os.fsencode(new), flags)
+    return 0 if rc == 0 else ctypes.get_errno()
+
+
+@pytest.mark.tf
+def test_rename_flags(data: Path, template: Path, orig: dict, tfrfs_mount, tf: TFReader) -> None:
+    """RENAME_NOREPLACE refuses a name that exists and changes nothing; RENAME_EXCHANGE is not
+    supported; a no-replace rename to a free name is a plain rename."""
+    mnt = tfrfs_mount(data, "--rw")
+    img = mnt / TRAIN0 / "000002" / "image"
+    assert renameat2(img / "filename.txt", img / "source_id.txt", RENAME_NOREPLACE) == errno.EEXIST
+    assert renameat2(img / "filename.txt", img / "source_id.txt", RENAME_EXCHANGE) == errno.EINVAL
+    assert renameat2(img / "filename.txt", img / "name.txt", RENAME_NOREPLACE) == 0
+    run_tfrfs("umount", str(mnt), check=True)
+    o = orig[TRAIN0]
+    r2 = setf(delf(msg(o[2]), "image/filename"), "image/name", "bytes_list", values(msg(o[2]), "image/filename")[0])
+    check_dataset(tf, data, template, orig, {TRAIN0: [o[0], o[1], r2, *o[3:]]})
+
+
 @pytest.mark.tf
 def test_rm_r(data: Path, template: Path, orig: dict, tfrfs_mount, tf: TFReader) -> None:
     mnt = tfrfs_mount(data, "--rw")
@@ -506,10 +533,10 @@ def test_rm_r(data: Path, template: Path, orig: dict, tfrfs_mount, tf: TFReader)
     assert os.listdir(mnt / TRAIN0) == [f"{i:06d}" for i in range(12) if i not in (3, 7)]   # stable names
     assert os.listdir(mnt / "val") == []
     assert os.listdir(mnt / TRAIN1 / "000000" / "image" / "key") == []   # the folder stays until rmdir
-    # fusermount -u commits too.
-    subprocess.run(["fusermount", "-u", str(mnt)], check=True)
+    # fusermount3 -u commits too.
+    subprocess.run(["fusermount3", "-u", str(mnt)], check=True)
     assert not is_mounted(mnt)
-    # fusermount returns when the kernel lets go; the daemon commits after that, then exits.
+    # fusermount3 returns when the kernel lets go; the daemon commits after that, then exits.
     wait_for_log(tfrfs_mount, mnt, "committed val/val-00000-of-00001.tfrecord")
     o = orig[TRAIN0]
     r1 = msg(orig[TRAIN1][1])

@@ -153,7 +153,11 @@ def cmd_mount(args: argparse.Namespace) -> int:
             log.info("staged changes from an earlier mount: %s", ", ".join(p["shard"] for p in pending))
     log.info("mounting %s at %s (%d shards, %d records, %s)", args.source, args.mountpoint, len(indexes),
              sum(i.count for i in indexes), "read-write" if args.rw else "read-only")
-    from . import fuse_ops
+    try:
+        from . import fuse_ops
+    except ImportError as exc:
+        log.error("cannot mount: %s", exc)
+        return EXIT_PROBLEMS
     try:
         fuse_ops.mount(tree, args.mountpoint, editor=editor)
     except RuntimeError as exc:
@@ -217,6 +221,12 @@ def _spawn_daemon(args: argparse.Namespace, log_path: Path) -> int:
     return EXIT_PROBLEMS
 
 
+def _fusermount() -> str:
+    """libfuse3's fusermount3 where it is installed (it mounted us), else fusermount."""
+    import shutil
+    return "fusermount3" if shutil.which("fusermount3") else "fusermount"
+
+
 def _tail(path: Path, lines: int = 10) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -234,11 +244,11 @@ def cmd_umount(args: argparse.Namespace) -> int:
         if result is not None:
             print(f"tfrfs: {result}; {mnt} stays mounted", file=sys.stderr)
             return EXIT_PROBLEMS
-    proc = subprocess.run(["fusermount", "-u", mnt], capture_output=True, text=True)
+    proc = subprocess.run([_fusermount(), "-u", mnt], capture_output=True, text=True)
     if proc.returncode != 0:
         print(f"tfrfs: cannot unmount {mnt}: {proc.stderr.strip()}", file=sys.stderr)
         return EXIT_PROBLEMS
-    # fusermount returns once the kernel lets go; wait for the daemon to finish too.
+    # fusermount3 returns once the kernel lets go; wait for the daemon to finish too.
     for _ in range(200):
         if mounted_fstype(mnt) != FSTYPE:
             break

@@ -1,8 +1,8 @@
 """One exception tree for tfrfs.
 
 Every leaf also subclasses the builtin it means and carries an errno, so the
-FUSE adapter can map any of them in one place and never hands fusepy an
-``OSError`` without one (fusepy 3.0.1 ends the whole mount on such an error).
+FUSE adapter can map any of them in one place and never hands the binding an
+``OSError`` without one.
 """
 
 from __future__ import annotations

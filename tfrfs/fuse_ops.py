@@ -1,15 +1,19 @@
-"""The FUSE adapter: the only module that imports fusepy.
+"""The FUSE adapter: the only module that imports the FUSE binding.
+
+The binding is mfusepy (fusepy's maintained fork, same interface) on libfuse3.
+libfuse3 is what lets the kernel send 1 MiB reads and list a folder with every
+entry's attributes (readdirplus); with libfuse2 the kernel asks for each name
+again and reads in 128 KiB pieces.
 
 Each call is translated to the tree in a line or two; every exception is
-mapped to an errno in one place, ``Operations.__call__``. Operations the
-mount does not need are left undefined on purpose: fusepy registers only the
-methods an operations object has, so an unneeded call (``flush`` on a
-read-only file, say) never enters Python at all.
+mapped to an errno in one place, ``_Fuse._wrapper``, through which the binding
+routes every callback. Operations the mount does not need are left undefined on
+purpose: only the methods an operations object has are registered, so an
+unneeded call (``flush`` on a read-only file, say) never enters Python at all.
 """
 
 from __future__ import annotations
 
-import codecs
 import ctypes
 import errno
 import logging
@@ -18,32 +22,34 @@ import posixpath
 import stat as _stat
 import threading
 import time
-from typing import Any
+from typing import Any, Iterator
 
-import fuse
+if not (os.environ.get("FUSE_LIBRARY_PATH") or os.environ.get("FUSE_LIBRARY_NAME")):
+    os.environ["FUSE_LIBRARY_NAME"] = "fuse3"   # mfusepy would take libfuse2 first where both exist
+try:
+    import mfusepy as fuse
+except OSError as _exc:   # no libfuse on this machine
+    raise ImportError(f"{_exc}: tfrfs needs libfuse3 (Debian/Ubuntu: apt-get install fuse3)") from None
+if fuse.fuse_version_major != 3:
+    raise ImportError(f"tfrfs needs libfuse3, but {fuse._libfuse_path} is libfuse{fuse.fuse_version_major}")
 
 from .errors import NoAttr, TfrfsError
 from .tree import FILE_NODES, Handle, MetaFile, Stat, Tree
 
 log = logging.getLogger("tfrfs")
 
-# Names that are not valid UTF-8 (``ls $'\xff'``) must fail with ENOENT, not
-# crash fusepy's decoder: decode paths with surrogateescape.
-_CODEC = "tfrfs_utf8"  # codecs.lookup normalises names: keep it in that form
+# libfuse3's fuse_common.h and fuse.h
+_CAP_ATOMIC_O_TRUNC = 1 << 3
+_CAP_READDIRPLUS = 1 << 13
+_CAP_READDIRPLUS_AUTO = 1 << 14
+_READDIR_PLUS = 1 << 0        # readdir flag: the kernel wants attributes too
+_FILL_DIR_PLUS = 1 << 1       # filler flag: this entry's attributes are complete
+_RENAME_NOREPLACE = 1 << 0
+_RENAME_EXCHANGE = 1 << 1
 
-
-def _find_codec(name: str) -> codecs.CodecInfo | None:
-    if name != _CODEC:
-        return None
-    utf8 = codecs.lookup("utf-8")
-    return codecs.CodecInfo(
-        name=_CODEC,
-        encode=lambda s, errors="strict": utf8.encode(s, "surrogateescape"),
-        decode=lambda b, errors="strict": utf8.decode(b, "surrogateescape"),
-    )
-
-
-codecs.register(_find_codec)
+# Read-only mounts ask the kernel to read ahead this much (root only: sysfs), so a large file
+# arrives in 1 MiB requests, the most libfuse3 takes, instead of the default 128 KiB.
+_READ_AHEAD_KB = 1024
 
 
 _INO_BITS = (1 << 63) - 1
@@ -74,23 +80,20 @@ class _MetaInvalidator:
     _NAME = b".tfrfs"
 
     def __init__(self) -> None:
-        self._chan: int | None = None
+        self._session: int | None = None
         self._wake = threading.Event()
 
     def bind(self) -> None:
-        """Find the kernel channel; call from inside a FUSE callback (``init``)."""
+        """Find the FUSE session; call from inside a FUSE callback (``init``)."""
         lib = fuse._libfuse
         lib.fuse_get_session.restype = ctypes.c_void_p
         lib.fuse_get_session.argtypes = [ctypes.c_void_p]
-        lib.fuse_session_next_chan.restype = ctypes.c_void_p
-        lib.fuse_session_next_chan.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
         lib.fuse_lowlevel_notify_inval_entry.restype = ctypes.c_int
         lib.fuse_lowlevel_notify_inval_entry.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p,
                                                          ctypes.c_size_t]
-        session = lib.fuse_get_session(lib.fuse_get_context().contents.fuse)
-        self._chan = lib.fuse_session_next_chan(session, None) if session else None
-        if not self._chan:
-            log.warning("no FUSE channel found: .tfrfs/errors may show an old size until remount")
+        self._session = lib.fuse_get_session(lib.fuse_get_context().contents.fuse)
+        if not self._session:
+            log.warning("no FUSE session found: .tfrfs/errors may show an old size until remount")
             return
         threading.Thread(target=self._run, name="tfrfs-notify", daemon=True).start()
 
@@ -102,48 +105,108 @@ class _MetaInvalidator:
         while True:
             self._wake.wait()
             self._wake.clear()
-            rc = notify(self._chan, self._PARENT, self._NAME, len(self._NAME))
+            rc = notify(self._session, self._PARENT, self._NAME, len(self._NAME))
             if rc not in (0, -errno.ENOENT):   # ENOENT: the kernel holds no such name, nothing to do
                 log.debug("kernel notification for .tfrfs failed: %s", os.strerror(-rc))
                 if rc in (-errno.ENODEV, -errno.EBADF):
                     return   # unmounted
 
 
+def _widen_readahead(mountpoint: str) -> None:
+    """Let the kernel read ahead ``_READ_AHEAD_KB`` on this mount (its backing device's sysfs knob).
+
+    Runs on its own thread: the stat below is answered by the daemon, which must first have
+    finished ``init``; and the kernel sets its own read-ahead when that reply arrives.
+    """
+    try:
+        dev = os.stat(mountpoint).st_dev
+        knob = f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb"
+        with open(knob, "w") as f:
+            f.write(f"{_READ_AHEAD_KB}\n")
+        log.debug("read-ahead %d KiB (%s)", _READ_AHEAD_KB, knob)
+    except OSError as exc:   # not root, or no sysfs: large files come in 128 KiB reads
+        log.debug("read-ahead left at the kernel's default: %s", exc)
+
+
+def errno_of(exc: BaseException, op: str, args: tuple) -> int:
+    """The errno an exception raised by an operation stands for: the one place errors are mapped."""
+    if isinstance(exc, fuse.FuseOSError):
+        return exc.errno
+    if isinstance(exc, TfrfsError):
+        return exc.errno
+    if isinstance(exc, UnicodeError):
+        return errno.ENOENT
+    if isinstance(exc, OSError):
+        if exc.errno and exc.errno > 0:
+            return exc.errno
+        log.error("%s %r failed without an errno", op, args[:1], exc_info=exc)
+        return errno.EIO
+    log.error("internal error in %s %r", op, args[:1], exc_info=exc)
+    return errno.EIO
+
+
+class _Fuse(fuse.FUSE):
+    """The binding, with tfrfs's error mapping and the libfuse3 calls it does not pass on whole."""
+
+    def _wrapper(self, func: Any, *args: Any, **kwargs: Any) -> Any:
+        # Every callback from libfuse comes through here.
+        try:
+            return func(*args, **kwargs) or 0
+        except Exception as exc:
+            if func.__name__.startswith("init"):
+                log.error("FUSE init failed", exc_info=exc)
+                return 0
+            return -errno_of(exc, func.__name__, args[:1])
+
+    def readdir_fuse_3(self, path: bytes, buf: Any, filler: Any, offset: int, fip: Any, flags: int) -> int:
+        ops = self.operations
+        where = path.decode(self.encoding, self.errors)
+        st = fuse.c_stat()
+        if flags & _READDIR_PLUS:
+            # Each entry with its attributes, so ls -l, find or a walk need no lookup per name.
+            # libfuse3 (up to 3.16) passes attributes on only for entries filled with their
+            # position, so the listing goes a page at a time, resuming after ``offset``.
+            for cookie, name, attrs in ops.readdir_plus(where, offset):
+                ctypes.memset(ctypes.byref(st), 0, ctypes.sizeof(st))
+                fuse.set_st_attrs(st, attrs, use_ns=True)
+                if filler(buf, name.encode(self.encoding, self.errors), st, cookie, _FILL_DIR_PLUS):
+                    break
+            return 0
+        # The whole listing at once; libfuse hands it out page by page.
+        for name, attrs in ops.readdir(where):
+            ctypes.memset(ctypes.byref(st), 0, ctypes.sizeof(st))
+            fuse.set_st_attrs(st, attrs, use_ns=True)
+            if filler(buf, name.encode(self.encoding, self.errors), st, 0, 0):
+                break
+        return 0
+
+    def truncate_fuse_3(self, path: bytes | None, length: int, fip: Any) -> int:
+        # ftruncate arrives here with the file's handle (the binding would drop it).
+        fi = fip.contents if fip else None
+        return self.operations.truncate(None if path is None else path.decode(self.encoding, self.errors),
+                                        length, fi)
+
+    def rename_fuse_3(self, old: bytes, new: bytes, flags: int) -> int:
+        return self.operations.rename(old.decode(self.encoding, self.errors),
+                                      new.decode(self.encoding, self.errors), flags)
+
+
 class Operations:
-    """fusepy operations for a read-only tree.
+    """Operations for a read-only tree.
 
     Files are read by path: ``open`` answers "not implemented", which the kernel takes as
     "opening always succeeds" and stops sending opens and releases, two of the four requests
     that reading a small file would otherwise cost.
     """
 
-    use_ns = True   # times in nanoseconds (and fusepy's float-time deprecation stays quiet)
+    use_ns = True   # times in nanoseconds
 
-    def __init__(self, tree: Tree) -> None:
+    def __init__(self, tree: Tree, mountpoint: str = "") -> None:
         self.tree = tree
+        self.mountpoint = mountpoint
         self._handles: dict[int, Handle] = {}
         self._next_fh = 1
-        self._fh_lock = threading.Lock()   # not "lock": that would shadow fusepy's lock operation
-
-    # -- the one place errors are mapped ------------------------------------
-
-    def __call__(self, op: str, *args: Any) -> Any:
-        try:
-            return getattr(self, op)(*args)
-        except fuse.FuseOSError:
-            raise
-        except TfrfsError as exc:
-            raise fuse.FuseOSError(exc.errno) from None
-        except UnicodeError:
-            raise fuse.FuseOSError(errno.ENOENT) from None
-        except OSError as exc:
-            if exc.errno and exc.errno > 0:
-                raise fuse.FuseOSError(exc.errno) from None
-            log.exception("%s %r failed without an errno", op, args[:1])
-            raise fuse.FuseOSError(errno.EIO) from None
-        except Exception:
-            log.exception("internal error in %s %r", op, args[:1])
-            raise fuse.FuseOSError(errno.EIO) from None
+        self._fh_lock = threading.Lock()   # not "lock": that would register a lock operation
 
     # -- helpers --------------------------------------------------------------
 
@@ -166,11 +229,23 @@ class Operations:
 
     # -- operations -----------------------------------------------------------
 
-    def init(self, path: str) -> None:
-        if not self.tree.writable:
-            invalidator = _MetaInvalidator()
-            invalidator.bind()
-            self.tree.errors.on_change = invalidator.poke
+    def init_with_config(self, conn: Any, config: Any) -> None:
+        if self.tree.writable:
+            # atomic_o_trunc: open(O_TRUNC) arrives as one open with the flag. Without it the
+            # kernel sends a path truncate to 0 first, with no file handle, and an empty .json
+            # would be judged (and refused) before `>` or cp could write the new content.
+            # No readdirplus: names and sizes are never cached in --rw (see mount()), so
+            # attributes in a listing would be thrown away, and cost a stat per entry.
+            conn.want = (conn.want | _CAP_ATOMIC_O_TRUNC) & ~(_CAP_READDIRPLUS | _CAP_READDIRPLUS_AUTO)
+            return
+        # Every listing carries attributes, not only its first page ("auto").
+        conn.want = (conn.want | _CAP_READDIRPLUS) & ~_CAP_READDIRPLUS_AUTO
+        invalidator = _MetaInvalidator()
+        invalidator.bind()
+        self.tree.errors.on_change = invalidator.poke
+        if self.mountpoint:
+            threading.Thread(target=_widen_readahead, args=(self.mountpoint,), name="tfrfs-readahead",
+                             daemon=True).start()
 
     def getattr(self, path: str, fh: Any = None) -> dict[str, int]:
         return self._attrs(self.tree.stat(self.tree.lookup(path)), path)
@@ -187,14 +262,29 @@ class Operations:
             raise fuse.FuseOSError(errno.ENOTDIR)
         return 0
 
-    def readdir(self, path: str, fh: int) -> Any:
+    def readdir(self, path: str) -> Iterator[tuple[str, dict[str, int]]]:
+        """(name, type and number) of each entry: the type lets find and ls skip a stat per name."""
         node = self.tree.lookup(path)
-        yield ".", {"st_mode": _stat.S_IFDIR, "st_ino": _ino(path)}, 0
-        yield "..", {"st_mode": _stat.S_IFDIR, "st_ino": _ino(posixpath.dirname(path))}, 0
+        yield ".", {"st_mode": _stat.S_IFDIR, "st_ino": _ino(path)}
+        yield "..", {"st_mode": _stat.S_IFDIR, "st_ino": _ino(posixpath.dirname(path))}
         prefix = path.rstrip("/") + "/"
-        # Each entry's type lets find and ls skip a stat per name.
         for name, is_dir in self.tree.list(node):
-            yield name, {"st_mode": _stat.S_IFDIR if is_dir else _stat.S_IFREG, "st_ino": _ino(prefix + name)}, 0
+            yield name, {"st_mode": _stat.S_IFDIR if is_dir else _stat.S_IFREG, "st_ino": _ino(prefix + name)}
+
+    def readdir_plus(self, path: str, offset: int) -> Iterator[tuple[int, str, dict[str, int]]]:
+        """(position, name, attributes) of the entries after position ``offset`` (0: from the start).
+
+        Positions: 1 and 2 for "." and "..", then the tree's positions plus 3.
+        """
+        node = self.tree.lookup(path)
+        if offset < 1:
+            yield 1, ".", {"st_mode": _stat.S_IFDIR, "st_ino": _ino(path)}
+        if offset < 2:
+            yield 2, "..", {"st_mode": _stat.S_IFDIR, "st_ino": _ino(posixpath.dirname(path))}
+        prefix = path.rstrip("/") + "/"
+        tree = self.tree
+        for pos, name, child in tree.entries(node, max(0, offset - 2)):
+            yield pos + 3, name, self._attrs(tree.stat(child), prefix + name)
 
     def open(self, path: str, fi: Any) -> int:
         if not self.tree.writable:
@@ -240,7 +330,7 @@ class Operations:
 
 
 class WritableOperations(Operations):
-    """fusepy operations for a ``--rw`` mount: every change goes through the editor."""
+    """Operations for a ``--rw`` mount: every change goes through the editor."""
 
     def __init__(self, tree: Tree, editor: Any) -> None:
         super().__init__(tree)
@@ -316,7 +406,11 @@ class WritableOperations(Operations):
         self.editor.rmdir(path)
         return 0
 
-    def rename(self, old: str, new: str) -> int:
+    def rename(self, old: str, new: str, flags: int = 0) -> int:
+        if flags & ~_RENAME_NOREPLACE:
+            raise fuse.FuseOSError(errno.EINVAL)   # RENAME_EXCHANGE, RENAME_WHITEOUT: not supported
+        if flags & _RENAME_NOREPLACE and self._present(new):
+            raise fuse.FuseOSError(errno.EEXIST)
         self.editor.rename(old, new)
         return 0
 
@@ -345,6 +439,13 @@ class WritableOperations(Operations):
         if self.editor.pending_size(path) is None:
             self.tree.lookup(path)
 
+    def _present(self, path: str) -> bool:
+        try:
+            self._exists(path)
+        except TfrfsError:
+            return False
+        return True
+
     def statfs(self, path: str) -> dict[str, int]:
         st = os.statvfs(self.tree.discovery.root)
         return {k: getattr(st, k) for k in ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail",
@@ -368,23 +469,20 @@ def mount(tree: Tree, mountpoint: str, *, editor: Any = None, foreground: bool =
         nothreads=True,     # one thread: the tree's caches and the journal need no locking
         fsname=fsname,
         subtype="tfrfs",
-        max_read=131072,
         use_ino=True,       # inode numbers from _ino()
     )
     if tree.writable:
-        # atomic_o_trunc: open(O_TRUNC) arrives as one open with the flag. Without it the kernel
-        # sends a path truncate to 0 first, with no file handle, and an empty .json would be
-        # judged (and refused) before `>` or cp could write the new content.
         # No attribute or name caching: names and sizes change without a call through the kernel
         # for that path (a commit renumbers records; a PNG sets height.json; a value becomes
         # binary and city.txt is city.bin). The kernel reads no further than the size it holds,
         # and a name it still believes in makes open(O_CREAT) skip create and fail with ENOENT.
-        opts.update(attr_timeout=0.0, entry_timeout=0.0, negative_timeout=0, big_writes=True,
-                    max_write=131072, atomic_o_trunc=True)
+        # (Writes come in requests of up to 1 MiB, and open(O_TRUNC) as one open with the flag:
+        # see init_with_config.)
+        opts.update(attr_timeout=0.0, entry_timeout=0.0, negative_timeout=0)
         ops: Operations = WritableOperations(tree, editor)
     else:
         # Nothing changes under a read-only mount: let the kernel keep attributes, names and data.
         opts.update(ro=True, kernel_cache=True, attr_timeout=86400.0, entry_timeout=86400.0,
                     negative_timeout=60.0)
-        ops = Operations(tree)
-    fuse.FUSE(ops, mountpoint, raw_fi=True, encoding=_CODEC, **opts)
+        ops = Operations(tree, mountpoint)
+    _Fuse(ops, mountpoint, raw_fi=True, encoding="utf-8", errors="surrogateescape", **opts)

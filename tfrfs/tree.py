@@ -10,6 +10,7 @@ kept in an LRU within a memory budget.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -18,7 +19,7 @@ import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Mapping, Union
+from typing import Any, Callable, Iterable, Iterator, Mapping, Union
 
 from . import codec, names, proto, tfrecord
 from .errors import DataLoss, IsADir, NotADir, NotFound, NameTooLong
@@ -502,28 +503,48 @@ class Tree:
         if isinstance(node, Dir):
             return [(n, _is_dir(c)) for n, c in node.children.items()]
         if isinstance(node, ShardDir):
-            return self._list_shard(node.shard)
+            return ((name, is_dir) for _, name, is_dir in self._shard_names(node.shard))
         if isinstance(node, RecordDir):
             return self.list(self.record_view(node.shard, node.rid).root)
         raise NotADir("not a folder")
 
-    def _list_shard(self, shard: int) -> Iterable[tuple[str, bool]]:
+    def entries(self, node: Node, start: int = 0) -> Iterator[tuple[int, str, Node]]:
+        """(position, name, node) of a folder's entries from position ``start`` on.
+
+        The names and order are ``list``'s. Positions grow, stay the same while the folder does
+        and may skip (a shard folder's are its record numbers), so a listing can resume at any
+        of them. Each node is cheap to ``stat``: a shard folder's come from its index, unparsed.
+        """
+        if isinstance(node, RecordDir):
+            node = self.record_view(node.shard, node.rid).root
+        if isinstance(node, Dir):
+            rest = itertools.islice(node.children.items(), start, None)
+            return ((pos, name, child) for pos, (name, child) in enumerate(rest, start))
+        if isinstance(node, ShardDir):
+            return ((pos, name, self._record_entry(node, name))
+                    for pos, name, _ in self._shard_names(node.shard, start))
+        raise NotADir("not a folder")
+
+    def _shard_names(self, shard: int, start: int = 0) -> Iterator[tuple[int, str, bool]]:
+        """(position, name, is_dir) of a shard folder's entries: record i at position i,
+        records added in --rw after the last one."""
         idx = self.shards[shard]
         width = record_name_width(idx.count)
         raw = self.kinds[shard] == "raw"
         ch = self.changes(shard)
         deleted = ch.deleted if ch is not None else ()
         bad = idx.bad
-        for i in range(idx.count):
+        for i in range(start, idx.count):
             if i in deleted:
                 continue
             if raw or i in bad:
-                yield f"{i:0{width}d}.bin", False
+                yield i, f"{i:0{width}d}.bin", False
             else:
-                yield f"{i:0{width}d}", True
+                yield i, f"{i:0{width}d}", True
         if ch is not None and not raw:
-            for name in ch.added_names():
-                yield name, True
+            for j, name in enumerate(ch.added_names()):
+                if idx.count + j >= start:
+                    yield idx.count + j, name, True
 
     # -- content ------------------------------------------------------------
 
