@@ -126,6 +126,12 @@ def _setup_logging(log_path: Path, *, also_stderr: bool) -> None:
 
 def cmd_mount(args: argparse.Namespace) -> int:
     _check_mountpoint(args.mountpoint)
+    # libfuse changes the daemon's working folder to /: every path it keeps must be absolute.
+    args.mountpoint = os.path.abspath(args.mountpoint)
+    if args.cache_dir:
+        args.cache_dir = os.path.abspath(args.cache_dir)
+    if args.log:
+        args.log = os.path.abspath(args.log)
     log_path = Path(args.log) if args.log else _default_log(args.cache_dir, args.mountpoint)
     if not args.foreground:
         return _spawn_daemon(args, log_path)

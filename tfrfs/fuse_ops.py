@@ -123,9 +123,9 @@ def _widen_readahead(mountpoint: str) -> None:
         knob = f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb"
         with open(knob, "w") as f:
             f.write(f"{_READ_AHEAD_KB}\n")
-        log.debug("read-ahead %d KiB (%s)", _READ_AHEAD_KB, knob)
+        log.info("read-ahead %d KiB (%s)", _READ_AHEAD_KB, knob)
     except OSError as exc:   # not root, or no sysfs: large files come in 128 KiB reads
-        log.debug("read-ahead left at the kernel's default: %s", exc)
+        log.info("read-ahead left at the kernel's default (raising it needs root): %s", exc)
 
 
 def errno_of(exc: BaseException, op: str, args: tuple) -> int:
