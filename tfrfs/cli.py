@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -229,7 +230,6 @@ def _spawn_daemon(args: argparse.Namespace, log_path: Path) -> int:
 
 def _fusermount() -> str:
     """libfuse3's fusermount3 where it is installed (it mounted us), else fusermount."""
-    import shutil
     return "fusermount3" if shutil.which("fusermount3") else "fusermount"
 
 

@@ -159,24 +159,13 @@ class _Fuse(fuse.FUSE):
             return -errno_of(exc, func.__name__, args[:1])
 
     def readdir_fuse_3(self, path: bytes, buf: Any, filler: Any, offset: int, fip: Any, flags: int) -> int:
-        ops = self.operations
-        where = path.decode(self.encoding, self.errors)
+        plus = bool(flags & _READDIR_PLUS)
+        fill_flags = _FILL_DIR_PLUS if plus else 0
         st = fuse.c_stat()
-        if flags & _READDIR_PLUS:
-            # Each entry with its attributes, so ls -l, find or a walk need no lookup per name.
-            # libfuse3 (up to 3.16) passes attributes on only for entries filled with their
-            # position, so the listing goes a page at a time, resuming after ``offset``.
-            for cookie, name, attrs in ops.readdir_plus(where, offset):
-                ctypes.memset(ctypes.byref(st), 0, ctypes.sizeof(st))
-                fuse.set_st_attrs(st, attrs, use_ns=True)
-                if filler(buf, name.encode(self.encoding, self.errors), st, cookie, _FILL_DIR_PLUS):
-                    break
-            return 0
-        # The whole listing at once; libfuse hands it out page by page.
-        for name, attrs in ops.readdir(where):
+        for position, name, attrs in self.operations.readdir(path.decode(self.encoding, self.errors), offset, plus):
             ctypes.memset(ctypes.byref(st), 0, ctypes.sizeof(st))
             fuse.set_st_attrs(st, attrs, use_ns=True)
-            if filler(buf, name.encode(self.encoding, self.errors), st, 0, 0):
+            if filler(buf, name.encode(self.encoding, self.errors), st, position, fill_flags):
                 break
         return 0
 
@@ -262,29 +251,28 @@ class Operations:
             raise fuse.FuseOSError(errno.ENOTDIR)
         return 0
 
-    def readdir(self, path: str) -> Iterator[tuple[str, dict[str, int]]]:
-        """(name, type and number) of each entry: the type lets find and ls skip a stat per name."""
-        node = self.tree.lookup(path)
-        yield ".", {"st_mode": _stat.S_IFDIR, "st_ino": _ino(path)}
-        yield "..", {"st_mode": _stat.S_IFDIR, "st_ino": _ino(posixpath.dirname(path))}
-        prefix = path.rstrip("/") + "/"
-        for name, is_dir in self.tree.list(node):
-            yield name, {"st_mode": _stat.S_IFDIR if is_dir else _stat.S_IFREG, "st_ino": _ino(prefix + name)}
+    def readdir(self, path: str, offset: int, plus: bool) -> Iterator[tuple[int, str, dict[str, int]]]:
+        """(position, name, attributes) of the entries after position ``offset``.
 
-    def readdir_plus(self, path: str, offset: int) -> Iterator[tuple[int, str, dict[str, int]]]:
-        """(position, name, attributes) of the entries after position ``offset`` (0: from the start).
-
-        Positions: 1 and 2 for "." and "..", then the tree's positions plus 3.
+        With ``plus`` (readdirplus) each entry carries all its attributes, so ls -l, find or a
+        walk need no lookup per name. libfuse3 (up to 3.16) passes attributes on only for
+        entries filled with their position, so such a listing goes a page at a time, resuming
+        after ``offset``: 1 and 2 are "." and "..", then the tree's positions plus 3.
+        Without it, the whole listing goes at once (position 0; libfuse hands it out page by
+        page) with each entry's type, which lets find and ls skip a stat per name.
         """
         node = self.tree.lookup(path)
-        if offset < 1:
-            yield 1, ".", {"st_mode": _stat.S_IFDIR, "st_ino": _ino(path)}
-        if offset < 2:
-            yield 2, "..", {"st_mode": _stat.S_IFDIR, "st_ino": _ino(posixpath.dirname(path))}
+        for position, name, of in ((1, ".", path), (2, "..", posixpath.dirname(path))):
+            if position > offset:
+                yield (position if plus else 0), name, {"st_mode": _stat.S_IFDIR, "st_ino": _ino(of)}
         prefix = path.rstrip("/") + "/"
         tree = self.tree
-        for pos, name, child in tree.entries(node, max(0, offset - 2)):
-            yield pos + 3, name, self._attrs(tree.stat(child), prefix + name)
+        if plus:
+            for pos, name, child in tree.entries(node, max(0, offset - 2)):
+                yield pos + 3, name, self._attrs(tree.stat(child), prefix + name)
+            return
+        for name, is_dir in tree.list(node):
+            yield 0, name, {"st_mode": _stat.S_IFDIR if is_dir else _stat.S_IFREG, "st_ino": _ino(prefix + name)}
 
     def open(self, path: str, fi: Any) -> int:
         if not self.tree.writable:
