@@ -379,6 +379,61 @@ def seq_records() -> list:
     return [r0, r1, r2, r3, r4, r5]
 
 
+def big_jpeg(seed: int) -> bytes:
+    """A JPEG of noise, well over the 64 KiB from which the mount reads images in place."""
+    rng = np.random.default_rng(seed)
+    img = Image.frombytes("RGB", (320, 320), rng.integers(0, 256, 320 * 320 * 3, dtype=np.uint8).tobytes())
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG", quality=95)
+    data = buf.getvalue()
+    assert len(data) > 80 << 10, len(data)
+    return data
+
+
+def _entries(ex: tf.train.Example) -> bytes:
+    """The encoded map entries of an Example's features (what follows the two outer headers)."""
+    features = ex.features.SerializeToString()
+    assert ex.SerializeToString().endswith(features)
+    return features
+
+
+def _len_field(tag: int, payload: bytes) -> bytes:
+    n, head = len(payload), bytearray([tag])
+    while True:
+        head.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(head) + payload
+
+
+def large_records() -> list:
+    """Records with images of more than 64 KiB, which a read-only mount serves from the shard,
+    and records whose encoding is not the usual one, which it must show as TensorFlow reads them."""
+    a, b, c = big_jpeg(1), big_jpeg(2), big_jpeg(3)
+    png = io.BytesIO()
+    Image.frombytes("RGB", (200, 200), RNG.integers(0, 256, 200 * 200 * 3, dtype=np.uint8).tobytes()).save(png, "PNG")
+    od = example({"image/encoded": f_bytes(a), "image/format": f_bytes(b"jpeg"), "image/height": f_int(256),
+                  "image/width": f_int(256), "image/object/bbox/xmin": f_float(0.1, 0.25),
+                  "image/object/class/text": f_bytes(b"cat", b"dog"), "image/object/class/label": f_int(1, 2)})
+    mixed = example({
+        "png": f_bytes(png.getvalue()),
+        "blob": f_bytes(rand_bytes(100_000)),                     # large, not media: .bin
+        "essay": f_bytes(("Zoë writes. " * 7000).encode()),      # large text: .txt
+        "frames": f_bytes(b, c),                                 # two large images: frames.list/
+        "image_raw": f_bytes(pixels(160 * 160 * 3, first=b"\xff\xd8\xff")),   # raw pixels first
+        "height": f_int(160), "width": f_int(160),
+    })
+    one = example({"image/encoded": f_bytes(a), "n": f_int(1)})
+    other = example({"image/encoded": f_bytes(b), "n": f_int(2)})
+    # Not the usual encoding: TensorFlow's protobuf decides what they hold.
+    dup_key = _len_field(0x0A, _entries(one) + _entries(other))          # a key twice: the last wins
+    features_twice = one.SerializeToString() + other.SerializeToString()  # merged
+    unknown_field = one.SerializeToString() + bytes([0x28, 0x07])        # field 5 = 7: ignored
+    two_kinds = _len_field(0x0A, _len_field(0x0A, _len_field(0x0A, b"image/encoded") + _len_field(
+        0x12, f_bytes(c).SerializeToString() + f_int(5).SerializeToString())))   # the last kind wins
+    return [od, mixed, dup_key, features_twice, unknown_field, two_kinds]
+
+
 def small_examples(n: int, tag: str) -> list:
     return [example({"n": f_int(i), "tag": f_bytes(f"{tag}-{i}".encode()), "x": f_float(i / 8)}) for i in range(n)]
 
@@ -422,6 +477,8 @@ def make_clean(root: str) -> dict:
     write_shard(f"{root}/gz_shard.tfrecord.gz", small_examples(7, "gz") + [hostile_keys_record()], "GZIP")
     write_shard(f"{root}/zlib_shard.zz", small_examples(5, "zlib"), "ZLIB")
     write_shard(f"{root}/seq_gzip.tfrecord.gz", seq_records()[:2], "GZIP")
+    write_shard(f"{root}/large.tfrecord", large_records())
+    write_shard(f"{root}/large_gz.tfrecord.gz", large_records()[:2], "GZIP")
     write_shard(f"{root}/x.tfrecord", [])                                     # 0 bytes
     write_shard(f"{root}/empty_records.tfrecord", [b"", b"", b""])
     write_shard(f"{root}/raw.tfrecord", raw_records())
@@ -525,7 +582,16 @@ def make_damaged(root: str) -> dict:
     open(p, "wb").write(data)
     info["raw_datacrc.tfrecord"] = {"damage": "data_crc", "index": 1, "offset": off, "records": 3}
 
-    # 7. a GZIP shard cut short: the records that decompress whole are shown
+    # 7. a flipped byte inside the large JPEG of record 1: EIO for its files, records 0 and 2 served
+    p = f"{root}/large_datacrc.tfrecord"
+    write_shard(p, [example({"image/encoded": f_bytes(big_jpeg(10 + i)), "n": f_int(i)}) for i in range(3)])
+    data = bytearray(open(p, "rb").read())
+    off, n = record_offsets(bytes(data))[1]
+    data[off + 12 + n // 2] ^= 0x01
+    open(p, "wb").write(data)
+    info["large_datacrc.tfrecord"] = {"damage": "data_crc", "index": 1, "offset": off, "records": 3}
+
+    # 8. a GZIP shard cut short: the records that decompress whole are shown
     p = f"{root}/gz_cut.tfrecord.gz"
     write_shard(p, small_examples(400, "gzc"), "GZIP")
     data = open(p, "rb").read()

@@ -46,6 +46,29 @@ _READDIR_PLUS = 1 << 0        # readdir flag: the kernel wants attributes too
 _FILL_DIR_PLUS = 1 << 1       # filler flag: this entry's attributes are complete
 _RENAME_NOREPLACE = 1 << 0
 _RENAME_EXCHANGE = 1 << 1
+_BUF_IS_FD = 1 << 1           # fuse_buf flags: the bytes are in a file descriptor,
+_BUF_FD_SEEK = 1 << 2         # at position `pos`
+
+
+class _Buf(ctypes.Structure):
+    """libfuse3's struct fuse_buf."""
+    _fields_ = [("size", ctypes.c_size_t), ("flags", ctypes.c_int), ("mem", ctypes.c_void_p),
+                ("fd", ctypes.c_int), ("pos", ctypes.c_int64)]
+
+
+class _BufVec(ctypes.Structure):
+    """libfuse3's struct fuse_bufvec holding one buffer (the binding declares ``buf`` as a pointer,
+    but it is an array of one, in place)."""
+    _fields_ = [("count", ctypes.c_size_t), ("idx", ctypes.c_size_t), ("off", ctypes.c_size_t),
+                ("buf", _Buf)]
+
+
+# libfuse frees what read_buf hands it with free(): it must come from the C library's malloc.
+_libc = ctypes.CDLL(None)
+_libc.malloc.restype = ctypes.c_void_p
+_libc.malloc.argtypes = [ctypes.c_size_t]
+_libc.free.restype = None
+_libc.free.argtypes = [ctypes.c_void_p]
 
 # Read-only mounts ask the kernel to read ahead this much (root only: sysfs), so a large file
 # arrives in 1 MiB requests, the most libfuse3 takes, instead of the default 128 KiB.
@@ -169,6 +192,31 @@ class _Fuse(fuse.FUSE):
                 break
         return 0
 
+    def read_buf(self, path: bytes, bufpp: Any, size: int, offset: int, fip: Any) -> int:
+        # A read of a read-only mount. Bytes that lie in a file the tree holds open (large images,
+        # plain files) go to libfuse as that descriptor and position: libfuse copies them in C
+        # (or splices them), and Python never touches them. Others are copied into a buffer.
+        where, data = self.operations.read_buf(path.decode(self.encoding, self.errors), size, offset)
+        vec_p = _libc.malloc(ctypes.sizeof(_BufVec))
+        if not vec_p:
+            return -errno.ENOMEM
+        vec = _BufVec.from_address(vec_p)
+        vec.count, vec.idx, vec.off = 1, 0, 0
+        buf = vec.buf
+        if where is not None:
+            buf.fd, buf.pos, buf.size = where
+            buf.flags, buf.mem = _BUF_IS_FD | _BUF_FD_SEEK, None
+        else:
+            n = len(data)
+            mem = _libc.malloc(n or 1)
+            if not mem:
+                _libc.free(vec_p)
+                return -errno.ENOMEM
+            ctypes.memmove(mem, data, n)
+            buf.flags, buf.mem, buf.size, buf.fd, buf.pos = 0, mem, n, -1, 0
+        ctypes.cast(bufpp, ctypes.POINTER(ctypes.c_void_p))[0] = vec_p
+        return 0
+
     def truncate_fuse_3(self, path: bytes | None, length: int, fip: Any) -> int:
         # ftruncate arrives here with the file's handle (the binding would drop it).
         fi = fip.contents if fip else None
@@ -290,6 +338,15 @@ class Operations:
             return self.tree.read(self.tree.lookup(path), size, offset)
         return self._handles[fi.fh].read(size, offset)
 
+    def read_buf(self, path: str, size: int, offset: int) -> tuple[tuple[int, int, int] | None, bytes]:
+        """A read of a read-only mount: ((descriptor, position, count), b"") when the bytes lie
+        in a file the tree holds open, else (None, the bytes)."""
+        node = self.tree.lookup(path)
+        where = self.tree.read_place(node, size, offset)
+        if where is not None:
+            return where, b""
+        return None, self.tree.read(node, size, offset)
+
     def release(self, path: str, fi: Any) -> int:
         handle = self._handles.pop(fi.fh, None)
         if handle is not None:
@@ -319,6 +376,8 @@ class Operations:
 
 class WritableOperations(Operations):
     """Operations for a ``--rw`` mount: every change goes through the editor."""
+
+    read_buf = None   # reads go through open handles (read)
 
     def __init__(self, tree: Tree, editor: Any) -> None:
         super().__init__(tree)

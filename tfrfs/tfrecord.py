@@ -87,6 +87,18 @@ def read_record(fd: int, offset: int, length: int, *, verify: bool = True) -> by
     return data
 
 
+def read_record_into(fd: int, offset: int, length: int, buf: bytearray) -> memoryview:
+    """``read_record`` into ``buf`` (at least ``length + FOOTER`` bytes long), which is reused:
+    the data as a view of ``buf``, valid until ``buf`` is read into again."""
+    view = memoryview(buf)[:length + FOOTER]
+    if os.preadv(fd, [view], offset + HEADER) < length + FOOTER:
+        raise DataLoss(f"record at offset {offset} is cut short")
+    data = view[:length]
+    if _U32.unpack_from(view, length)[0] != masked_crc(data):
+        raise DataLoss(f"data checksum failed for the record at offset {offset}")
+    return data
+
+
 def header_problem(header: bytes, pos: int, size: int, index: int) -> tuple[int | None, Problem | None]:
     """Judge the header read at ``pos`` of a ``size``-byte stream: (data length, None) when the
     record is whole, else (None, the problem that ends the shard there)."""

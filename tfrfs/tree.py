@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Iterator, Mapping, Union
 
-from . import codec, names, proto, tfrecord
+from . import codec, names, proto, tfrecord, wire
 from .errors import DataLoss, IsADir, NotADir, NotFound, NameTooLong
 from .index import Discovery, ShardIndex
 from .tfrecord import Problem
@@ -32,6 +32,8 @@ log = logging.getLogger("tfrfs")
 DEFAULT_CACHE_BYTES = 256 << 20
 _BIN_CACHE_BYTES = 32 << 20   # recent .bin records, read by path in 128 KiB pieces
 _PLAIN_FDS = 64               # plain files kept open for reads by path
+_IN_PLACE = 64 << 10          # an image this large is read from its shard when shown (read-only mounts)
+_SCRATCH_MAX = 64 << 20       # the buffer such records are read into is kept up to this size
 _ROOT_META = ".tfrfs"
 
 
@@ -66,11 +68,24 @@ class Dir:
     scratch: str | None = None    # real folder behind it, when the user made it (writable mounts)
 
 
+@dataclass(frozen=True)
+class InShard:
+    """A feature value shown as it lies in its shard: ``length`` bytes at ``offset`` of the shard's
+    (uncompressed) stream, in a record whose checksum was checked when it was first shown."""
+
+    shard: int
+    offset: int
+    length: int
+
+    def __len__(self) -> int:
+        return self.length
+
+
 @dataclass(frozen=True, eq=False)
 class DataFile:
     """A file whose bytes are known (a feature value as shown)."""
 
-    data: bytes
+    data: bytes | InShard   # InShard: a large image, in read-only mounts
     mtime_ns: int
     xattrs: Mapping[str, bytes]
     damaged: str | None = None   # reason reads fail with EIO
@@ -312,6 +327,7 @@ class Tree:
         self._bins: OrderedDict[tuple[int, RecordId], tuple[bytes, str | None]] = OrderedDict()
         self._bins_cost = 0
         self._plain_fds: OrderedDict[str, int] = OrderedDict()
+        self._scratch = threading.local()   # .buf: the buffer _view_in_place reads records into
         # Names that changed records keep until their shard is committed (see NamePin).
         self._pins: dict[tuple[int, RecordId], NamePin] = {}
         self._lock = threading.RLock()
@@ -574,6 +590,9 @@ class Tree:
         if isinstance(node, DataFile):
             if node.damaged:
                 raise DataLoss(node.damaged)
+            if isinstance(node.data, InShard):
+                fd, pos, count = self._in_shard(node.data, size, offset)
+                return os.pread(fd, count, pos) if count else b""
             return node.data[offset:offset + size]
         if isinstance(node, RecordBin):
             data, damaged = self._bin_content(node)
@@ -585,6 +604,24 @@ class Tree:
         if isinstance(node, MetaFile):
             return node.render()[offset:offset + size]
         raise IsADir("is a folder")   # scratch files exist only in writable mounts
+
+    def read_place(self, node: Node, size: int, offset: int) -> tuple[int, int, int] | None:
+        """Where ``size`` bytes of a file at ``offset`` lie in a file the tree holds open, as
+        (descriptor, position, count), when they lie in one; else None (use ``read``).
+
+        Large images of read-only mounts and plain files do: the FUSE adapter hands such a read
+        to libfuse, which copies the bytes from there without passing them through Python.
+        """
+        if isinstance(node, DataFile) and isinstance(node.data, InShard) and not node.damaged:
+            return self._in_shard(node.data, size, offset)
+        if isinstance(node, PlainFile) and not self.writable:
+            return self._plain_fd(node.path), offset, max(0, min(size, node.size - offset))
+        return None
+
+    def _in_shard(self, where: InShard, size: int, offset: int) -> tuple[int, int, int]:
+        fd = self._fds[where.shard]
+        assert fd is not None
+        return fd, where.offset + offset, max(0, min(size, where.length - offset))
 
     def _bin_content(self, node: RecordBin) -> tuple[bytes, str | None]:
         key = (node.shard, node.rid)
@@ -680,9 +717,11 @@ class Tree:
             if view is not None:
                 self._cache.move_to_end(key)
                 return view
-        data, damaged = self.record_bytes(shard, rid)
         naming = _Naming(self._pins.get(key), {} if self.writable else None)
-        view = self._build_view(shard, rid, data, damaged, naming)
+        view = None if self.writable else self._view_in_place(shard, rid, naming)
+        if view is None:
+            data, damaged = self.record_bytes(shard, rid)
+            view = self._build_view(shard, rid, data, damaged, naming)
         if naming.pin is not None:
             # Keep only the entries that made a difference: the rest the rules show alike, and
             # the next change takes its snapshot from what is shown, not from the pin.
@@ -779,6 +818,55 @@ class Tree:
             raise DataLoss(damaged)
         return self._parse(shard, data)
 
+    def _view_in_place(self, shard: int, rid: RecordId, naming: _Naming) -> RecordView | None:
+        """The view of a large Example whose large images stay in the shard (read-only mounts).
+
+        The record is read into a buffer kept for the purpose and its checksum checked. Each
+        image or sound of at least ``_IN_PLACE`` bytes is shown as an ``InShard``, read from
+        the shard when it is read; every other feature is parsed from its own bytes. So a 2 MB
+        JPEG is neither copied into a message nor out of it, nor held in the record cache.
+        None when the record is not such a record, is damaged, or is not in the usual encoding
+        (see ``wire``): then ``_build_view`` shows it, and reports what is wrong with it.
+        """
+        if not isinstance(rid, int) or self.kinds[shard] != "example":
+            return None
+        idx = self.shards[shard]
+        offset, length = idx.span(rid)
+        fd = self._fds[shard]
+        if length < _IN_PLACE or fd is None or rid in idx.bad:
+            return None
+        buf = getattr(self._scratch, "buf", None)
+        if buf is None or len(buf) < length + tfrecord.FOOTER:
+            buf = bytearray(length + tfrecord.FOOTER)
+            if len(buf) <= _SCRATCH_MAX:
+                self._scratch.buf = buf
+        try:
+            data = tfrecord.read_record_into(fd, offset, length, buf)
+        except DataLoss:
+            return None
+        spans = wire.feature_spans(data)
+        if spans is None:
+            return None
+        values: dict[str, codec.Value] = {}
+        in_place: dict[str, codec.FileView] = {}
+        try:
+            for key, (start, end) in spans.items():
+                if end - start >= _IN_PLACE:
+                    one = wire.single_bytes_value(data, start, end)
+                    if one is not None:
+                        piece = data[one[0]:one[1]]
+                        suffix = codec.sniff_media(piece)
+                        if suffix is not None:
+                            values[key] = codec.Value("bytes_list", (piece,))
+                            where = InShard(shard, offset + tfrecord.HEADER + one[0], len(piece))
+                            in_place[key] = codec.FileView(suffix, where)   # type: ignore[arg-type]
+                            continue
+                values[key] = codec.value_from_proto(proto.Feature.FromString(data[start:end]))
+            root = self._features_dir({}, "", idx.shard.mtime_ns, None, naming, values, in_place)
+        except Exception:  # noqa: BLE001 - a feature that does not parse: the usual path reports it
+            return None
+        return RecordView(root, 256 + _held_bytes(root))
+
     def _build_view(self, shard: int, rid: RecordId, data: bytes, damaged: str | None,
                     naming: _Naming) -> RecordView:
         idx = self.shards[shard]
@@ -813,8 +901,12 @@ class Tree:
         return RecordView(root, 256 + len(data) * 2 + 128 * len(shown), shown)
 
     def _features_dir(self, features: Mapping, section: str, mtime: int, damaged: str | None,
-                      naming: _Naming) -> Dir:
-        values = {key: codec.value_from_proto(feat) for key, feat in features.items()}
+                      naming: _Naming, values: Mapping[str, codec.Value] | None = None,
+                      in_place: Mapping[str, codec.FileView] | None = None) -> Dir:
+        """The folder of a record's features (``values`` given: ``features`` is not read;
+        ``in_place``: views of images left in the shard, unless they are raw pixel arrays)."""
+        if values is None:
+            values = {key: codec.value_from_proto(feat) for key, feat in features.items()}
         shapes = codec.raw_shapes(values) if self.decode_raw else {}
         held = naming.held(section, features)
         views: dict[str, codec.View] = {}
@@ -826,7 +918,8 @@ class Tree:
                 # it was (same name, same picture) until a commit.
                 shape = shown.shape
                 naming.kept.add((section, key))
-            views[key] = codec.render(value, shape)
+            views[key] = in_place[key] if in_place and key in in_place and shape is None \
+                else codec.render(value, shape)
             if shown is not None and shown.stems is not None and value.kind == "bytes_list":
                 items = [codec.render(codec.Value("bytes_list", (v,))) for v in value.values]
                 views[key] = self._keep_items(views[key], shown.stems, ".list", items, (section, key), naming)
@@ -1051,6 +1144,17 @@ def _key_xattrs(key: str, kind: str | None) -> Mapping[str, bytes]:
             _XATTRS.clear()
         got = _XATTRS[(key, kind)] = MappingProxyType(attrs)
     return got
+
+
+def _held_bytes(d: Dir) -> int:
+    """The bytes a record's view holds (images left in the shard hold none)."""
+    n = 0
+    for child in d.children.values():
+        if isinstance(child, Dir):
+            n += 64 + _held_bytes(child)
+        elif isinstance(child, DataFile) and isinstance(child.data, bytes):
+            n += 64 + len(child.data)
+    return n
 
 
 def _is_dir(node: Node) -> bool:
