@@ -2,7 +2,7 @@
 
 A protobuf runtime copies a 2 MB image twice before anyone sees it: into the parsed
 message, then out of it into a Python ``bytes``. A read-only mount instead shows such a
-value as a slice of the record it has already read and checked (see ``Tree._wire_values``).
+value as a span of the record it has already read and checked (see ``Tree._view_in_place``).
 
 Only the encoding that protobuf serializers write is followed: an ``Example`` whose one
 field is ``features``, whose entries are each a key then a value, with no key twice.
@@ -13,9 +13,7 @@ parsed by protobuf from its own bytes, unless it is one bytes value that is show
 
 from __future__ import annotations
 
-from typing import Union
-
-Buffer = Union[bytes, memoryview]
+Buffer = bytes | memoryview
 
 _TAG_1 = 0x0A   # field 1, length-delimited: Example.features, Features.feature, entry key, BytesList.value
 _TAG_2 = 0x12   # field 2, length-delimited: the entry's value (a Feature)
