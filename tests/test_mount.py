@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -178,6 +179,45 @@ def test_read_only_mount_reads_ahead_1_mib(sample: Path, tmp_path: Path) -> None
     assert not still_mounted
     log = (tmp_path / "daemon.log").read_text()
     assert "read-ahead 1024 KiB" in log and "Traceback" not in log
+
+
+
+def _daemon_pid(mnt: Path) -> int:
+    out = subprocess.run(["pgrep", "-f", "--", f"{mnt} -f --daemon"], capture_output=True, text=True).stdout.split()
+    assert len(out) == 1, f"expected one daemon for {mnt}, found {out}"
+    return int(out[0])
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.parametrize("poll_us", ["0", "100", "5000"])
+def test_request_loop_serves_then_sleeps_and_ends_on_sigterm(poll_us: str, sample: Path, tfrfs_mount) -> None:
+    """The daemon's request loop (--poll-us N: it watches N microseconds for the next request
+    before sleeping) answers everything, spends no CPU once requests stop, and ends on SIGTERM
+    as libfuse's own loop does: unmounted, the daemon gone."""
+    mnt = tfrfs_mount(sample, "--poll-us", poll_us)
+    pid = _daemon_pid(mnt)
+    files = [p for p in mnt.rglob("*") if p.is_file()]
+    assert sum(len(p.read_bytes()) for p in files) > 100_000 and len(files) > 300
+    time.sleep(0.2)
+    cpu0 = _cpu_s(pid)
+    time.sleep(1.0)
+    assert _cpu_s(pid) - cpu0 <= 0.03, "the daemon kept using CPU with no requests coming"
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists(), "the daemon did not end on SIGTERM"
+    assert not is_mounted(mnt)
+    assert "unmounted" in tfrfs_mount.log_text(mnt)
+
+
+def test_poll_us_must_be_a_whole_number(sample: Path, tmp_path: Path) -> None:
+    proc = run_tfrfs("mount", str(sample), str(tmp_path), "--poll-us", "-5")
+    assert proc.returncode == 2 and "--poll-us" in proc.stderr and not is_mounted(tmp_path)
 
 
 def test_raw_pixels_are_png(sample: Path, tfrfs_mount) -> None:

@@ -27,6 +27,7 @@ from .index import Discovery, IndexCache, ShardIndex, discover, index_all
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 FSTYPE = "fuse.tfrfs"
 MOUNT_WAIT_S = 120.0
+POLL_US = 100   # mount --poll-us: measured in scripts/bench, see README
 
 log = logging.getLogger("tfrfs")
 
@@ -166,7 +167,7 @@ def cmd_mount(args: argparse.Namespace) -> int:
         log.error("cannot mount: %s", exc)
         return EXIT_PROBLEMS
     try:
-        fuse_ops.mount(tree, args.mountpoint, editor=editor)
+        fuse_ops.mount(tree, args.mountpoint, editor=editor, poll_us=args.poll_us)
     except RuntimeError as exc:
         log.error("FUSE failed: %s", exc)
         return EXIT_PROBLEMS
@@ -204,6 +205,7 @@ def _spawn_daemon(args: argparse.Namespace, log_path: Path) -> int:
         cmd.append("--no-decode-raw")
     if args.cache_dir:
         cmd += ["--cache-dir", args.cache_dir]
+    cmd += ["--poll-us", str(args.poll_us)]
     with open(log_path, "ab") as logf:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True)
     deadline = time.monotonic() + MOUNT_WAIT_S
@@ -231,6 +233,16 @@ def _spawn_daemon(args: argparse.Namespace, log_path: Path) -> int:
 def _fusermount() -> str:
     """libfuse3's fusermount3 where it is installed (it mounted us), else fusermount."""
     return "fusermount3" if shutil.which("fusermount3") else "fusermount"
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 0 or more")
+    return value
 
 
 def _tail(path: Path, lines: int = 10) -> str:
@@ -439,6 +451,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", metavar="DIR", help="where indexes and logs are kept "
                                                       "(default: $XDG_CACHE_HOME/tfrfs or ~/.cache/tfrfs)")
     p.add_argument("--log", metavar="FILE", help="daemon log file (default: CACHE_DIR/logs/NAME-HASH.log)")
+    p.add_argument("--poll-us", metavar="N", type=_non_negative_int, default=POLL_US,
+                   help="after each request, watch N microseconds for the next before sleeping "
+                        f"(default {POLL_US}; 0: sleep at once). Waking a sleeping daemon is slow on "
+                        "virtual machines; once requests stop, it sleeps after N microseconds")
     p.add_argument("--daemon", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_mount)
 

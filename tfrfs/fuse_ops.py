@@ -10,6 +10,11 @@ mapped to an errno in one place, ``_Fuse._wrapper``, through which the binding
 routes every callback. Operations the mount does not need are left undefined on
 purpose: only the methods an operations object has are registered, so an
 unneeded call (``flush`` on a read-only file, say) never enters Python at all.
+
+libfuse's own request loop is replaced by ``_Loop``, which after each request
+keeps watching the device for the next one a little while before sleeping: on
+a virtual machine, waking a sleeping daemon costs more than answering most
+requests (see ``_Loop``).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import errno
 import logging
 import os
 import posixpath
+import select
 import stat as _stat
 import threading
 import time
@@ -73,6 +79,127 @@ _libc.free.argtypes = [ctypes.c_void_p]
 # Read-only mounts ask the kernel to read ahead this much (root only: sysfs), so a large file
 # arrives in 1 MiB requests, the most libfuse3 takes, instead of the default 128 KiB.
 _READ_AHEAD_KB = 1024
+
+
+class _Args(ctypes.Structure):
+    """libfuse3's struct fuse_args."""
+    _fields_ = [("argc", ctypes.c_int), ("argv", ctypes.POINTER(ctypes.c_char_p)), ("allocated", ctypes.c_int)]
+
+
+class _CmdlineOpts(ctypes.Structure):
+    """libfuse3's struct fuse_cmdline_opts as of 3.0 (later versions only add fields at the end)."""
+    _fields_ = [("singlethread", ctypes.c_int), ("foreground", ctypes.c_int), ("debug", ctypes.c_int),
+                ("nodefault_subtype", ctypes.c_int), ("mountpoint", ctypes.c_void_p),
+                ("show_version", ctypes.c_int), ("show_help", ctypes.c_int), ("clone_fd", ctypes.c_int),
+                ("max_idle_threads", ctypes.c_uint), ("_later", ctypes.c_char * 64)]
+
+
+def _libfuse_function(name: str, version: str, restype: Any, *argtypes: Any) -> Any:
+    """libfuse's ``name`` at symbol version ``version`` (None if this libfuse has no such symbol).
+
+    Asked for by version: libfuse gives a changed function a new version and keeps the old one
+    under its old version, so the signatures below hold for every libfuse3.
+    """
+    _libc.dlvsym.restype = ctypes.c_void_p
+    _libc.dlvsym.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
+    address = _libc.dlvsym(fuse._libfuse._handle, name.encode(), version.encode())
+    return ctypes.CFUNCTYPE(restype, *argtypes)(address) if address else None
+
+
+class _Loop:
+    """libfuse's fuse_main, with a request loop that watches for the next request before sleeping.
+
+    Reading a small file costs the daemon two requests, each answered in tens of microseconds.
+    libfuse's own loop goes to sleep in read() the moment the queue is empty, and on a virtual
+    machine the next request must then wake a halted CPU, which costs more than answering it.
+    So after each request this loop polls the device for up to ``poll_us`` microseconds and sleeps
+    only when nothing came: a reader going through many files finds the daemon awake, and an idle
+    mount costs at most ``poll_us`` of CPU after its last request. ``poll_us=0`` is libfuse's loop.
+    The binding calls ``main`` in place of libfuse's fuse_main_real, with the same arguments.
+    """
+
+    def __init__(self, poll_us: int) -> None:
+        self.poll_s = poll_us / 1e6
+        vp, i = ctypes.c_void_p, ctypes.c_int
+        self.parse_cmdline = _libfuse_function("fuse_parse_cmdline", "FUSE_3.0", i, ctypes.POINTER(_Args),
+                                               ctypes.POINTER(_CmdlineOpts))
+        self.new = _libfuse_function("fuse_new", "FUSE_3.1", vp, ctypes.POINTER(_Args), vp, ctypes.c_size_t, vp)
+        self.mount = _libfuse_function("fuse_mount", "FUSE_3.0", i, vp, ctypes.c_char_p)
+        self.unmount = _libfuse_function("fuse_unmount", "FUSE_3.0", None, vp)
+        self.destroy = _libfuse_function("fuse_destroy", "FUSE_3.0", None, vp)
+        self.session = _libfuse_function("fuse_get_session", "FUSE_3.0", vp, vp)
+        self.set_signals = _libfuse_function("fuse_set_signal_handlers", "FUSE_3.0", i, vp)
+        self.remove_signals = _libfuse_function("fuse_remove_signal_handlers", "FUSE_3.0", None, vp)
+        self.session_fd = _libfuse_function("fuse_session_fd", "FUSE_3.0", i, vp)
+        self.exited = _libfuse_function("fuse_session_exited", "FUSE_3.0", i, vp)
+        self.receive = _libfuse_function("fuse_session_receive_buf", "FUSE_3.0", i, vp, ctypes.POINTER(_Buf))
+        self.process = _libfuse_function("fuse_session_process_buf", "FUSE_3.0", None, vp, ctypes.POINTER(_Buf))
+        self.reset = _libfuse_function("fuse_session_reset", "FUSE_3.0", None, vp)
+        self.free_args = _libfuse_function("fuse_opt_free_args", "FUSE_3.0", None, ctypes.POINTER(_Args))
+
+    def usable(self) -> bool:
+        return all(f is not None for f in vars(self).values())
+
+    def main(self, argc: int, argv: Any, ops: Any, ops_size: int, user_data: Any) -> int:
+        # The steps of libfuse's fuse_main_real (helper.c), single-threaded, in the foreground.
+        args = _Args(argc, argv, 0)
+        opts = _CmdlineOpts()
+        if self.parse_cmdline(ctypes.byref(args), ctypes.byref(opts)) != 0:
+            return 1
+        try:
+            if not opts.mountpoint:
+                log.error("FUSE: no mount point given")
+                return 2
+            f = self.new(ctypes.byref(args), ctypes.cast(ops, ctypes.c_void_p), ops_size, user_data)
+            if not f:
+                return 3
+            try:
+                if self.mount(f, ctypes.c_char_p(opts.mountpoint)) != 0:
+                    return 4
+                se = self.session(f)
+                if self.set_signals(se) != 0:
+                    self.unmount(f)
+                    return 6
+                try:
+                    res = self.serve(se)
+                finally:
+                    self.remove_signals(se)
+                    self.unmount(f)
+                return 1 if res < 0 else 0
+            finally:
+                self.destroy(f)   # calls the operations' destroy
+        finally:
+            _libc.free(opts.mountpoint)
+            self.free_args(ctypes.byref(args))
+
+    def serve(self, se: int) -> int:
+        """Answer requests until the file system is unmounted or a signal ends the session
+        (libfuse's fuse_session_loop, with the watch described above)."""
+        buf = _Buf()
+        bufp = ctypes.byref(buf)
+        receive, process, exited = self.receive, self.process, self.exited
+        watch = select.poll()
+        watch.register(self.session_fd(se), select.POLLIN)
+        poll, clock, poll_s = watch.poll, time.perf_counter, self.poll_s
+        res = 0
+        try:
+            while not exited(se):
+                if poll_s and not poll(0):
+                    until = clock() + poll_s
+                    while not poll(0) and clock() < until:
+                        pass
+                    if exited(se):
+                        break
+                res = receive(se, bufp)
+                if res == -errno.EINTR:
+                    continue
+                if res <= 0:   # 0: unmounted
+                    break
+                process(se, bufp)
+        finally:
+            _libc.free(buf.mem)
+            self.reset(se)
+        return min(res, 0)
 
 
 _INO_BITS = (1 << 63) - 1
@@ -508,11 +635,11 @@ class WritableOperations(Operations):
             super().destroy(path)
 
 
-def mount(tree: Tree, mountpoint: str, *, editor: Any = None, foreground: bool = True,
-          fsname: str = "tfrfs") -> None:
-    """Serve ``tree`` at ``mountpoint`` until it is unmounted."""
+def mount(tree: Tree, mountpoint: str, *, poll_us: int, editor: Any = None, fsname: str = "tfrfs") -> None:
+    """Serve ``tree`` at ``mountpoint`` until it is unmounted (in this process, in the foreground);
+    after each request, watch ``poll_us`` microseconds for the next before sleeping (see _Loop)."""
     opts: dict[str, Any] = dict(
-        foreground=foreground,
+        foreground=True,
         nothreads=True,     # one thread: the tree's caches and the journal need no locking
         fsname=fsname,
         subtype="tfrfs",
@@ -532,4 +659,15 @@ def mount(tree: Tree, mountpoint: str, *, editor: Any = None, foreground: bool =
         opts.update(ro=True, kernel_cache=True, attr_timeout=86400.0, entry_timeout=86400.0,
                     negative_timeout=60.0)
         ops = Operations(tree, mountpoint)
-    _Fuse(ops, mountpoint, raw_fi=True, encoding="utf-8", errors="surrogateescape", **opts)
+    loop = _Loop(poll_us)
+    if not loop.usable():
+        log.warning("this libfuse lacks a function the request loop needs; using libfuse's own loop "
+                    "(no --poll-us): %s", fuse._libfuse_path)
+        _Fuse(ops, mountpoint, raw_fi=True, encoding="utf-8", errors="surrogateescape", **opts)
+        return
+    binding_main = fuse.fuse_main_real   # what the binding calls to run libfuse
+    fuse.fuse_main_real = loop.main
+    try:
+        _Fuse(ops, mountpoint, raw_fi=True, encoding="utf-8", errors="surrogateescape", **opts)
+    finally:
+        fuse.fuse_main_real = binding_main
