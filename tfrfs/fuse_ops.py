@@ -51,7 +51,6 @@ _CAP_READDIRPLUS_AUTO = 1 << 14
 _READDIR_PLUS = 1 << 0        # readdir flag: the kernel wants attributes too
 _FILL_DIR_PLUS = 1 << 1       # filler flag: this entry's attributes are complete
 _RENAME_NOREPLACE = 1 << 0
-_RENAME_EXCHANGE = 1 << 1
 _BUF_IS_FD = 1 << 1           # fuse_buf flags: the bytes are in a file descriptor,
 _BUF_FD_SEEK = 1 << 2         # at position `pos`
 
@@ -75,6 +74,8 @@ _libc.malloc.restype = ctypes.c_void_p
 _libc.malloc.argtypes = [ctypes.c_size_t]
 _libc.free.restype = None
 _libc.free.argtypes = [ctypes.c_void_p]
+_libc.dlvsym.restype = ctypes.c_void_p
+_libc.dlvsym.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
 
 # Read-only mounts ask the kernel to read ahead this much (root only: sysfs), so a large file
 # arrives in 1 MiB requests, the most libfuse3 takes, instead of the default 128 KiB.
@@ -98,10 +99,8 @@ def _libfuse_function(name: str, version: str, restype: Any, *argtypes: Any) -> 
     """libfuse's ``name`` at symbol version ``version`` (None if this libfuse has no such symbol).
 
     Asked for by version: libfuse gives a changed function a new version and keeps the old one
-    under its old version, so the signatures below hold for every libfuse3.
+    under its old version, so the signatures given hold for every libfuse3.
     """
-    _libc.dlvsym.restype = ctypes.c_void_p
-    _libc.dlvsym.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
     address = _libc.dlvsym(fuse._libfuse._handle, name.encode(), version.encode())
     return ctypes.CFUNCTYPE(restype, *argtypes)(address) if address else None
 
@@ -232,16 +231,14 @@ class _MetaInvalidator:
     def __init__(self) -> None:
         self._session: int | None = None
         self._wake = threading.Event()
+        self._notify = _libfuse_function("fuse_lowlevel_notify_inval_entry", "FUSE_3.0", ctypes.c_int,
+                                         ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t)
 
     def bind(self) -> None:
         """Find the FUSE session; call from inside a FUSE callback (``init``)."""
-        lib = fuse._libfuse
-        lib.fuse_get_session.restype = ctypes.c_void_p
-        lib.fuse_get_session.argtypes = [ctypes.c_void_p]
-        lib.fuse_lowlevel_notify_inval_entry.restype = ctypes.c_int
-        lib.fuse_lowlevel_notify_inval_entry.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p,
-                                                         ctypes.c_size_t]
-        self._session = lib.fuse_get_session(lib.fuse_get_context().contents.fuse)
+        get_session = _libfuse_function("fuse_get_session", "FUSE_3.0", ctypes.c_void_p, ctypes.c_void_p)
+        if get_session is not None and self._notify is not None:
+            self._session = get_session(fuse._libfuse.fuse_get_context().contents.fuse)
         if not self._session:
             log.warning("no FUSE session found: .tfrfs/errors may show an old size until remount")
             return
@@ -251,7 +248,7 @@ class _MetaInvalidator:
         self._wake.set()
 
     def _run(self) -> None:
-        notify = fuse._libfuse.fuse_lowlevel_notify_inval_entry
+        notify = self._notify
         while True:
             self._wake.wait()
             self._wake.clear()
@@ -461,8 +458,7 @@ class Operations:
         return 0
 
     def read(self, path: str, size: int, offset: int, fi: Any) -> bytes:
-        if fi.fh == 0:   # no handle: a read-only mount
-            return self.tree.read(self.tree.lookup(path), size, offset)
+        # Writable mounts only: libfuse asks read_buf instead where there is one.
         return self._handles[fi.fh].read(size, offset)
 
     def read_buf(self, path: str, size: int, offset: int) -> tuple[tuple[int, int, int] | None, bytes]:
@@ -660,13 +656,12 @@ def mount(tree: Tree, mountpoint: str, *, poll_us: int, editor: Any = None, fsna
                     negative_timeout=60.0)
         ops = Operations(tree, mountpoint)
     loop = _Loop(poll_us)
-    if not loop.usable():
+    binding_main = fuse.fuse_main_real   # what the binding calls to run libfuse
+    if loop.usable():
+        fuse.fuse_main_real = loop.main
+    else:
         log.warning("this libfuse lacks a function the request loop needs; using libfuse's own loop "
                     "(no --poll-us): %s", fuse._libfuse_path)
-        _Fuse(ops, mountpoint, raw_fi=True, encoding="utf-8", errors="surrogateescape", **opts)
-        return
-    binding_main = fuse.fuse_main_real   # what the binding calls to run libfuse
-    fuse.fuse_main_real = loop.main
     try:
         _Fuse(ops, mountpoint, raw_fi=True, encoding="utf-8", errors="surrogateescape", **opts)
     finally:
