@@ -46,6 +46,7 @@ log = logging.getLogger("tfrfs")
 
 # libfuse3's fuse_common.h and fuse.h
 _CAP_ATOMIC_O_TRUNC = 1 << 3
+_CAP_SPLICE_WRITE = 1 << 7
 _CAP_READDIRPLUS = 1 << 13
 _CAP_READDIRPLUS_AUTO = 1 << 14
 _READDIR_PLUS = 1 << 0        # readdir flag: the kernel wants attributes too
@@ -78,8 +79,10 @@ _libc.dlvsym.restype = ctypes.c_void_p
 _libc.dlvsym.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
 
 # Read-only mounts ask the kernel to read ahead this much (root only: sysfs), so a large file
-# arrives in 1 MiB requests, the most libfuse3 takes, instead of the default 128 KiB.
-_READ_AHEAD_KB = 1024
+# arrives in 512 KiB requests instead of the default 128 KiB. Not more: libfuse splices a reply
+# through a pipe of at most 1 MiB (fs.pipe-max-size), and a 1 MiB reply with its header does
+# not fit; it would be copied through a buffer instead.
+_READ_AHEAD_KB = 512
 
 
 class _Args(ctypes.Structure):
@@ -399,8 +402,11 @@ class Operations:
             # attributes in a listing would be thrown away, and cost a stat per entry.
             conn.want = (conn.want | _CAP_ATOMIC_O_TRUNC) & ~(_CAP_READDIRPLUS | _CAP_READDIRPLUS_AUTO)
             return
-        # Every listing carries attributes, not only its first page ("auto").
-        conn.want = (conn.want | _CAP_READDIRPLUS) & ~_CAP_READDIRPLUS_AUTO
+        # Every listing carries attributes, not only its first page ("auto"). Replies of bytes
+        # that lie in a shard are spliced from it: the kernel copies them once, from the shard's
+        # page cache to the file's, instead of libfuse reading them into a buffer and writing
+        # that to the device.
+        conn.want = (conn.want | _CAP_READDIRPLUS | _CAP_SPLICE_WRITE) & ~_CAP_READDIRPLUS_AUTO
         invalidator = _MetaInvalidator()
         invalidator.bind()
         self.tree.errors.on_change = invalidator.poke
