@@ -582,14 +582,15 @@ def make_damaged(root: str) -> dict:
     open(p, "wb").write(data)
     info["raw_datacrc.tfrecord"] = {"damage": "data_crc", "index": 1, "offset": off, "records": 3}
 
-    # 7. a flipped byte inside the large JPEG of record 1: EIO for its files, records 0 and 2 served
+    # 7. a flipped byte inside the large JPEG of record 3: EIO for its files, the others served.
+    # Read in order, record 3 is read ahead while record 2 is served, and found damaged there.
     p = f"{root}/large_datacrc.tfrecord"
-    write_shard(p, [example({"image/encoded": f_bytes(big_jpeg(10 + i)), "n": f_int(i)}) for i in range(3)])
+    write_shard(p, [example({"image/encoded": f_bytes(big_jpeg(10 + i)), "n": f_int(i)}) for i in range(5)])
     data = bytearray(open(p, "rb").read())
-    off, n = record_offsets(bytes(data))[1]
+    off, n = record_offsets(bytes(data))[3]
     data[off + 12 + n // 2] ^= 0x01
     open(p, "wb").write(data)
-    info["large_datacrc.tfrecord"] = {"damage": "data_crc", "index": 1, "offset": off, "records": 3}
+    info["large_datacrc.tfrecord"] = {"damage": "data_crc", "index": 3, "offset": off, "records": 5}
 
     # 8. a GZIP shard cut short: the records that decompress whole are shown
     p = f"{root}/gz_cut.tfrecord.gz"

@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Iterable, Iterator, Mapping, Union
 
 from . import codec, names, proto, tfrecord, wire
+from .readahead import ReadAhead
 from .errors import DataLoss, IsADir, NotADir, NotFound, NameTooLong
 from .index import Discovery, ShardIndex
 from .tfrecord import Problem
@@ -328,6 +329,8 @@ class Tree:
         self._bins_cost = 0
         self._plain_fds: OrderedDict[str, int] = OrderedDict()
         self._scratch = threading.local()   # .buf: the buffer _view_in_place reads records into
+        self._ahead = ReadAhead()           # the next large record, when they are read in order
+        self._last_in_place: dict[int, int] = {}   # shard -> the record _view_in_place read last
         # Names that changed records keep until their shard is committed (see NamePin).
         self._pins: dict[tuple[int, RecordId], NamePin] = {}
         self._lock = threading.RLock()
@@ -835,15 +838,45 @@ class Tree:
         fd = self._fds[shard]
         if length < _IN_PLACE or fd is None or rid in idx.bad:
             return None
-        buf = getattr(self._scratch, "buf", None)
-        if buf is None or len(buf) < length + tfrecord.FOOTER:
-            buf = bytearray(length + tfrecord.FOOTER)
-            if len(buf) <= _SCRATCH_MAX:
-                self._scratch.buf = buf
+        ahead = self._ahead.take((shard, rid))
         try:
-            data = tfrecord.read_record_into(fd, offset, length, buf)
-        except DataLoss:
-            return None
+            if ahead is not None:
+                data = memoryview(ahead)[:length]
+            else:
+                buf = getattr(self._scratch, "buf", None)
+                if buf is None or len(buf) < length + tfrecord.FOOTER:
+                    buf = bytearray(length + tfrecord.FOOTER)
+                    if len(buf) <= _SCRATCH_MAX:
+                        self._scratch.buf = buf
+                try:
+                    data = tfrecord.read_record_into(fd, offset, length, buf)
+                except DataLoss:
+                    return None
+            self._read_ahead(shard, rid, ahead is not None)
+            return self._in_place_view(shard, rid, offset, data, naming)
+        finally:
+            if ahead is not None:
+                self._ahead.give_back(ahead)
+
+    def _read_ahead(self, shard: int, rid: int, was_ahead: bool) -> None:
+        """Start reading the record after ``rid`` when the shard's large records are being read
+        in order (this one was read ahead, or follows the last one read)."""
+        previous = self._last_in_place.get(shard)
+        self._last_in_place[shard] = rid
+        if not (was_ahead or previous == rid - 1):
+            return
+        idx = self.shards[shard]
+        nxt = rid + 1
+        if nxt >= idx.count or nxt in idx.bad:
+            return
+        offset, length = idx.span(nxt)
+        fd = self._fds[shard]
+        if length >= _IN_PLACE and fd is not None:
+            self._ahead.start((shard, nxt), fd, offset, length)
+
+    def _in_place_view(self, shard: int, rid: int, offset: int, data: memoryview,
+                       naming: _Naming) -> RecordView | None:
+        idx = self.shards[shard]
         spans = wire.feature_spans(data)
         if spans is None:
             return None
@@ -1033,6 +1066,7 @@ class Tree:
         return (json.dumps(self.schema(), ensure_ascii=False, indent=2, sort_keys=True) + "\n").encode()
 
     def close(self) -> None:
+        self._ahead.close()
         for n, fd in enumerate(self._fds):
             if fd is not None:
                 os.close(fd)

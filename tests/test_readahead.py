@@ -1,0 +1,156 @@
+"""Reading large records ahead: what is handed over is exactly what a read would give, a
+damaged record is left for the usual read to report, and a read-only tree reads ahead only
+when a shard's large records are read in order."""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from tfrfs import proto, tfrecord
+from tfrfs.cli import open_dataset
+from tfrfs.errors import DataLoss
+from tfrfs.readahead import MAX_AHEAD, ReadAhead
+from tfrfs.tree import Tree
+
+
+def _write(path: Path, records: list[bytes]) -> list[tuple[int, int]]:
+    """Write a shard; the (offset, length) of each record."""
+    spans, pos = [], 0
+    with open(path, "wb") as f:
+        for r in records:
+            f.write(tfrecord.frame(r))
+            spans.append((pos, len(r)))
+            pos += len(r) + tfrecord.OVERHEAD
+    return spans
+
+
+def _flip(path: Path, pos: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[pos] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_hands_over_what_was_read(tmp_path: Path) -> None:
+    records = [os.urandom(n) for n in (100_000, 1, 0, 300_000)]
+    spans = _write(tmp_path / "s.tfrecord", records)
+    fd = os.open(tmp_path / "s.tfrecord", os.O_RDONLY)
+    ahead = ReadAhead()
+    try:
+        for i, (off, n) in enumerate(spans):
+            ahead.start(i, fd, off, n)
+            ahead.start(i, fd, off, n)        # asked twice: read once
+            buf = ahead.take(i)
+            assert buf is not None and bytes(buf[:n]) == records[i]
+            ahead.give_back(buf)
+            assert ahead.take(i) is None      # handed over once
+        assert ahead.taken == 4
+        assert ahead.take("never started") is None
+    finally:
+        ahead.close()
+        os.close(fd)
+
+
+def test_damaged_or_cut_record_is_left_to_the_caller(tmp_path: Path) -> None:
+    path = tmp_path / "s.tfrecord"
+    spans = _write(path, [os.urandom(70_000), os.urandom(70_000)])
+    _flip(path, spans[0][0] + tfrecord.HEADER + 5)
+    fd = os.open(path, os.O_RDONLY)
+    ahead = ReadAhead()
+    try:
+        ahead.start("crc", fd, *spans[0])
+        ahead.start("cut", fd, spans[1][0], spans[1][1] + 10)   # longer than the file holds
+        assert ahead.take("crc") is None and ahead.take("cut") is None
+        assert ahead.taken == 0
+        with pytest.raises(DataLoss):          # the caller's own read says what is wrong
+            tfrecord.read_record_into(fd, *spans[0], bytearray(spans[0][1] + tfrecord.FOOTER))
+    finally:
+        ahead.close()
+        os.close(fd)
+
+
+def test_keeps_at_most_max_ahead_and_stops_on_close(tmp_path: Path) -> None:
+    records = [os.urandom(80_000) for _ in range(MAX_AHEAD + 2)]
+    spans = _write(tmp_path / "s.tfrecord", records)
+    fd = os.open(tmp_path / "s.tfrecord", os.O_RDONLY)
+    ahead = ReadAhead()
+    try:
+        for i, span in enumerate(spans):
+            ahead.start(i, fd, *span)
+        # The oldest were dropped for the newest; those are still there, whole.
+        assert all(ahead.take(i) is None for i in range(len(spans) - MAX_AHEAD))
+        for i in range(len(spans) - MAX_AHEAD, len(spans)):
+            buf = ahead.take(i)
+            assert buf is not None and bytes(buf[:spans[i][1]]) == records[i]
+        ahead.close()
+        ahead.start(0, fd, *spans[0])            # closed: nothing more is read
+        assert ahead.take(0) is None
+    finally:
+        ahead.close()
+        os.close(fd)
+
+
+def _noise_jpeg(seed: int) -> bytes:
+    rnd = random.Random(seed)
+    img = Image.frombytes("RGB", (256, 256), rnd.randbytes(256 * 256 * 3))
+    out = io.BytesIO()
+    img.save(out, "JPEG", quality=95)
+    assert len(out.getvalue()) > 64 << 10
+    return out.getvalue()
+
+
+def _example(image: bytes, n: int) -> bytes:
+    ex = proto.Example()
+    ex.features.feature["image/encoded"].bytes_list.value.append(image)
+    ex.features.feature["n"].int64_list.value.append(n)
+    return ex.SerializeToString()
+
+
+def _read_all(tree: Tree, path: str) -> bytes:
+    node = tree.lookup(path)
+    size = tree.stat(node).size
+    place = tree.read_place(node, size, 0)
+    if place is None:
+        return tree.read(node, size, 0)
+    fd, pos, count = place
+    return os.pread(fd, count, pos)
+
+
+def test_tree_reads_the_next_record_ahead_when_read_in_order(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    images = [_noise_jpeg(i) for i in range(6)]
+    spans = _write(src / "big.tfrecord", [_example(img, i) for i, img in enumerate(images)])
+    bad = 4   # its image is damaged: read ahead, found wanting, reported by the usual read
+    _flip(src / "big.tfrecord", spans[bad][0] + tfrecord.HEADER + spans[bad][1] // 2)
+    disc, indexes = open_dataset(str(src), str(tmp_path / "cache"), quiet=True)
+    tree = Tree(disc, indexes)
+    try:
+        # Out of order: nothing is read ahead.
+        for i in (5, 2, 0):
+            assert _read_all(tree, f"/big.tfrecord/{i:06d}/image/encoded.jpg") == images[i]
+        assert tree._ahead.taken == 0
+        # In order: from the second record on, each next one is read ahead and handed over.
+        tree2 = Tree(*open_dataset(str(src), str(tmp_path / "cache"), quiet=True))
+        try:
+            for i in range(6):
+                path = f"/big.tfrecord/{i:06d}/image/encoded.jpg"
+                if i == bad:
+                    with pytest.raises(DataLoss):
+                        _read_all(tree2, path)
+                else:
+                    assert _read_all(tree2, path) == images[i]
+                    assert _read_all(tree2, f"/big.tfrecord/{i:06d}/n.json") == f"[{i}]\n".encode()
+            # Records 2 and 3 came from the read-ahead; 4 was read ahead but damaged, so 5 was
+            # read the usual way (it no longer follows a record read in place).
+            assert tree2._ahead.taken == 2
+            assert [e for e in tree2.errors.render().decode().splitlines() if '"index": 4' in e]
+        finally:
+            tree2.close()
+    finally:
+        tree.close()
