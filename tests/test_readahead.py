@@ -7,6 +7,8 @@ from __future__ import annotations
 import io
 import os
 import random
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -79,9 +81,17 @@ def test_keeps_at_most_max_ahead_and_stops_on_close(tmp_path: Path) -> None:
     spans = _write(tmp_path / "s.tfrecord", records)
     fd = os.open(tmp_path / "s.tfrecord", os.O_RDONLY)
     ahead = ReadAhead()
+    hung = False
     try:
-        for i, span in enumerate(spans):
+        for i, span in enumerate(spans[:MAX_AHEAD]):
             ahead.start(i, fd, *span)
+        time.sleep(0.5)   # those reads are done: dropping them below recycles their buffers at once
+        more = threading.Thread(target=lambda: [ahead.start(i, fd, *spans[i]) for i in range(MAX_AHEAD, len(spans))],
+                                daemon=True)
+        more.start()
+        more.join(10)
+        hung = more.is_alive()
+        assert not hung, "start() hung while dropping finished reads"
         # The oldest were dropped for the newest; those are still there, whole.
         assert all(ahead.take(i) is None for i in range(len(spans) - MAX_AHEAD))
         for i in range(len(spans) - MAX_AHEAD, len(spans)):
@@ -91,7 +101,8 @@ def test_keeps_at_most_max_ahead_and_stops_on_close(tmp_path: Path) -> None:
         ahead.start(0, fd, *spans[0])            # closed: nothing more is read
         assert ahead.take(0) is None
     finally:
-        ahead.close()
+        if not hung:   # else close() would wait for the lock the hung thread holds
+            ahead.close()
         os.close(fd)
 
 

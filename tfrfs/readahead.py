@@ -28,6 +28,7 @@ log = logging.getLogger("tfrfs")
 MAX_AHEAD = 2               # records read ahead and not yet taken
 MAX_RECORD = 64 << 20       # larger records are not read ahead (the caller reads them itself)
 _SPARE_BUFFERS = 2          # buffers kept for the next reads once their records are taken
+_GRAIN = 1 << 20            # buffer sizes are rounded up to this
 
 
 class ReadAhead:
@@ -46,16 +47,18 @@ class ReadAhead:
         the caller as ``key``), unless it is under way already."""
         if length > MAX_RECORD:
             return
+        dropped = []
         with self._lock:
             if self._closed or key in self._jobs:
                 return
             while len(self._jobs) >= MAX_AHEAD:   # the oldest was not wanted after all
-                _, old = self._jobs.popitem(last=False)
-                old.add_done_callback(self._recycle)
+                dropped.append(self._jobs.popitem(last=False)[1])
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tfrfs-readahead")
             buf = self._buffer(length + tfrecord.FOOTER)
             self._jobs[key] = self._pool.submit(_read, fd, offset, length, buf)
+        for job in dropped:   # outside the lock: a finished job's callback runs at once
+            job.add_done_callback(self._recycle)
 
     def take(self, key: Hashable) -> bytearray | None:
         """The buffer holding the record read ahead as ``key``, checked, its data first
@@ -87,12 +90,15 @@ class ReadAhead:
         for n, buf in enumerate(self._spare):
             if len(buf) >= size:
                 return self._spare.pop(n)
-        return bytearray(size)
+        # Whole MiBs, so that the next record, a little larger, fits too (a new buffer costs
+        # more than the read: its pages are zeroed and mapped).
+        return bytearray(-(-size // _GRAIN) * _GRAIN)
 
     def _keep(self, buf: bytearray) -> None:
         with self._lock:
-            if len(self._spare) < _SPARE_BUFFERS:
-                self._spare.append(buf)
+            self._spare.append(buf)
+            if len(self._spare) > _SPARE_BUFFERS:   # drop the smallest
+                self._spare.remove(min(self._spare, key=len))
 
     def _recycle(self, job: Future[bytearray | None]) -> None:
         if not job.cancelled() and job.result() is not None:
