@@ -7,7 +7,8 @@ next into a buffer of its own and checks it, so the disk, the checksum and the t
 the reader overlap. The caller says which record comes next; this module only reads.
 
 At most ``MAX_AHEAD`` records are under way or waiting, each in its own buffer; a result
-nobody takes is dropped when the next one is asked for. A record that fails its check is
+nobody takes is dropped when the next one is asked for. With the one being served and one
+spare, that is three buffers of at most ``MAX_RECORD`` bytes (in whole MiBs). A record that fails its check is
 not reported here: ``take`` answers None and the caller reads it itself, the usual way,
 which reports what is wrong with it.
 """
@@ -25,9 +26,9 @@ from .errors import DataLoss
 
 log = logging.getLogger("tfrfs")
 
-MAX_AHEAD = 2               # records read ahead and not yet taken
-MAX_RECORD = 64 << 20       # larger records are not read ahead (the caller reads them itself)
-_SPARE_BUFFERS = 2          # buffers kept for the next reads once their records are taken
+MAX_AHEAD = 1               # records read ahead and not yet taken
+MAX_RECORD = 16 << 20       # larger records are not read ahead (the caller reads them itself)
+_SPARE_BUFFERS = 1          # buffers kept for the next reads once their records are taken
 _GRAIN = 1 << 20            # buffer sizes are rounded up to this
 
 
