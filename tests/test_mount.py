@@ -159,8 +159,8 @@ def test_listings_carry_exact_attributes(sample: Path, tfrfs_mount) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the read-ahead knob is root's")
-def test_read_only_mount_reads_ahead_512_kib(sample: Path, tmp_path: Path) -> None:
-    """Large files arrive in 512 KiB requests: the mount's read-ahead is raised from 128 KiB. The
+def test_read_only_mount_reads_ahead_1_mib(sample: Path, tmp_path: Path) -> None:
+    """Large files arrive in 1 MiB requests: the mount's read-ahead is raised from 128 KiB. The
     paths are relative, as typed in a shell: the daemon runs in / (libfuse moves it there)."""
     (tmp_path / "mnt").mkdir()
     run_tfrfs("mount", str(sample), "mnt", "--cache-dir", "cache", "--log", "daemon.log", cwd=tmp_path, check=True)
@@ -168,9 +168,9 @@ def test_read_only_mount_reads_ahead_512_kib(sample: Path, tmp_path: Path) -> No
         dev = os.stat(tmp_path / "mnt").st_dev
         knob = Path(f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb")
         deadline = time.monotonic() + 5
-        while knob.read_text().strip() != "512" and time.monotonic() < deadline:
+        while knob.read_text().strip() != "1024" and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert knob.read_text().strip() == "512"
+        assert knob.read_text().strip() == "1024"
         assert len(os.listdir(tmp_path / "mnt" / "train" / "train-00000-of-00002.tfrecord")) == 12
     finally:
         run_tfrfs("umount", "mnt", cwd=tmp_path)
@@ -178,7 +178,7 @@ def test_read_only_mount_reads_ahead_512_kib(sample: Path, tmp_path: Path) -> No
         force_unmount(tmp_path / "mnt")   # whatever happened above, leave no mount behind
     assert not still_mounted
     log = (tmp_path / "daemon.log").read_text()
-    assert "read-ahead 512 KiB" in log and "Traceback" not in log
+    assert "read-ahead 1024 KiB" in log and "Traceback" not in log
 
 
 

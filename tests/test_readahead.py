@@ -1,9 +1,11 @@
-"""Reading large records ahead: what is handed over is exactly what a read would give, a
-damaged record is left for the usual read to report, and a read-only tree reads ahead only
-when a shard's large records are read in order."""
+"""Reading large records ahead: what is handed over is exactly what a read would give (past
+the page cache or, where the file system refuses that, through it), a damaged record is left
+for the usual read to report, and a read-only tree reads ahead only when a shard's large
+records are read in order, then serves their images from memory."""
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import random
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tfrfs import proto, tfrecord
+from tfrfs import proto, readahead, tfrecord
 from tfrfs.cli import open_dataset
 from tfrfs.errors import DataLoss
 from tfrfs.readahead import MAX_AHEAD, ReadAhead
@@ -38,8 +40,18 @@ def _flip(path: Path, pos: int) -> None:
     path.write_bytes(bytes(data))
 
 
-def test_hands_over_what_was_read(tmp_path: Path) -> None:
-    records = [os.urandom(n) for n in (100_000, 1, 0, 300_000)]
+@pytest.mark.parametrize("direct", [True, False], ids=["past the page cache", "O_DIRECT refused"])
+def test_hands_over_what_was_read(direct: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not direct:   # as on a file system without O_DIRECT: the open of the second descriptor fails
+        real_open = os.open
+
+        def refuse(path, flags, *args):
+            if flags & os.O_DIRECT:
+                raise OSError(errno.EINVAL, "Invalid argument", path)
+            return real_open(path, flags, *args)
+        monkeypatch.setattr(readahead.os, "open", refuse)
+    # Sizes and places that are not multiples of a block, a last record that ends the file.
+    records = [os.urandom(n) for n in (100_000, 1, 0, 300_000, 4096 - 16, 70_001)]
     spans = _write(tmp_path / "s.tfrecord", records)
     fd = os.open(tmp_path / "s.tfrecord", os.O_RDONLY)
     ahead = ReadAhead()
@@ -47,11 +59,12 @@ def test_hands_over_what_was_read(tmp_path: Path) -> None:
         for i, (off, n) in enumerate(spans):
             ahead.start(i, fd, off, n)
             ahead.start(i, fd, off, n)        # asked twice: read once
-            buf = ahead.take(i)
-            assert buf is not None and bytes(buf[:n]) == records[i]
-            ahead.give_back(buf)
+            record = ahead.take(i)
+            assert record is not None and bytes(record.data()) == records[i]
+            ahead.give_back(record)
             assert ahead.take(i) is None      # handed over once
-        assert ahead.taken == 4
+        assert ahead.taken == len(records)
+        assert (ahead._direct[fd] >= 0) == direct
         assert ahead.take("never started") is None
     finally:
         ahead.close()
@@ -95,8 +108,8 @@ def test_keeps_at_most_max_ahead_and_stops_on_close(tmp_path: Path) -> None:
         # The oldest were dropped for the newest; those are still there, whole.
         assert all(ahead.take(i) is None for i in range(len(spans) - MAX_AHEAD))
         for i in range(len(spans) - MAX_AHEAD, len(spans)):
-            buf = ahead.take(i)
-            assert buf is not None and bytes(buf[:spans[i][1]]) == records[i]
+            record = ahead.take(i)
+            assert record is not None and bytes(record.data()) == records[i]
         ahead.close()
         ahead.start(0, fd, *spans[0])            # closed: nothing more is read
         assert ahead.take(0) is None
@@ -123,8 +136,12 @@ def _example(image: bytes, n: int) -> bytes:
 
 
 def _read_all(tree: Tree, path: str) -> bytes:
+    """A file's bytes, each piece taken where the FUSE adapter takes it from."""
     node = tree.lookup(path)
     size = tree.stat(node).size
+    held = tree.read_held(node, size, 0)
+    if held is not None:
+        return bytes(held)
     place = tree.read_place(node, size, 0)
     if place is None:
         return tree.read(node, size, 0)
@@ -160,6 +177,12 @@ def test_tree_reads_the_next_record_ahead_when_read_in_order(tmp_path: Path) -> 
             # Records 2 and 3 came from the read-ahead; 4 was read ahead but damaged, so 5 was
             # read the usual way (it no longer follows a record read in place).
             assert tree2._ahead.taken == 2
+            # Their images are served from memory: the record before and the last one taken.
+            held = [tree2.lookup(f"/big.tfrecord/{i:06d}/image/encoded.jpg") for i in range(6)]
+            assert [tree2.read_held(node, 10, 5) is not None for node in held] == \
+                [False, False, True, True, False, False]
+            assert bytes(tree2.read_held(held[3], 10, 5)) == images[3][5:15]
+            assert bytes(tree2.read_held(held[3], 1 << 20, len(images[3]) - 3)) == images[3][-3:]
             assert [e for e in tree2.errors.render().decode().splitlines() if '"index": 4' in e]
         finally:
             tree2.close()

@@ -46,7 +46,6 @@ log = logging.getLogger("tfrfs")
 
 # libfuse3's fuse_common.h and fuse.h
 _CAP_ATOMIC_O_TRUNC = 1 << 3
-_CAP_SPLICE_WRITE = 1 << 7
 _CAP_READDIRPLUS = 1 << 13
 _CAP_READDIRPLUS_AUTO = 1 << 14
 _READDIR_PLUS = 1 << 0        # readdir flag: the kernel wants attributes too
@@ -79,10 +78,8 @@ _libc.dlvsym.restype = ctypes.c_void_p
 _libc.dlvsym.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
 
 # Read-only mounts ask the kernel to read ahead this much (root only: sysfs), so a large file
-# arrives in 512 KiB requests instead of the default 128 KiB. Not more: libfuse splices a reply
-# through a pipe of at most 1 MiB (fs.pipe-max-size), and a 1 MiB reply with its header does
-# not fit; it would be copied through a buffer instead.
-_READ_AHEAD_KB = 512
+# arrives in 1 MiB requests, the most libfuse3 takes, instead of the default 128 KiB.
+_READ_AHEAD_KB = 1024
 
 
 class _Args(ctypes.Structure):
@@ -321,8 +318,9 @@ class _Fuse(fuse.FUSE):
 
     def read_buf(self, path: bytes, bufpp: Any, size: int, offset: int, fip: Any) -> int:
         # A read of a read-only mount. Bytes that lie in a file the tree holds open (large images,
-        # plain files) go to libfuse as that descriptor and position: libfuse copies them in C
-        # (or splices them), and Python never touches them. Others are copied into a buffer.
+        # plain files) go to libfuse as that descriptor and position: libfuse copies them in C,
+        # and Python never touches them. Others, and images of records read
+        # ahead (held in memory), are copied into a buffer that libfuse frees.
         where, data = self.operations.read_buf(path.decode(self.encoding, self.errors), size, offset)
         vec_p = _libc.malloc(ctypes.sizeof(_BufVec))
         if not vec_p:
@@ -339,7 +337,11 @@ class _Fuse(fuse.FUSE):
             if not mem:
                 _libc.free(vec_p)
                 return -errno.ENOMEM
-            ctypes.memmove(mem, data, n)
+            if isinstance(data, memoryview):   # memory the tree holds: copied from where it lies
+                if n:
+                    ctypes.memmove(mem, ctypes.addressof(ctypes.c_char.from_buffer(data)), n)
+            else:
+                ctypes.memmove(mem, data, n)
             buf.flags, buf.mem, buf.size, buf.fd, buf.pos = 0, mem, n, -1, 0
         ctypes.cast(bufpp, ctypes.POINTER(ctypes.c_void_p))[0] = vec_p
         return 0
@@ -402,11 +404,10 @@ class Operations:
             # attributes in a listing would be thrown away, and cost a stat per entry.
             conn.want = (conn.want | _CAP_ATOMIC_O_TRUNC) & ~(_CAP_READDIRPLUS | _CAP_READDIRPLUS_AUTO)
             return
-        # Every listing carries attributes, not only its first page ("auto"). Replies of bytes
-        # that lie in a shard are spliced from it: the kernel copies them once, from the shard's
-        # page cache to the file's, instead of libfuse reading them into a buffer and writing
-        # that to the device.
-        conn.want = (conn.want | _CAP_READDIRPLUS | _CAP_SPLICE_WRITE) & ~_CAP_READDIRPLUS_AUTO
+        # Every listing carries attributes, not only its first page ("auto"). No splicing of
+        # replies (FUSE_CAP_SPLICE_WRITE): most large images are served from memory (see
+        # Tree.read_held), which libfuse would copy into a pipe first and then out of it.
+        conn.want = (conn.want | _CAP_READDIRPLUS) & ~_CAP_READDIRPLUS_AUTO
         invalidator = _MetaInvalidator()
         invalidator.bind()
         self.tree.errors.on_change = invalidator.poke
@@ -467,10 +468,14 @@ class Operations:
         # Writable mounts only: libfuse asks read_buf instead where there is one.
         return self._handles[fi.fh].read(size, offset)
 
-    def read_buf(self, path: str, size: int, offset: int) -> tuple[tuple[int, int, int] | None, bytes]:
+    def read_buf(self, path: str, size: int, offset: int) -> tuple[tuple[int, int, int] | None, bytes | memoryview]:
         """A read of a read-only mount: ((descriptor, position, count), b"") when the bytes lie
-        in a file the tree holds open, else (None, the bytes)."""
+        in a file the tree holds open, else (None, the bytes, or a view of the memory the tree
+        holds them in)."""
         node = self.tree.lookup(path)
+        held = self.tree.read_held(node, size, offset)
+        if held is not None:
+            return None, held
         where = self.tree.read_place(node, size, offset)
         if where is not None:
             return where, b""

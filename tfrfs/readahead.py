@@ -1,4 +1,4 @@
-"""Large records read and checked ahead of use, on a worker thread.
+"""Large records read and checked ahead of use, on a worker thread, past the page cache.
 
 Reading a 2 MB record and checking its checksum takes longer than handing its image to
 the kernel, and a reader that goes through a shard's records in order waits for that read
@@ -6,30 +6,52 @@ each time it opens the next one. While one record is being served, ``ReadAhead``
 next into a buffer of its own and checks it, so the disk, the checksum and the transfer to
 the reader overlap. The caller says which record comes next; this module only reads.
 
+The read bypasses the page cache (``O_DIRECT``) where the file system allows it: the disk
+writes the record straight into the buffer, and the caller serves the record's images from
+that buffer. Read through the page cache, each byte would be copied into the cache and out of
+it again, and the cache filled with a second copy of what the mount's own files will hold;
+on a virtual machine those fresh pages cost more than the copies. Where ``O_DIRECT`` is
+refused, the record is read the usual way into the same buffer.
+
 At most ``MAX_AHEAD`` records are under way or waiting, each in its own buffer; a result
-nobody takes is dropped when the next one is asked for. With the one being served and one
-spare, that is three buffers of at most ``MAX_RECORD`` bytes (in whole MiBs). A record that fails its check is
+nobody takes is dropped when the next one is asked for. A record that fails its check is
 not reported here: ``take`` answers None and the caller reads it itself, the usual way,
 which reports what is wrong with it.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import mmap
+import os
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Hashable
 
 from . import tfrecord
-from .errors import DataLoss
 
 log = logging.getLogger("tfrfs")
 
 MAX_AHEAD = 1               # records read ahead and not yet taken
 MAX_RECORD = 16 << 20       # larger records are not read ahead (the caller reads them itself)
-_SPARE_BUFFERS = 1          # buffers kept for the next reads once their records are taken
+_SPARE_BUFFERS = 2          # buffers kept for the next reads once their records are given back
 _GRAIN = 1 << 20            # buffer sizes are rounded up to this
+_ALIGN = 4096               # O_DIRECT: file offsets, lengths and memory aligned to this
+
+
+@dataclass(frozen=True, eq=False)
+class Record:
+    """A record read ahead and checked: its data is ``buf[start:start + length]``."""
+
+    buf: mmap.mmap
+    start: int
+    length: int
+
+    def data(self) -> memoryview:
+        return memoryview(self.buf)[self.start:self.start + self.length]
 
 
 class ReadAhead:
@@ -37,8 +59,9 @@ class ReadAhead:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._jobs: OrderedDict[Hashable, Future[bytearray | None]] = OrderedDict()
-        self._spare: list[bytearray] = []
+        self._jobs: OrderedDict[Hashable, Future[Record | None]] = OrderedDict()
+        self._spare: list[mmap.mmap] = []
+        self._direct: dict[int, int] = {}   # descriptor -> one on the same file, opened O_DIRECT (-1: refused)
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
         self.taken = 0   # records handed over by take()
@@ -56,27 +79,27 @@ class ReadAhead:
                 dropped.append(self._jobs.popitem(last=False)[1])
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tfrfs-readahead")
-            buf = self._buffer(length + tfrecord.FOOTER)
-            self._jobs[key] = self._pool.submit(_read, fd, offset, length, buf)
+            buf = self._buffer(tfrecord.OVERHEAD + length + 2 * _ALIGN)
+            self._jobs[key] = self._pool.submit(self._read, fd, offset, length, buf)
         for job in dropped:   # outside the lock: a finished job's callback runs at once
             job.add_done_callback(self._recycle)
 
-    def take(self, key: Hashable) -> bytearray | None:
-        """The buffer holding the record read ahead as ``key``, checked, its data first
-        (waiting for it if it is still being read); None when it was not read ahead or did not
-        read whole. The caller owns the buffer until it calls ``give_back`` with it."""
+    def take(self, key: Hashable) -> Record | None:
+        """The record read ahead as ``key``, checked (waiting for it if it is still being
+        read); None when it was not read ahead or did not read whole. The caller owns its
+        buffer until it calls ``give_back`` with it."""
         with self._lock:
             job = self._jobs.pop(key, None)
         if job is None:
             return None
-        buf = job.result()
-        if buf is not None:
+        record = job.result()
+        if record is not None:
             self.taken += 1
-        return buf
+        return record
 
-    def give_back(self, buf: bytearray) -> None:
-        """Done with a buffer ``take`` returned: it may be read into again."""
-        self._keep(buf)
+    def give_back(self, record: Record) -> None:
+        """Done with a record ``take`` returned (nothing refers to its data any more)."""
+        self._keep(record.buf)
 
     def close(self) -> None:
         """Stop reading ahead; returns once no read is under way (the descriptors may go)."""
@@ -86,33 +109,70 @@ class ReadAhead:
             self._jobs.clear()
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+        for fd in self._direct.values():
+            if fd >= 0:
+                os.close(fd)
+        self._direct.clear()
 
-    def _buffer(self, size: int) -> bytearray:
+    def _buffer(self, size: int) -> mmap.mmap:
         for n, buf in enumerate(self._spare):
             if len(buf) >= size:
                 return self._spare.pop(n)
         # Whole MiBs, so that the next record, a little larger, fits too (a new buffer costs
-        # more than the read: its pages are zeroed and mapped).
-        return bytearray(-(-size // _GRAIN) * _GRAIN)
+        # more than the read: its pages are zeroed and mapped). Anonymous memory is page
+        # aligned, as O_DIRECT wants.
+        return mmap.mmap(-1, -(-size // _GRAIN) * _GRAIN)
 
-    def _keep(self, buf: bytearray) -> None:
+    def _keep(self, buf: mmap.mmap) -> None:
         with self._lock:
             self._spare.append(buf)
             if len(self._spare) > _SPARE_BUFFERS:   # drop the smallest
                 self._spare.remove(min(self._spare, key=len))
 
-    def _recycle(self, job: Future[bytearray | None]) -> None:
+    def _recycle(self, job: Future[Record | None]) -> None:
         if not job.cancelled() and job.result() is not None:
-            self._keep(job.result())
+            self._keep(job.result().buf)
 
+    def _direct_fd(self, fd: int) -> int:
+        """A descriptor on the same file as ``fd``, opened O_DIRECT; ``fd`` itself if refused.
+        (Worker thread only.)"""
+        direct = self._direct.get(fd)
+        if direct is None:
+            try:   # a new open file, not a dup: O_DIRECT is a property of the open file
+                direct = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | getattr(os, "O_DIRECT", 0))
+            except OSError as exc:   # a file system without O_DIRECT (EINVAL), or no /proc
+                log.info("reading ahead through the page cache: %s", exc)
+                direct = -1
+            self._direct[fd] = direct
+        return fd if direct < 0 else direct
 
-def _read(fd: int, offset: int, length: int, buf: bytearray) -> bytearray | None:
-    """The record's bytes read into ``buf`` and checked; None if it does not read whole (the
-    caller's own read will say why)."""
-    try:
-        data = tfrecord.read_record_into(fd, offset, length, buf)
-    except (DataLoss, OSError) as exc:
-        log.debug("read ahead of the record at offset %d: %s", offset, exc)
-        return None
-    data.release()
-    return buf
+    def _read(self, fd: int, offset: int, length: int, buf: mmap.mmap) -> Record | None:
+        """The record's bytes read into ``buf`` and checked; None if it does not read whole (the
+        caller's own read will say why)."""
+        start = offset + tfrecord.HEADER
+        end = start + length + tfrecord.FOOTER
+        lo = start - start % _ALIGN
+        hi = -(-end // _ALIGN) * _ALIGN
+        view = memoryview(buf)
+        try:
+            try:
+                got = os.preadv(self._direct_fd(fd), [view[:hi - lo]], lo)
+            except OSError as exc:   # EINVAL: the file system wants another alignment
+                if exc.errno != errno.EINVAL or self._direct.get(fd, -1) < 0:
+                    raise
+                log.info("reading ahead through the page cache: %s", exc)
+                os.close(self._direct[fd])
+                self._direct[fd] = -1
+                got = os.preadv(fd, [view[:hi - lo]], lo)
+            if got < end - lo:
+                return None
+            record = Record(buf, start - lo, length)
+            data = view[record.start:record.start + length]
+            good = tfrecord.check_data(view[record.start + length:record.start + length + tfrecord.FOOTER], data)
+            data.release()
+            return record if good else None
+        except OSError as exc:
+            log.debug("read ahead of the record at offset %d: %s", offset, exc)
+            return None
+        finally:
+            view.release()

@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Iterable, Iterator, Mapping, Union
 
 from . import codec, names, proto, tfrecord, wire
-from .readahead import ReadAhead
+from .readahead import ReadAhead, Record
 from .errors import DataLoss, IsADir, NotADir, NotFound, NameTooLong
 from .index import Discovery, ShardIndex
 from .tfrecord import Problem
@@ -35,6 +35,7 @@ _BIN_CACHE_BYTES = 32 << 20   # recent .bin records, read by path in 128 KiB pie
 _PLAIN_FDS = 64               # plain files kept open for reads by path
 _IN_PLACE = 64 << 10          # an image this large is read from its shard when shown (read-only mounts)
 _SCRATCH_MAX = 64 << 20       # the buffer such records are read into is kept up to this size
+_HELD = 2                     # records read ahead kept in memory to serve their images from
 _ROOT_META = ".tfrfs"
 
 
@@ -331,6 +332,9 @@ class Tree:
         self._scratch = threading.local()   # .buf: the buffer _view_in_place reads records into
         self._ahead = ReadAhead()           # the next large record, when they are read in order
         self._last_in_place: dict[int, int] = {}   # shard -> the record _view_in_place read last
+        # Records read ahead whose images are served from memory: (shard, record) -> (where its
+        # data starts in the shard, the record). The last _HELD taken, in the order taken.
+        self._held: OrderedDict[tuple[int, int], tuple[int, Record]] = OrderedDict()
         # Names that changed records keep until their shard is committed (see NamePin).
         self._pins: dict[tuple[int, RecordId], NamePin] = {}
         self._lock = threading.RLock()
@@ -841,7 +845,7 @@ class Tree:
         ahead = self._ahead.take((shard, rid))
         try:
             if ahead is not None:
-                data = memoryview(ahead)[:length]
+                data = ahead.data()
             else:
                 buf = getattr(self._scratch, "buf", None)
                 if buf is None or len(buf) < length + tfrecord.FOOTER:
@@ -853,10 +857,38 @@ class Tree:
                 except DataLoss:
                     return None
             self._read_ahead(shard, rid, ahead is not None)
-            return self._in_place_view(shard, rid, offset, data, naming)
+            view = self._in_place_view(shard, rid, offset, data, naming)
+            data.release()
+            if view is not None and ahead is not None:
+                self._hold(shard, rid, offset + tfrecord.HEADER, ahead)
+                ahead = None
+            return view
         finally:
             if ahead is not None:
                 self._ahead.give_back(ahead)
+
+    def _hold(self, shard: int, rid: int, start: int, record: Record) -> None:
+        """Serve the images of a record read ahead from its buffer (see ``read_held``)."""
+        with self._lock:
+            self._held[(shard, rid)] = (start, record)
+            while len(self._held) > _HELD:
+                self._ahead.give_back(self._held.popitem(last=False)[1][1])
+
+    def read_held(self, node: Node, size: int, offset: int) -> memoryview | None:
+        """``size`` bytes at ``offset`` of a large image whose record was read ahead and is
+        still held in memory, as a view of that memory (valid until the next call into the
+        tree); else None. Its bytes were read past the page cache, so reading them from the
+        shard instead would go to the disk again."""
+        if not (isinstance(node, DataFile) and isinstance(node.data, InShard)) or node.damaged:
+            return None
+        where = node.data
+        with self._lock:
+            for (shard, _rid), (start, record) in self._held.items():
+                if shard == where.shard and start <= where.offset < start + record.length:
+                    at = record.start + where.offset - start + offset
+                    count = max(0, min(size, where.length - offset))
+                    return memoryview(record.buf)[at:at + count]
+        return None
 
     def _read_ahead(self, shard: int, rid: int, was_ahead: bool) -> None:
         """Start reading the record after ``rid`` when the shard's large records are being read
@@ -1066,6 +1098,8 @@ class Tree:
         return (json.dumps(self.schema(), ensure_ascii=False, indent=2, sort_keys=True) + "\n").encode()
 
     def close(self) -> None:
+        with self._lock:
+            self._held.clear()
         self._ahead.close()
         for n, fd in enumerate(self._fds):
             if fd is not None:
