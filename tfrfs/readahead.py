@@ -146,6 +146,21 @@ class ReadAhead:
             self._direct[fd] = direct
         return fd if direct < 0 else direct
 
+    def _pread(self, fd: int, view: memoryview, pos: int) -> int:
+        """``os.preadv`` of ``fd`` into ``view`` at ``pos``, past the page cache where the file
+        system allows it. (Worker thread only.)"""
+        direct = self._direct_fd(fd)
+        if direct != fd:
+            try:
+                return os.preadv(direct, [view], pos)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:   # EINVAL: it wants another alignment after all
+                    raise
+                log.info("reading ahead through the page cache: %s", exc)
+                os.close(direct)
+                self._direct[fd] = -1
+        return os.preadv(fd, [view], pos)
+
     def _read(self, fd: int, offset: int, length: int, buf: mmap.mmap) -> Record | None:
         """The record's bytes read into ``buf`` and checked; None if it does not read whole (the
         caller's own read will say why)."""
@@ -153,26 +168,19 @@ class ReadAhead:
         end = start + length + tfrecord.FOOTER
         lo = start - start % _ALIGN
         hi = -(-end // _ALIGN) * _ALIGN
-        view = memoryview(buf)
+        view = memoryview(buf)[:hi - lo]
         try:
-            try:
-                got = os.preadv(self._direct_fd(fd), [view[:hi - lo]], lo)
-            except OSError as exc:   # EINVAL: the file system wants another alignment
-                if exc.errno != errno.EINVAL or self._direct.get(fd, -1) < 0:
-                    raise
-                log.info("reading ahead through the page cache: %s", exc)
-                os.close(self._direct[fd])
-                self._direct[fd] = -1
-                got = os.preadv(fd, [view[:hi - lo]], lo)
-            if got < end - lo:
-                return None
-            record = Record(buf, start - lo, length)
-            data = view[record.start:record.start + length]
-            good = tfrecord.check_data(view[record.start + length:record.start + length + tfrecord.FOOTER], data)
-            data.release()
-            return record if good else None
+            got = self._pread(fd, view, lo)
         except OSError as exc:
             log.debug("read ahead of the record at offset %d: %s", offset, exc)
             return None
         finally:
             view.release()
+        if got < end - lo:
+            return None
+        record = Record(buf, start - lo, length)
+        data = record.data()
+        footer = record.start + length
+        good = tfrecord.check_data(buf[footer:footer + tfrecord.FOOTER], data)
+        data.release()
+        return record if good else None
