@@ -3,8 +3,10 @@
 Reading a 2 MB record and checking its checksum takes longer than handing its image to
 the kernel, and a reader that goes through a shard's records in order waits for that read
 each time it opens the next one. While one record is being served, ``ReadAhead`` reads the
-next into a buffer of its own and checks it, so the disk, the checksum and the transfer to
-the reader overlap. The caller says which record comes next; this module only reads.
+next ones into buffers of their own and checks them, so the disk, the checksum and the
+transfer to the reader overlap. There are as many workers as records read ahead, so that the
+disk reads the one while the other's checksum is checked. The caller says which records come
+next; this module only reads.
 
 The read bypasses the page cache (``O_DIRECT``) where the file system allows it: the disk
 writes the record straight into the buffer, and the caller serves the record's images from
@@ -35,7 +37,7 @@ from . import tfrecord
 
 log = logging.getLogger("tfrfs")
 
-MAX_AHEAD = 1               # records read ahead and not yet taken
+MAX_AHEAD = 2               # records read ahead and not yet taken (and worker threads)
 MAX_RECORD = 16 << 20       # larger records are not read ahead (the caller reads them itself)
 _SPARE_BUFFERS = 2          # buffers kept for the next reads once their records are given back
 _GRAIN = 1 << 20            # buffer sizes are rounded up to this
@@ -55,13 +57,15 @@ class Record:
 
 
 class ReadAhead:
-    """Reads records ahead on one worker thread; ``take`` hands over what it read."""
+    """Reads records ahead on ``MAX_AHEAD`` worker threads; ``take`` hands over what it read."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._jobs: OrderedDict[Hashable, Future[Record | None]] = OrderedDict()
         self._spare: list[mmap.mmap] = []
         self._direct: dict[int, int] = {}   # descriptor -> one on the same file, opened O_DIRECT (-1: refused)
+        self._refused: list[int] = []       # O_DIRECT descriptors whose reads were refused after all
+        self._direct_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
         self.taken = 0   # records handed over by take()
@@ -78,7 +82,7 @@ class ReadAhead:
             while len(self._jobs) >= MAX_AHEAD:   # the oldest was not wanted after all
                 dropped.append(self._jobs.popitem(last=False)[1])
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tfrfs-readahead")
+                self._pool = ThreadPoolExecutor(max_workers=MAX_AHEAD, thread_name_prefix="tfrfs-readahead")
             buf = self._buffer(tfrecord.OVERHEAD + length + 2 * _ALIGN)
             self._jobs[key] = self._pool.submit(self._read, fd, offset, length, buf)
         for job in dropped:   # outside the lock: a finished job's callback runs at once
@@ -109,10 +113,11 @@ class ReadAhead:
             self._jobs.clear()
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
-        for fd in self._direct.values():
+        for fd in [*self._direct.values(), *self._refused]:
             if fd >= 0:
                 os.close(fd)
         self._direct.clear()
+        self._refused.clear()
 
     def _buffer(self, size: int) -> mmap.mmap:
         for n, buf in enumerate(self._spare):
@@ -135,20 +140,21 @@ class ReadAhead:
 
     def _direct_fd(self, fd: int) -> int:
         """A descriptor on the same file as ``fd``, opened O_DIRECT; ``fd`` itself if refused.
-        (Worker thread only.)"""
-        direct = self._direct.get(fd)
-        if direct is None:
-            try:   # a new open file, not a dup: O_DIRECT is a property of the open file
-                direct = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | getattr(os, "O_DIRECT", 0))
-            except OSError as exc:   # a file system without O_DIRECT (EINVAL), or no /proc
-                log.info("reading ahead through the page cache: %s", exc)
-                direct = -1
-            self._direct[fd] = direct
+        (Worker threads only.)"""
+        with self._direct_lock:
+            direct = self._direct.get(fd)
+            if direct is None:
+                try:   # a new open file, not a dup: O_DIRECT is a property of the open file
+                    direct = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | getattr(os, "O_DIRECT", 0))
+                except OSError as exc:   # a file system without O_DIRECT (EINVAL), or no /proc
+                    log.info("reading ahead through the page cache: %s", exc)
+                    direct = -1
+                self._direct[fd] = direct
         return fd if direct < 0 else direct
 
     def _pread(self, fd: int, view: memoryview, pos: int) -> int:
         """``os.preadv`` of ``fd`` into ``view`` at ``pos``, past the page cache where the file
-        system allows it. (Worker thread only.)"""
+        system allows it. (Worker threads only.)"""
         direct = self._direct_fd(fd)
         if direct != fd:
             try:
@@ -157,8 +163,9 @@ class ReadAhead:
                 if exc.errno != errno.EINVAL:   # EINVAL: it wants another alignment after all
                     raise
                 log.info("reading ahead through the page cache: %s", exc)
-                os.close(direct)
-                self._direct[fd] = -1
+                with self._direct_lock:   # closed in close(): the other worker may be reading it
+                    self._direct[fd] = -1
+                    self._refused.append(direct)
         return os.preadv(fd, [view], pos)
 
     def _read(self, fd: int, offset: int, length: int, buf: mmap.mmap) -> Record | None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Iterator, Mapping, Union
 
-from . import codec, names, proto, tfrecord, wire
+from . import codec, names, proto, readahead, tfrecord, wire
 from .readahead import ReadAhead, Record
 from .errors import DataLoss, IsADir, NotADir, NotFound, NameTooLong
 from .index import Discovery, ShardIndex
@@ -891,19 +891,21 @@ class Tree:
         return None
 
     def _read_ahead(self, shard: int, rid: int, was_ahead: bool) -> None:
-        """Start reading the record after ``rid`` when the shard's large records are being read
-        in order (this one was read ahead, or follows the last one read)."""
+        """Start reading the records after ``rid`` (as many as ``readahead.MAX_AHEAD``) when the
+        shard's large records are being read in order (this one was read ahead, or follows
+        the last one read)."""
         previous = self._last_in_place.get(shard)
         self._last_in_place[shard] = rid
         if not (was_ahead or previous == rid - 1):
             return
         idx = self.shards[shard]
-        nxt = rid + 1
-        if nxt >= idx.count or nxt in idx.bad:
-            return
-        offset, length = idx.span(nxt)
         fd = self._fds[shard]
-        if length >= _IN_PLACE and fd is not None:
+        for nxt in range(rid + 1, min(idx.count, rid + 1 + readahead.MAX_AHEAD)):
+            if nxt in idx.bad:
+                return
+            offset, length = idx.span(nxt)
+            if length < _IN_PLACE or fd is None:
+                return
             self._ahead.start((shard, nxt), fd, offset, length)
 
     def _in_place_view(self, shard: int, rid: int, offset: int, data: memoryview,
