@@ -71,6 +71,35 @@ def test_hands_over_what_was_read(direct: bool, tmp_path: Path, monkeypatch: pyt
         os.close(fd)
 
 
+def test_prepare_runs_on_the_worker_after_the_check(tmp_path: Path) -> None:
+    records = [os.urandom(90_000), os.urandom(90_000), os.urandom(90_000)]
+    spans = _write(tmp_path / "s.tfrecord", records)
+    _flip(tmp_path / "s.tfrecord", spans[2][0] + tfrecord.HEADER + 7)
+    fd = os.open(tmp_path / "s.tfrecord", os.O_RDONLY)
+    ahead = ReadAhead()
+    seen: list[tuple[str, bytes]] = []
+
+    def prepare(record: readahead.Record) -> int:
+        seen.append((threading.current_thread().name, bytes(record.data())))
+        return len(record.data())
+
+    def fail(record: readahead.Record) -> int:
+        raise ValueError("cannot")
+    try:
+        ahead.start(0, fd, *spans[0], prepare)
+        ahead.start(1, fd, *spans[1], fail)
+        first, second = ahead.take(0), ahead.take(1)
+        assert first is not None and first.prepared == 90_000
+        assert seen == [(seen[0][0], records[0])] and seen[0][0].startswith("tfrfs-readahead")
+        # A prepare that fails costs only what it made: the record is handed over without it.
+        assert second is not None and second.prepared is None and bytes(second.data()) == records[1]
+        ahead.start(2, fd, *spans[2], prepare)   # damaged: never prepared
+        assert ahead.take(2) is None and len(seen) == 1
+    finally:
+        ahead.close()
+        os.close(fd)
+
+
 def test_damaged_or_cut_record_is_left_to_the_caller(tmp_path: Path) -> None:
     path = tmp_path / "s.tfrecord"
     spans = _write(path, [os.urandom(70_000), os.urandom(70_000)])
@@ -165,6 +194,13 @@ def test_tree_reads_the_next_record_ahead_when_read_in_order(tmp_path: Path) -> 
         assert tree._ahead.taken == 0
         # In order: from the second record on, each next one is read ahead and handed over.
         tree2 = Tree(*open_dataset(str(src), str(tmp_path / "cache"), quiet=True))
+        built_on: dict[int, str] = {}
+        build = tree2._in_place_view
+
+        def recording(shard, rid, *args):
+            built_on[rid] = threading.current_thread().name
+            return build(shard, rid, *args)
+        tree2._in_place_view = recording
         try:
             for i in range(6):
                 path = f"/big.tfrecord/{i:06d}/image/encoded.jpg"
@@ -178,6 +214,9 @@ def test_tree_reads_the_next_record_ahead_when_read_in_order(tmp_path: Path) -> 
             # two after it. 4 was read ahead but damaged; 5, started by 3, was handed over too.
             assert MAX_AHEAD == 2
             assert tree2._ahead.taken == 3
+            # Their views were built on the worker, once read and checked; the others' here.
+            assert sorted(i for i, name in built_on.items() if name.startswith("tfrfs-readahead")) == [2, 3, 5]
+            assert all(built_on[i] == threading.current_thread().name for i in (0, 1))
             # Their images are served from memory: the last two taken.
             held = [tree2.lookup(f"/big.tfrecord/{i:06d}/image/encoded.jpg") for i in range(6)]
             assert [tree2.read_held(node, 10, 5) is not None for node in held] == \

@@ -31,7 +31,7 @@ import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Hashable
+from typing import Any, Callable, Hashable
 
 from . import tfrecord
 
@@ -46,11 +46,13 @@ _ALIGN = 4096               # O_DIRECT: file offsets, lengths and memory aligned
 
 @dataclass(frozen=True, eq=False)
 class Record:
-    """A record read ahead and checked: its data is ``buf[start:start + length]``."""
+    """A record read ahead and checked: its data is ``buf[start:start + length]``; ``prepared``
+    is what the caller's ``prepare`` made of it (None if it was given none, or it failed)."""
 
     buf: mmap.mmap
     start: int
     length: int
+    prepared: Any = None
 
     def data(self) -> memoryview:
         return memoryview(self.buf)[self.start:self.start + self.length]
@@ -70,9 +72,12 @@ class ReadAhead:
         self._closed = False
         self.taken = 0   # records handed over by take()
 
-    def start(self, key: Hashable, fd: int, offset: int, length: int) -> None:
+    def start(self, key: Hashable, fd: int, offset: int, length: int,
+              prepare: Callable[[Record], Any] | None = None) -> None:
         """Begin reading the record of ``length`` data bytes at ``offset`` of ``fd`` (known to
-        the caller as ``key``), unless it is under way already."""
+        the caller as ``key``), unless it is under way already. Once it is read and checked,
+        ``prepare`` (if given) is called with it on the worker, and what it returns is handed
+        over with the record; it must not change anything another thread uses."""
         if length > MAX_RECORD:
             return
         dropped = []
@@ -84,7 +89,7 @@ class ReadAhead:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=MAX_AHEAD, thread_name_prefix="tfrfs-readahead")
             buf = self._buffer(tfrecord.OVERHEAD + length + 2 * _ALIGN)
-            self._jobs[key] = self._pool.submit(self._read, fd, offset, length, buf)
+            self._jobs[key] = self._pool.submit(self._read, fd, offset, length, buf, prepare)
         for job in dropped:   # outside the lock: a finished job's callback runs at once
             job.add_done_callback(self._recycle)
 
@@ -168,9 +173,10 @@ class ReadAhead:
                     self._refused.append(direct)
         return os.preadv(fd, [view], pos)
 
-    def _read(self, fd: int, offset: int, length: int, buf: mmap.mmap) -> Record | None:
-        """The record's bytes read into ``buf`` and checked; None if it does not read whole (the
-        caller's own read will say why)."""
+    def _read(self, fd: int, offset: int, length: int, buf: mmap.mmap,
+              prepare: Callable[[Record], Any] | None) -> Record | None:
+        """The record's bytes read into ``buf`` and checked, and ``prepare``'s result; None if it
+        does not read whole (the caller's own read will say why)."""
         start = offset + tfrecord.HEADER
         end = start + length + tfrecord.FOOTER
         lo = start - start % _ALIGN
@@ -190,4 +196,11 @@ class ReadAhead:
         footer = record.start + length
         good = tfrecord.check_data(buf[footer:footer + tfrecord.FOOTER], data)
         data.release()
-        return record if good else None
+        if not good:
+            return None
+        if prepare is not None:
+            try:
+                record = Record(buf, record.start, length, prepare(record))
+            except Exception as exc:  # noqa: BLE001 - the caller does it again itself, and reports
+                log.debug("preparing the record at offset %d: %s", offset, exc)
+        return record

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import functools
 import logging
 import os
 import threading
@@ -844,6 +845,14 @@ class Tree:
             return None
         ahead = self._ahead.take((shard, rid))
         try:
+            if ahead is not None and ahead.prepared is not None and naming.pin is None:
+                # Its view was built on the worker, after the read (see _read_ahead).
+                view = ahead.prepared[0]
+                self._read_ahead(shard, rid, True)
+                if view is not None:
+                    self._hold(shard, rid, offset + tfrecord.HEADER, ahead)
+                    ahead = None
+                return view
             if ahead is not None:
                 data = ahead.data()
             else:
@@ -906,7 +915,17 @@ class Tree:
             offset, length = idx.span(nxt)
             if length < _IN_PLACE or fd is None:
                 return
-            self._ahead.start((shard, nxt), fd, offset, length)
+            self._ahead.start((shard, nxt), fd, offset, length, functools.partial(self._prepare, shard, nxt, offset))
+
+    def _prepare(self, shard: int, rid: int, offset: int, record: Record) -> tuple[RecordView | None]:
+        """The view of a record read ahead, built on the read-ahead worker once the record is read
+        and checked, so that looking the record up costs the main thread no parsing. (Read-only
+        mounts: nothing it reads changes, and no names are pinned.)"""
+        data = record.data()
+        try:
+            return (self._in_place_view(shard, rid, offset, data, _Naming(None, None)),)
+        finally:
+            data.release()
 
     def _in_place_view(self, shard: int, rid: int, offset: int, data: memoryview,
                        naming: _Naming) -> RecordView | None:
