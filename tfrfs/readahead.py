@@ -30,7 +30,7 @@ import os
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Hashable
 
 from . import tfrecord
@@ -200,7 +200,7 @@ class ReadAhead:
             return None
         if prepare is not None:
             try:
-                record = Record(buf, record.start, length, prepare(record))
+                record = replace(record, prepared=prepare(record))
             except Exception as exc:  # noqa: BLE001 - the caller does it again itself, and reports
                 log.debug("preparing the record at offset %d: %s", offset, exc)
         return record

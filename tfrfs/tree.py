@@ -9,10 +9,10 @@ kept in an LRU within a memory budget.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
-import functools
 import logging
 import os
 import threading
@@ -845,17 +845,7 @@ class Tree:
             return None
         ahead = self._ahead.take((shard, rid))
         try:
-            if ahead is not None and ahead.prepared is not None and naming.pin is None:
-                # Its view was built on the worker, after the read (see _read_ahead).
-                view = ahead.prepared[0]
-                self._read_ahead(shard, rid, True)
-                if view is not None:
-                    self._hold(shard, rid, offset + tfrecord.HEADER, ahead)
-                    ahead = None
-                return view
-            if ahead is not None:
-                data = ahead.data()
-            else:
+            if ahead is None:
                 buf = getattr(self._scratch, "buf", None)
                 if buf is None or len(buf) < length + tfrecord.FOOTER:
                     buf = bytearray(length + tfrecord.FOOTER)
@@ -866,8 +856,13 @@ class Tree:
                 except DataLoss:
                     return None
             self._read_ahead(shard, rid, ahead is not None)
-            view = self._in_place_view(shard, rid, offset, data, naming)
-            data.release()
+            if ahead is not None and ahead.prepared is not None and naming.pin is None:
+                view = ahead.prepared[0]   # built on the worker, after the read (see _prepare)
+            else:
+                if ahead is not None:
+                    data = ahead.data()
+                view = self._in_place_view(shard, rid, offset, data, naming)
+                data.release()
             if view is not None and ahead is not None:
                 self._hold(shard, rid, offset + tfrecord.HEADER, ahead)
                 ahead = None
@@ -909,18 +904,21 @@ class Tree:
             return
         idx = self.shards[shard]
         fd = self._fds[shard]
+        if fd is None:
+            return
         for nxt in range(rid + 1, min(idx.count, rid + 1 + readahead.MAX_AHEAD)):
             if nxt in idx.bad:
                 return
             offset, length = idx.span(nxt)
-            if length < _IN_PLACE or fd is None:
+            if length < _IN_PLACE:
                 return
             self._ahead.start((shard, nxt), fd, offset, length, functools.partial(self._prepare, shard, nxt, offset))
 
     def _prepare(self, shard: int, rid: int, offset: int, record: Record) -> tuple[RecordView | None]:
         """The view of a record read ahead, built on the read-ahead worker once the record is read
         and checked, so that looking the record up costs the main thread no parsing. (Read-only
-        mounts: nothing it reads changes, and no names are pinned.)"""
+        mounts: nothing it reads changes, and no names are pinned.) In a 1-tuple, as None is a
+        view too: the record is not one ``_in_place_view`` shows."""
         data = record.data()
         try:
             return (self._in_place_view(shard, rid, offset, data, _Naming(None, None)),)
