@@ -1,4 +1,4 @@
-"""Large records read and checked ahead of use, on a worker thread, past the page cache.
+"""Large records read and checked ahead of use, on worker threads, past the page cache.
 
 Reading a 2 MB record and checking its checksum takes longer than handing its image to
 the kernel, and a reader that goes through a shard's records in order waits for that read

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Iterator, Mapping, Union
 
-from . import codec, names, proto, readahead, tfrecord, wire
-from .readahead import ReadAhead, Record
+from . import codec, names, proto, tfrecord, wire
+from .readahead import MAX_AHEAD, ReadAhead, Record
 from .errors import DataLoss, IsADir, NotADir, NotFound, NameTooLong
 from .index import Discovery, ShardIndex
 from .tfrecord import Problem
@@ -331,7 +331,7 @@ class Tree:
         self._bins_cost = 0
         self._plain_fds: OrderedDict[str, int] = OrderedDict()
         self._scratch = threading.local()   # .buf: the buffer _view_in_place reads records into
-        self._ahead = ReadAhead()           # the next large record, when they are read in order
+        self._ahead = ReadAhead()           # the next large records, when they are read in order
         self._last_in_place: dict[int, int] = {}   # shard -> the record _view_in_place read last
         # Records read ahead whose images are served from memory: (shard, record) -> (where its
         # data starts in the shard, the record). The last _HELD taken, in the order taken.
@@ -895,7 +895,7 @@ class Tree:
         return None
 
     def _read_ahead(self, shard: int, rid: int, was_ahead: bool) -> None:
-        """Start reading the records after ``rid`` (as many as ``readahead.MAX_AHEAD``) when the
+        """Start reading the records after ``rid`` (as many as ``MAX_AHEAD``) when the
         shard's large records are being read in order (this one was read ahead, or follows
         the last one read)."""
         previous = self._last_in_place.get(shard)
@@ -906,7 +906,7 @@ class Tree:
         fd = self._fds[shard]
         if fd is None:
             return
-        for nxt in range(rid + 1, min(idx.count, rid + 1 + readahead.MAX_AHEAD)):
+        for nxt in range(rid + 1, min(idx.count, rid + 1 + MAX_AHEAD)):
             if nxt in idx.bad:
                 return
             offset, length = idx.span(nxt)
