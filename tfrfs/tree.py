@@ -846,13 +846,8 @@ class Tree:
         ahead = self._ahead.take((shard, rid))
         try:
             if ahead is None:
-                buf = getattr(self._scratch, "buf", None)
-                if buf is None or len(buf) < length + tfrecord.FOOTER:
-                    buf = bytearray(length + tfrecord.FOOTER)
-                    if len(buf) <= _SCRATCH_MAX:
-                        self._scratch.buf = buf
                 try:
-                    data = tfrecord.read_record_into(fd, offset, length, buf)
+                    data = self._read_into_scratch(fd, offset, length)
                 except DataLoss:
                     return None
             self._read_ahead(shard, rid, ahead is not None)
@@ -870,6 +865,16 @@ class Tree:
         finally:
             if ahead is not None:
                 self._ahead.give_back(ahead)
+
+    def _read_into_scratch(self, fd: int, offset: int, length: int) -> memoryview:
+        """The record's data, read and checked into this thread's reused buffer (a view of it,
+        valid until the next such read); ``DataLoss`` if it is damaged."""
+        buf = getattr(self._scratch, "buf", None)
+        if buf is None or len(buf) < length + tfrecord.FOOTER:
+            buf = bytearray(length + tfrecord.FOOTER)
+            if len(buf) <= _SCRATCH_MAX:
+                self._scratch.buf = buf
+        return tfrecord.read_record_into(fd, offset, length, buf)
 
     def _hold(self, shard: int, rid: int, start: int, record: Record) -> None:
         """Serve the images of a record read ahead from its buffer (see ``read_held``)."""
