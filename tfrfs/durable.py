@@ -20,18 +20,18 @@ PathLike = str | os.PathLike[str]
 fault_hook: Callable[[str, str], None] | None = None
 
 
-def _fault(op: str, path: PathLike) -> None:
+def fault_point(op: str, path: PathLike) -> None:
     if fault_hook is not None:
         fault_hook(op, os.fspath(path))
 
 
 def fsync(fd: int, path: PathLike = "") -> None:
-    _fault("fsync", path)
+    fault_point("fsync", path)
     os.fsync(fd)
 
 
 def fsync_dir(path: PathLike) -> None:
-    _fault("fsync", path)
+    fault_point("fsync", path)
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -40,22 +40,22 @@ def fsync_dir(path: PathLike) -> None:
 
 
 def write(f: BinaryIO, data: bytes | memoryview, path: PathLike = "") -> None:
-    _fault("write", path)
+    fault_point("write", path)
     f.write(data)
 
 
 def pwrite(fd: int, data: bytes, offset: int, path: PathLike = "") -> int:
-    _fault("write", path)
+    fault_point("write", path)
     return os.pwrite(fd, data, offset)
 
 
 def rename(src: PathLike, dst: PathLike) -> None:
-    _fault("rename", dst)
+    fault_point("rename", dst)
     os.replace(src, dst)
 
 
 def unlink(path: PathLike) -> None:
-    _fault("unlink", path)
+    fault_point("unlink", path)
     os.unlink(path)
     fsync_dir(os.path.dirname(os.fspath(path)) or ".")
 

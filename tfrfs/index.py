@@ -27,6 +27,7 @@ from typing import Callable, Iterable, Iterator
 
 from . import proto, tfrecord
 from .errors import DataLoss, UsageError
+from .readers import Readers, ShardReader, default_readers
 from .tfrecord import Problem
 
 INDEX_VERSION = 2
@@ -204,9 +205,6 @@ class ShardIndex:
         start = self.offsets[index]
         return start, self.offsets[index + 1] - start - tfrecord.OVERHEAD
 
-    def open(self) -> int:
-        return os.open(self.data_path, os.O_RDONLY)
-
 
 def _cache_key(shard: ShardFile) -> str:
     return hashlib.sha256(shard.path.encode("utf-8", "surrogateescape")).hexdigest()[:32]
@@ -245,7 +243,7 @@ def detect_kind(records: Iterable[bytes]) -> str:
     return kind
 
 
-def _sample_records(fd: int, offsets: array, problems: list[Problem], bad: set[int]) -> Iterator[bytes]:
+def _sample_records(reader: ShardReader, offsets: array, problems: list[Problem], bad: set[int]) -> Iterator[bytes]:
     """Non-empty records with sound checksums, from the start; bad ones are noted on the way."""
     for i in range(len(offsets) - 1):
         start = offsets[i]
@@ -253,20 +251,22 @@ def _sample_records(fd: int, offsets: array, problems: list[Problem], bad: set[i
         if length == 0:
             continue
         try:
-            yield tfrecord.read_record(fd, start, length)
+            yield reader.record(start, length)
         except DataLoss as exc:
             problems.append(Problem(start, str(exc), i))
             # Still listed as a folder if it parses (its reads fail with EIO); else shown as .bin.
-            data = tfrecord.read_record(fd, start, length, verify=False)
+            data = reader.record(start, length, verify=False)
             if parse_problem(data, "example") and parse_problem(data, "sequence"):
                 bad.add(i)
 
 
 class IndexCache:
-    """Persists shard indexes (and decompressed streams) in a cache directory."""
+    """Persists shard indexes (and decompressed streams) in a cache directory; builds them
+    through the shard readers of ``readers`` (the local ones by default)."""
 
-    def __init__(self, cache_dir: Path | str | None = None) -> None:
+    def __init__(self, cache_dir: Path | str | None = None, readers: Readers | None = None) -> None:
         self.dir = Path(cache_dir) if cache_dir else default_cache_dir()
+        self.readers = readers or default_readers()
 
     def _paths(self, shard: ShardFile) -> tuple[Path, Path]:
         key = _cache_key(shard)
@@ -336,18 +336,17 @@ class IndexCache:
             if problem:
                 problems.append(problem)
             data_path = str(raw_path)
-        fd = os.open(data_path, os.O_RDONLY)
+        reader = self.readers.open(data_path)
         try:
-            size = os.fstat(fd).st_size
-            offsets_list, problem = tfrecord.scan_offsets(fd, size)
+            offsets_list, problem = tfrecord.scan_offsets(reader.pread, reader.size)
             offsets = array("Q", offsets_list)
             del offsets_list
             if problem:
                 problems.append(problem)
             bad: set[int] = set()
-            kind = detect_kind(_sample_records(fd, offsets, problems, bad))
+            kind = detect_kind(_sample_records(reader, offsets, problems, bad))
         finally:
-            os.close(fd)
+            reader.close()
         problems.sort(key=lambda p: p.offset)
         return ShardIndex(shard, data_path, offsets, kind, problems, bad)
 

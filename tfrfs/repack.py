@@ -22,6 +22,7 @@ from typing import BinaryIO
 from . import durable, tfrecord
 from .errors import DataLoss, TfrfsError
 from .index import ShardIndex
+from .readers import ShardReader
 from .staging import ShardChanges, Staging
 
 log = logging.getLogger("tfrfs")
@@ -32,6 +33,8 @@ TMP_PREFIX = ".tfrfs-commit-"
 
 class CommitFailed(TfrfsError, OSError):
     """A commit could not finish; the old shards and the staged changes are untouched."""
+
+    errno: int
 
     def __init__(self, message: str, errno_: int) -> None:
         super().__init__(message)
@@ -58,15 +61,17 @@ class _FaultedFile:
         return len(data)
 
 
-def _copy_range(src_fd: int, dst: BinaryIO, start: int, end: int, writer: tfrecord.StreamWriter,
+def _copy_range(src: ShardReader, dst: BinaryIO, start: int, end: int, writer: tfrecord.StreamWriter,
                 path: str) -> None:
-    """Copy bytes [start, end) of the plain source stream into the new shard."""
-    if writer.compression == tfrecord.NONE:
+    """Copy bytes [start, end) of the plain source stream into the new shard: in the kernel
+    (copy_file_range) where the reader has a descriptor and nothing is compressed."""
+    src_fd = src.fileno()
+    if writer.compression == tfrecord.NONE and src_fd is not None:
         dst.flush()
         out_fd = dst.fileno()
         pos = start
         while pos < end:
-            durable._fault("write", path)
+            durable.fault_point("write", path)
             n = os.copy_file_range(src_fd, out_fd, min(COPY_CHUNK, end - pos), pos)
             if n == 0:
                 raise DataLoss(f"shard ended while copying bytes {pos}..{end}")
@@ -75,14 +80,14 @@ def _copy_range(src_fd: int, dst: BinaryIO, start: int, end: int, writer: tfreco
         return
     pos = start
     while pos < end:
-        chunk = os.pread(src_fd, min(COPY_CHUNK, end - pos), pos)
+        chunk = src.pread(min(COPY_CHUNK, end - pos), pos)
         if not chunk:
             raise DataLoss(f"shard ended while copying bytes {pos}..{end}")
         writer.write_framed(chunk)
         pos += len(chunk)
 
 
-def _write_shard(dst_path: str, ch: ShardChanges, idx: ShardIndex | None, src_fd: int | None,
+def _write_shard(dst_path: str, ch: ShardChanges, idx: ShardIndex | None, src: ShardReader | None,
                  staging: Staging, compression: str) -> tuple[int, set[int]]:
     """Write the new shard; returns its record count and the positions of records written fresh."""
     fresh: set[int] = set()
@@ -91,7 +96,7 @@ def _write_shard(dst_path: str, ch: ShardChanges, idx: ShardIndex | None, src_fd
         out: BinaryIO = raw
         faulted = _FaultedFile(out, dst_path)
         writer = tfrecord.StreamWriter(faulted, compression)  # type: ignore[arg-type]
-        if idx is not None and src_fd is not None:
+        if idx is not None and src is not None:
             run_start: int | None = None
             for i in range(idx.count):
                 keep = i not in ch.deleted and i not in ch.edited
@@ -101,14 +106,14 @@ def _write_shard(dst_path: str, ch: ShardChanges, idx: ShardIndex | None, src_fd
                     count += 1
                     continue
                 if run_start is not None:
-                    _copy_range(src_fd, out, run_start, idx.offsets[i], writer, dst_path)
+                    _copy_range(src, out, run_start, idx.offsets[i], writer, dst_path)
                     run_start = None
                 if i in ch.edited and i not in ch.deleted:
                     writer.write(staging.get_edit(ch, i))
                     fresh.add(count)
                     count += 1
             if run_start is not None:
-                _copy_range(src_fd, out, run_start, idx.offsets[idx.count], writer, dst_path)
+                _copy_range(src, out, run_start, idx.offsets[idx.count], writer, dst_path)
         for name in ch.added_names():
             writer.write(staging.get_added(ch, name))
             fresh.add(count)
@@ -139,7 +144,7 @@ def _check(path: str, compression: str, count: int, fresh: set[int]) -> None:
             tfrecord.read_record(fd, offsets[i], offsets[i + 1] - offsets[i] - tfrecord.OVERHEAD)
 
 
-def commit_shard(root: str, ch: ShardChanges, idx: ShardIndex | None, src_fd: int | None,
+def commit_shard(root: str, ch: ShardChanges, idx: ShardIndex | None, src: ShardReader | None,
                  staging: Staging) -> ShardResult:
     """Make one shard's staged changes permanent. Raises CommitFailed, leaving everything as it was
     (or, when only the last fsync of the folder failed, the new shard in place and the edits staged
@@ -170,7 +175,7 @@ def commit_shard(root: str, ch: ShardChanges, idx: ShardIndex | None, src_fd: in
         os.close(fd)
         marker = staging.committing_path(ch)
         try:
-            count, fresh = _write_shard(tmp, ch, idx if not ch.new else None, src_fd, staging, compression)
+            count, fresh = _write_shard(tmp, ch, idx if not ch.new else None, src, staging, compression)
             _check(tmp, compression, count, fresh)
             st = os.stat(tmp)
             stamp = {"ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns}

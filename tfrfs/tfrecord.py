@@ -8,11 +8,12 @@ plain stream first; offsets always refer to that uncompressed stream.
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 import crc32c as _crc32c
 
@@ -67,19 +68,28 @@ class Problem:
 _SPLIT_READ = 64 << 10
 
 
-def read_record(fd: int, offset: int, length: int, *, verify: bool = True) -> bytes:
-    """The data of the record whose header is at ``offset`` (length already known).
+PRead = Callable[[int, int], bytes]   # (size, offset) -> bytes, as os.pread without its descriptor
+
+
+def _pread_of(src: int | PRead) -> PRead:
+    return functools.partial(os.pread, src) if isinstance(src, int) else src
+
+
+def read_record(src: int | PRead, offset: int, length: int, *, verify: bool = True) -> bytes:
+    """The data of the record whose header is at ``offset`` (length already known), read from a
+    descriptor or through a ``pread`` function (a shard reader's).
 
     Raises ``DataLoss`` when the record is cut short or its data checksum fails.
     """
+    pread = _pread_of(src)
     if length < _SPLIT_READ:
-        buf = os.pread(fd, length + FOOTER, offset + HEADER)
+        buf = pread(length + FOOTER, offset + HEADER)
         data, footer = buf[:length], buf[length:]
     else:
         # A large record is read apart from its footer, so its bytes are not copied once more
         # to cut the footer off.
-        data = os.pread(fd, length, offset + HEADER)
-        footer = os.pread(fd, FOOTER, offset + HEADER + length)
+        data = pread(length, offset + HEADER)
+        footer = pread(FOOTER, offset + HEADER + length)
     if len(data) < length or len(footer) < FOOTER:
         raise DataLoss(f"record at offset {offset} is cut short")
     if verify and _U32.unpack(footer)[0] != masked_crc(data):
@@ -113,18 +123,19 @@ def header_problem(header: bytes, pos: int, size: int, index: int) -> tuple[int 
     return length, None
 
 
-def scan_offsets(fd: int, size: int, *, start: int = 0) -> tuple[list[int], Problem | None]:
-    """Find record offsets from headers alone, never reading a record's data.
+def scan_offsets(src: int | PRead, size: int, *, start: int = 0) -> tuple[list[int], Problem | None]:
+    """Find record offsets from headers alone, never reading a record's data (from a descriptor
+    or through a ``pread`` function).
 
     Returns the header offsets of every whole record, plus the end offset of the
     last one as a final element, and the problem that ended the scan, if any.
     """
     offsets = [start]
     pos = start
-    pread = os.pread
+    pread = _pread_of(src)
     while pos < size:
-        length, problem = header_problem(pread(fd, HEADER, pos), pos, size, len(offsets) - 1)
-        if problem:
+        length, problem = header_problem(pread(HEADER, pos), pos, size, len(offsets) - 1)
+        if length is None:
             return offsets, problem
         pos += OVERHEAD + length
         offsets.append(pos)

@@ -109,7 +109,7 @@ def test_compressed_shard_indexes_plain_stream(tmp_path: Path) -> None:
     p = write_shard(tmp_path / "s.tfrecord.zz", recs, tfrecord.ZLIB)
     cache = index.IndexCache(tmp_path / "cache")
     idx, _ = cache.get(index.discover(str(p)).shards[0])
-    fd = idx.open()
+    fd = os.open(idx.data_path, os.O_RDONLY)
     try:
         got = [tfrecord.read_record(fd, *idx.span(i)) for i in range(idx.count)]
     finally:
