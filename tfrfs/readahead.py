@@ -140,8 +140,9 @@ class ReadAhead:
                 self._spare.remove(min(self._spare, key=len))
 
     def _recycle(self, job: Future[Record | None]) -> None:
-        if not job.cancelled() and job.result() is not None:
-            self._keep(job.result().buf)
+        record = None if job.cancelled() else job.result()
+        if record is not None:
+            self._keep(record.buf)
 
     def _direct_fd(self, fd: int) -> int:
         """A descriptor on the same file as ``fd``, opened O_DIRECT; ``fd`` itself if refused.

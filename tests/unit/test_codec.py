@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from tfrfs import codec, errors, proto
+from tfrfs import codec, errors, jsontext, proto
 from tfrfs.codec import DirView, FileView, Shape, Value
 
 JPEG = b"\xff\xd8\xff\xe0" + b"\x00" * 20
@@ -143,7 +143,7 @@ def test_is_text() -> None:
     (math.nan, "NaN"), (math.inf, "Infinity"), (-math.inf, "-Infinity"),
 ])
 def test_format_float32(x: float, text: str) -> None:
-    assert codec.format_float32(x) == text
+    assert jsontext.format_float32(x) == text
     if not math.isnan(x):
         assert bits(f32(float(text.replace("Infinity", "inf")))) == bits(x)
 
@@ -151,7 +151,7 @@ def test_format_float32(x: float, text: str) -> None:
 @given(st.integers(0, 2 ** 32 - 1))
 def test_format_float32_shortest_and_exact(b: int) -> None:
     x = struct.unpack("<f", struct.pack("<I", b))[0]
-    text = codec.format_float32(x)
+    text = jsontext.format_float32(x)
     if math.isnan(x):
         assert text == "NaN"
         return
@@ -172,18 +172,18 @@ def test_format_float32_matches_numpy_shortest() -> None:
         x = struct.unpack("<f", struct.pack("<I", b))[0]
         if math.isfinite(x):
             ref = np.format_float_scientific(np.float32(x), unique=True)
-            assert float(codec.format_float32(x)) == float(ref), b
+            assert float(jsontext.format_float32(x)) == float(ref), b
 
 
 def test_dumps_json_is_canonical() -> None:
     obj = {"kind": "float_list", "n": 3, "ok": True, "x": None, "v": [1.5, f32(0.1)], "s": "Zoë\n"}
-    assert codec.dumps_json(obj) == (json.dumps(obj, ensure_ascii=False).replace("0.10000000149011612", "0.1")
+    assert jsontext.dumps_json(obj) == (json.dumps(obj, ensure_ascii=False).replace("0.10000000149011612", "0.1")
                                      + "\n").encode()
-    assert codec.dumps_json([]) == b"[]\n"
-    assert codec.dumps_json([1, [2, 3], {}]) == b"[1, [2, 3], {}]\n"
-    assert codec.dumps_json([math.nan, -math.inf]) == b"[NaN, -Infinity]\n"
+    assert jsontext.dumps_json([]) == b"[]\n"
+    assert jsontext.dumps_json([1, [2, 3], {}]) == b"[1, [2, 3], {}]\n"
+    assert jsontext.dumps_json([math.nan, -math.inf]) == b"[NaN, -Infinity]\n"
     with pytest.raises(TypeError):
-        codec.dumps_json(b"x")
+        jsontext.dumps_json(b"x")
 
 
 # --- raw pixel arrays (SPEC 3.3) ---------------------------------------------------------------

@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tfrfs import proto, readahead, tfrecord
-from tfrfs.cli import open_dataset
+from tfrfs import proto, readahead, records, tfrecord
+from tfrfs.mount import open_mount
+from tfrfs.readers.local import LocalReaders
 from tfrfs.errors import DataLoss
 from tfrfs.readahead import MAX_AHEAD, ReadAhead
-from tfrfs.tree import Tree
+from tfrfs.tree import Tree, as_bytes
 
 
 def _write(path: Path, records: list[bytes]) -> list[tuple[int, int]]:
@@ -165,42 +166,47 @@ def _example(image: bytes, n: int) -> bytes:
 
 
 def _read_all(tree: Tree, path: str) -> bytes:
-    """A file's bytes, each piece taken where the FUSE adapter takes it from."""
+    """A file's bytes, taken where the FUSE adapter takes them from."""
     node = tree.lookup(path)
-    size = tree.stat(node).size
-    held = tree.read_held(node, size, 0)
-    if held is not None:
-        return bytes(held)
-    place = tree.read_place(node, size, 0)
-    if place is None:
-        return tree.read(node, size, 0)
-    fd, pos, count = place
-    return os.pread(fd, count, pos)
+    return as_bytes(tree.serve(node, tree.stat(node).size, 0))
 
 
-def test_tree_reads_the_next_record_ahead_when_read_in_order(tmp_path: Path) -> None:
+def _in_memory(tree: Tree, node: object, size: int, offset: int) -> memoryview | None:
+    """The bytes, when the tree serves them from memory it holds (not from the shard)."""
+    try:
+        served = tree.serve(node, size, offset)   # type: ignore[arg-type]
+    except DataLoss:
+        return None
+    return served if isinstance(served, memoryview) else None
+
+
+def test_local_reader_reads_the_next_record_ahead_when_read_in_order(tmp_path: Path, monkeypatch) -> None:
     src = tmp_path / "src"
     src.mkdir()
     images = [_noise_jpeg(i) for i in range(6)]
     spans = _write(src / "big.tfrecord", [_example(img, i) for i, img in enumerate(images)])
     bad = 4   # its image is damaged: read ahead, found wanting, reported by the usual read
     _flip(src / "big.tfrecord", spans[bad][0] + tfrecord.HEADER + spans[bad][1] // 2)
-    disc, indexes = open_dataset(str(src), str(tmp_path / "cache"), quiet=True)
-    tree = Tree(disc, indexes)
+    readers = LocalReaders()
+    m = open_mount(str(src), cache_dir=str(tmp_path / "cache"), readers=readers)
+    tree = m.tree
     try:
         # Out of order: nothing is read ahead.
         for i in (5, 2, 0):
             assert _read_all(tree, f"/big.tfrecord/{i:06d}/image/encoded.jpg") == images[i]
-        assert tree._ahead.taken == 0
+        assert readers.ahead.taken == 0
         # In order: from the second record on, each next one is read ahead and handed over.
-        tree2 = Tree(*open_dataset(str(src), str(tmp_path / "cache"), quiet=True))
+        readers2 = LocalReaders()
+        m2 = open_mount(str(src), cache_dir=str(tmp_path / "cache"), readers=readers2)
+        tree2 = m2.tree
         built_on: dict[int, str] = {}
-        build = tree2._in_place_view
+        index_at = {offset + tfrecord.HEADER: i for i, (offset, _) in enumerate(spans)}
+        render = records.render_in_shard
 
-        def recording(shard, rid, *args):
-            built_on[rid] = threading.current_thread().name
-            return build(shard, rid, *args)
-        tree2._in_place_view = recording
+        def recording(data, options, *, shard, data_offset, pin=None):
+            built_on[index_at[data_offset]] = threading.current_thread().name
+            return render(data, options, shard=shard, data_offset=data_offset, pin=pin)
+        monkeypatch.setattr(records, "render_in_shard", recording)
         try:
             for i in range(6):
                 path = f"/big.tfrecord/{i:06d}/image/encoded.jpg"
@@ -213,18 +219,18 @@ def test_tree_reads_the_next_record_ahead_when_read_in_order(tmp_path: Path) -> 
             # Reading record 1 (after 0) started 2 and 3, then each record taken starts the one
             # two after it. 4 was read ahead but damaged; 5, started by 3, was handed over too.
             assert MAX_AHEAD == 2
-            assert tree2._ahead.taken == 3
+            assert readers2.ahead.taken == 3
             # Their views were built on the worker, once read and checked; the others' here.
             assert sorted(i for i, name in built_on.items() if name.startswith("tfrfs-readahead")) == [2, 3, 5]
             assert all(built_on[i] == threading.current_thread().name for i in (0, 1))
             # Their images are served from memory: the last two taken.
             held = [tree2.lookup(f"/big.tfrecord/{i:06d}/image/encoded.jpg") for i in range(6)]
-            assert [tree2.read_held(node, 10, 5) is not None for node in held] == \
+            assert [_in_memory(tree2, node, 10, 5) is not None for node in held] == \
                 [False, False, False, True, False, True]
-            assert bytes(tree2.read_held(held[3], 10, 5)) == images[3][5:15]
-            assert bytes(tree2.read_held(held[5], 1 << 20, len(images[5]) - 3)) == images[5][-3:]
+            assert bytes(_in_memory(tree2, held[3], 10, 5)) == images[3][5:15]
+            assert bytes(_in_memory(tree2, held[5], 1 << 20, len(images[5]) - 3)) == images[5][-3:]
             assert [e for e in tree2.errors.render().decode().splitlines() if '"index": 4' in e]
         finally:
-            tree2.close()
+            m2.close()
     finally:
-        tree.close()
+        m.close()

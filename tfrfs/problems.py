@@ -1,0 +1,41 @@
+"""Problems found in the data while mounted (SPEC 6): logged once each, listed in ``.tfrfs/errors``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import Callable
+
+log = logging.getLogger("tfrfs")
+
+
+class ErrorLog:
+    """Each problem once: a warning in the daemon log and a JSON line in ``.tfrfs/errors``."""
+
+    def __init__(self) -> None:
+        self._lines: list[bytes] = []
+        self._seen: set[tuple] = set()
+        self._lock = threading.Lock()
+        self.on_change: Callable[[], None] | None = None   # the adapter tells the kernel the file grew
+
+    def add(self, shard: str | None, index: int | None, offset: int | None, reason: str, **extra: object) -> None:
+        key = (shard, index, offset, reason)
+        with self._lock:
+            if key in self._seen:
+                return
+            self._seen.add(key)
+            entry = {"shard": shard, "index": index, "offset": offset, "reason": reason, **extra}
+            self._lines.append((json.dumps(entry, ensure_ascii=False) + "\n").encode())
+        where = f"{shard}" + (f" record {index}" if index is not None else "") + \
+                (f" at offset {offset}" if offset is not None else "")
+        log.warning("%s: %s", where, reason)
+        if self.on_change is not None:
+            self.on_change()
+
+    def render(self) -> bytes:
+        with self._lock:
+            return b"".join(self._lines)
+
+    def __len__(self) -> int:
+        return len(self._lines)

@@ -1,0 +1,317 @@
+"""The record store: every record's bytes and view, by (shard, record), over the shard readers.
+
+It owns what is true of records while mounted: which bytes a record holds now (staged in a
+writable mount, else the shard's), the bounded caches of record views and ``.bin`` contents, the
+names pinned by changes (``pins``), and what was found wrong while reading (reported once, and
+remembered in the index so the next mount lists a record that does not parse as ``.bin``).
+Views come from the pure renderer (``render``); bytes come through the shard readers.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections import OrderedDict
+from typing import Any, Callable
+
+from . import proto, tfrecord
+from .errors import DataLoss
+from .index import ShardIndex
+from .nodes import Dir, InShard, RecordId
+from .pins import NamePin, pin_from_shown
+from .problems import ErrorLog
+from .readers import Readers, Served, ShardReader
+from .render import IN_SHARD_MIN, Options, RecordView, render, render_in_shard
+from .staging import ShardChanges, Staging
+from .tfrecord import Problem
+
+DEFAULT_CACHE_BYTES = 256 << 20
+_BIN_CACHE_BYTES = 32 << 20   # recent .bin records, read by path in 128 KiB pieces
+
+
+class RecordStore:
+    """Records of one mount (or one command), shard by shard; thread-safe."""
+
+    def __init__(self, indexes: list[ShardIndex], readers: Readers, *, records: str | None = None,
+                 decode_raw: bool = True, writable: bool = False, staging: Staging | None = None,
+                 errors: ErrorLog | None = None, on_bad: Callable[[ShardIndex], None] | None = None,
+                 cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        self.shards = indexes
+        self.records_override = records
+        self.kinds = [records or idx.detected_kind for idx in indexes]
+        self.decode_raw = decode_raw
+        self.writable = writable
+        self.staging = staging
+        self.errors = errors or ErrorLog()
+        self.on_bad = on_bad   # persists a newly found unparsable record, so the next mount lists it right
+        self.on_view: Callable[[Dir, int, RecordId], None] | None = None   # adds the user's scratch entries
+        self._readers_factory = readers
+        self._readers: list[ShardReader | None] = [self._open_reader(idx) for idx in indexes]
+        self._lock = threading.RLock()
+        self._views: OrderedDict[tuple[int, RecordId], RecordView] = OrderedDict()
+        self._views_cost = 0
+        self._views_budget = cache_bytes
+        self._bins: OrderedDict[tuple[int, RecordId], tuple[bytes, str | None]] = OrderedDict()
+        self._bins_cost = 0
+        self._pins: dict[tuple[int, RecordId], NamePin] = {}   # names kept until a commit
+
+    # -- shards --------------------------------------------------------------
+
+    def _open_reader(self, idx: ShardIndex) -> ShardReader | None:
+        return self._readers_factory.open(idx.data_path) if idx.count else None
+
+    def reader(self, shard: int) -> ShardReader | None:
+        return self._readers[shard]
+
+    def relpath(self, shard: int) -> str:
+        return self.shards[shard].shard.relpath
+
+    def shard_number(self, relpath: str) -> int | None:
+        for n, idx in enumerate(self.shards):
+            if idx.shard.relpath == relpath:
+                return n
+        return None
+
+    def add_shard(self, idx: ShardIndex, kind: str) -> int:
+        """A shard that is not among the source's files yet (a new shard of a writable mount)."""
+        self.shards.append(idx)
+        self.kinds.append(self.records_override or kind)
+        self._readers.append(self._open_reader(idx))
+        return len(self.shards) - 1
+
+    def replace_shard(self, shard: int, idx: ShardIndex) -> None:
+        """Read shard ``shard`` from a new file and index (after a commit): records are renumbered."""
+        old = self._readers[shard]
+        self._readers[shard] = self._open_reader(idx)
+        if old is not None:
+            old.close()
+        self.shards[shard] = idx
+        self.forget_shard(shard)
+
+    def forget_shard(self, shard: int) -> None:
+        with self._lock:
+            for key in [k for k in self._views if k[0] == shard]:
+                self._views_cost -= self._views.pop(key).cost
+            for key in [k for k in self._bins if k[0] == shard]:
+                self._bins_cost -= len(self._bins.pop(key)[0])
+            for key in [k for k in self._pins if k[0] == shard]:
+                del self._pins[key]
+
+    def changes(self, shard: int) -> ShardChanges | None:
+        if self.staging is None:
+            return None
+        return self.staging.shards.get(self.relpath(shard))
+
+    def options(self, shard: int) -> Options:
+        return Options(self.kinds[shard], self.decode_raw, self.shards[shard].shard.mtime_ns,
+                       report_shown=self.writable)
+
+    # -- bytes ---------------------------------------------------------------
+
+    def original(self, shard: int, index: int) -> tuple[bytes, str | None]:
+        """An original record's bytes, and why they cannot be trusted (data checksum), if so."""
+        idx = self.shards[shard]
+        offset, length = idx.span(index)
+        reader = self._readers[shard]
+        assert reader is not None
+        try:
+            return reader.record(offset, length), None
+        except DataLoss as exc:
+            self.errors.add(idx.shard.relpath, index, offset, str(exc))
+            try:
+                return reader.record(offset, length, verify=False), str(exc)
+            except DataLoss:
+                return b"", str(exc)
+
+    def record_bytes(self, shard: int, rid: RecordId) -> tuple[bytes, str | None]:
+        """A record's current bytes: staged if it was edited or added, else the original."""
+        ch = self.changes(shard)
+        if ch is not None and self.staging is not None:
+            if isinstance(rid, str):
+                return self.staging.get_added(ch, rid), None
+            if rid in ch.edited:
+                return self.staging.get_edit(ch, rid), None
+        assert isinstance(rid, int)
+        return self.original(shard, rid)
+
+    def parse(self, shard: int, data: bytes) -> Any:
+        cls = proto.SequenceExample if self.kinds[shard] == "sequence" else proto.Example
+        return cls.FromString(data)
+
+    def message(self, shard: int, rid: RecordId) -> Any:
+        """The record's current content as a mutable message (writable mounts)."""
+        data, damaged = self.record_bytes(shard, rid)
+        if damaged:
+            raise DataLoss(damaged)
+        return self.parse(shard, data)
+
+    def bin_content(self, shard: int, rid: RecordId) -> tuple[bytes, str | None]:
+        """``record_bytes``, kept for a while: a ``.bin`` record is read by path in pieces."""
+        key = (shard, rid)
+        with self._lock:
+            hit = self._bins.get(key)
+            if hit is not None:
+                self._bins.move_to_end(key)
+                return hit
+        got = self.record_bytes(shard, rid)
+        with self._lock:
+            self._bins[key] = got
+            self._bins_cost += len(got[0])
+            while self._bins_cost > _BIN_CACHE_BYTES and len(self._bins) > 1:
+                _, old = self._bins.popitem(last=False)
+                self._bins_cost -= len(old[0])
+        return got
+
+    def is_bad(self, shard: int, index: int) -> bool:
+        """Whether record ``index`` does not parse (rendering it now if that is not yet known)."""
+        idx = self.shards[shard]
+        if index in idx.bad:
+            return True
+        self.view(shard, index)
+        return index in idx.bad
+
+    def serve(self, where: InShard, size: int, offset: int) -> Served:
+        """``size`` bytes at ``offset`` of an image left in its shard."""
+        reader = self._readers[where.shard]
+        assert reader is not None
+        return reader.serve(where.offset + offset, max(0, min(size, where.length - offset)))
+
+    # -- views ---------------------------------------------------------------
+
+    def view(self, shard: int, rid: RecordId) -> RecordView:
+        key = (shard, rid)
+        with self._lock:
+            hit = self._views.get(key)
+            if hit is not None:
+                self._views.move_to_end(key)
+                return hit
+            pin = self._pins.get(key)
+        view = None if self.writable else self._view_in_shard(shard, rid)
+        if view is None:
+            data, damaged = self.record_bytes(shard, rid)
+            view = render(data, self.options(shard), damaged=damaged, pin=pin)
+            if view.failure is not None:
+                self._unparsable(shard, rid, view.failure)
+        if pin is not None:
+            # Only what still makes a difference is kept: the rest the rules show alike, and the
+            # next change takes its pin from what is shown.
+            with self._lock:
+                if view.pin is not None:
+                    self._pins[key] = view.pin
+                else:
+                    self._pins.pop(key, None)
+        if self.on_view is not None:
+            self.on_view(view.root, shard, rid)
+        with self._lock:
+            self._views[key] = view
+            self._views_cost += view.cost
+            while self._views_cost > self._views_budget and len(self._views) > 1:
+                _, old = self._views.popitem(last=False)
+                self._views_cost -= old.cost
+        return view
+
+    def _unparsable(self, shard: int, rid: RecordId, reason: str) -> None:
+        idx = self.shards[shard]
+        if not isinstance(rid, int) or rid in idx.bad:
+            return
+        offset, _ = idx.span(rid)
+        self.errors.add(idx.shard.relpath, rid, offset, reason)
+        ch = self.changes(shard)
+        if not (ch is not None and rid in ch.edited):
+            idx.bad.add(rid)
+            idx.problems.append(Problem(offset, reason, rid))
+            if self.on_bad is not None:
+                self.on_bad(idx)
+
+    def _view_in_shard(self, shard: int, rid: RecordId) -> RecordView | None:
+        """A large Example's view with its large images left in the shard (read-only mounts), or
+        None when the record is not such a record or is damaged (then ``render`` reports it)."""
+        if not isinstance(rid, int) or self.kinds[shard] != "example":
+            return None
+        idx = self.shards[shard]
+        offset, length = idx.span(rid)
+        reader = self._readers[shard]
+        if length < IN_SHARD_MIN or reader is None or rid in idx.bad:
+            return None
+        try:
+            lent = reader.borrow(rid, offset, length, following=functools.partial(self._large_span, shard),
+                                 prepare=functools.partial(self._prepare, shard))
+        except DataLoss:
+            return None
+        view = None
+        try:
+            if lent.prepared is not None:
+                view = lent.prepared[0]   # rendered on a read-ahead worker
+            else:
+                view = render_in_shard(lent.data, self.options(shard), shard=shard,
+                                       data_offset=offset + tfrecord.HEADER)
+        finally:
+            lent.done(view is not None)
+        return view
+
+    def _large_span(self, shard: int, index: int) -> tuple[int, int] | None:
+        """Where record ``index`` is, if it is one to read ahead for ``_view_in_shard``."""
+        idx = self.shards[shard]
+        if index >= idx.count or index in idx.bad:
+            return None
+        span = idx.span(index)
+        return span if span[1] >= IN_SHARD_MIN else None
+
+    def _prepare(self, shard: int, index: int, offset: int, data: memoryview) -> RecordView | None:
+        # On a read-ahead worker: read-only mounts change nothing it reads, and pin no names.
+        return render_in_shard(data, self.options(shard), shard=shard, data_offset=offset + tfrecord.HEADER)
+
+    def invalidate(self, shard: int, rid: RecordId) -> None:
+        with self._lock:
+            view = self._views.pop((shard, rid), None)
+            if view is not None:
+                self._views_cost -= view.cost
+            got = self._bins.pop((shard, rid), None)
+            if got is not None:
+                self._bins_cost -= len(got[0])
+
+    # -- pinned names (writable mounts) --------------------------------------------
+
+    def names_shown(self, shard: int, rid: RecordId) -> NamePin:
+        """How the record's features are shown now, with their values' digests: the pin a change
+        to the record starts from."""
+        view = self.view(shard, rid)
+        data, damaged = self.record_bytes(shard, rid)
+        if damaged or not view.shown:
+            return NamePin()
+        try:
+            message = self.parse(shard, data)
+        except Exception:  # noqa: BLE001 - a record that does not parse shows no features to keep
+            return NamePin()
+        return pin_from_shown(view.shown, message)
+
+    def pin_names(self, shard: int, rid: RecordId, pin: NamePin, *, build: bool = True) -> None:
+        """Show the record (whose staged content just changed) with the names of ``pin`` where they
+        hold. ``build=False`` leaves rendering it to the next lookup (a large record: the writer
+        still holds its content, and a second copy of it is not worth a smaller pin)."""
+        with self._lock:
+            self._pins[(shard, rid)] = pin
+        self.invalidate(shard, rid)
+        if not build:
+            return
+        try:
+            # Rendered now, so the pin shrinks at once to what it changes (memory stays small when
+            # a script edits many records), instead of at the record's next lookup.
+            self.view(shard, rid)
+        except OSError:
+            pass   # the next lookup reports it
+
+    def unpin(self, shard: int, rid: RecordId) -> None:
+        """Forget the names kept for a record (deleted, or its name given to another record)."""
+        with self._lock:
+            self._pins.pop((shard, rid), None)
+
+    def close(self) -> None:
+        self._readers_factory.close()
+        for n, reader in enumerate(self._readers):
+            if reader is not None:
+                reader.close()
+                self._readers[n] = None
+        with self._lock:
+            self._bins.clear()
+            self._views.clear()
