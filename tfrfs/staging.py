@@ -547,7 +547,9 @@ class Intent:
         sdir = self._shard(ch)
         if isinstance(rid, str):
             self.ops.append(_Op("drop", sdir / "add" / ch.added[rid]))
-            self._memory.append(lambda: ch.added.pop(rid, None))
+            def note_dropped() -> None:
+                ch.added.pop(rid, None)
+            self._memory.append(note_dropped)
             return
         self.ops.append(_Op("put", sdir / "del" / str(rid), data=b""))
         self.ops.append(_Op("drop", sdir / "edit" / str(rid)))

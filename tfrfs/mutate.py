@@ -1,0 +1,157 @@
+"""Changes to a record message (SPEC 7), as pure functions: no disk, no mount, no cache.
+
+The editors find what a path stands for (a ``Target``, or a node's ``Loc``), parse the record's
+current bytes into a message, call these, and stage what they serialize. Content is judged here,
+through ``codec``: what does not fit the feature's kind raises ``Invalid`` and the message is
+left for the caller to throw away.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from . import codec
+from .errors import Invalid
+from .nodes import Loc
+
+# (kind, shown as raw pixels) of a key across the dataset, for a key the record does not hold:
+# (None, False) when the dataset has no such key either.
+DatasetKind = Callable[[str, str], "tuple[str | None, bool]"]   # (key, section) -> ...
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where content written inside a record goes."""
+
+    section: str               # "", "context" or "feature_lists"
+    key: str
+    suffix: str
+    item: int | None = None    # a value's index in a .list/ folder or a step's in .steps/
+    raw: bool = False          # the file is a PNG of a key shown as raw pixels
+    insert: bool = False       # a new item goes in before ``item`` (the others keep their values)
+    item_names: tuple[str, ...] | None = None   # an item's folder: the names of its items after this write
+    folder: tuple[str, ...] = ()                # an item's folder: its path inside the section
+
+
+def features_of(msg: Any, section: str) -> Any:
+    """The feature map of ``section`` ("" or "context") of a record message."""
+    if section == "context":
+        return msg.context.feature
+    return msg.features.feature
+
+
+def reset(feats: Any, key: str) -> Any:
+    """Feature ``key`` of a feature map, emptied (made if missing), to be filled anew."""
+    feats[key].Clear()
+    return feats[key]
+
+
+def apply(msg: Any, t: Target, content: bytes, dataset_kind: DatasetKind, *, decode_raw: bool = True) -> None:
+    """Put ``content``, written to the file ``t`` stands for, into ``msg``. Raises ``Invalid``."""
+    if t.section == "feature_lists":
+        _apply_to_list(msg, t, content, dataset_kind)
+        return
+    feats = features_of(msg, t.section)
+    if t.item is not None:
+        if t.key in feats and feats[t.key].WhichOneof("kind") not in ("bytes_list", None):
+            raise Invalid(f"{t.key} is not a bytes feature")
+        values = list(codec.value_from_proto(feats[t.key]).values) if t.key in feats else []
+        if t.insert:
+            values.insert(t.item, content)
+        else:
+            while len(values) <= t.item:
+                values.append(b"")   # a later file of a .list/ copied before an earlier one
+            values[t.item] = content
+        codec.value_to_proto(codec.Value("bytes_list", tuple(values)), reset(feats, t.key))
+        return
+    present = t.key in feats
+    kind: str | None = codec.value_from_proto(feats[t.key]).kind if present else None
+    raw = t.raw
+    if not present:
+        kind, raw = dataset_kind(t.key, t.section)
+    if kind == "none":
+        kind = None
+    if raw and t.suffix == ".png" and decode_raw:
+        set_raw_png(feats, t.key, content)
+        return
+    codec.value_to_proto(codec.parse(t.suffix, content, kind), reset(feats, t.key))
+
+
+def set_raw_png(feats: Any, key: str, png: bytes) -> None:
+    """SPEC 7: a PNG written for a key shown as raw pixels is stored as its pixels, and the
+    record's height/width/depth or channels features (3.3) that exist are set to its size."""
+    pixels, shape = codec.parse_raw_png(png)
+    codec.value_to_proto(codec.Value("bytes_list", (pixels,)), reset(feats, key))
+    prefix = key[:key.rfind("/") + 1]
+    sizes = {"height": shape.height, "width": shape.width, "depth": shape.channels, "channels": shape.channels}
+    for name, n in sizes.items():
+        k = prefix + name
+        if k in feats and feats[k].WhichOneof("kind") == "int64_list":
+            codec.value_to_proto(codec.Value("int64_list", (n,)), reset(feats, k))
+
+
+def _apply_to_list(msg: Any, t: Target, content: bytes, dataset_kind: DatasetKind) -> None:
+    lists = msg.feature_lists.feature_list
+    if t.item is None:
+        steps = codec.parse_feature_list(content, _step_kind(lists, t.key, dataset_kind))
+        flist = lists[t.key]
+        del flist.feature[:]
+        for step in steps:
+            codec.value_to_proto(step, flist.feature.add())
+        return
+    flist = lists[t.key]
+    kinds = {f.WhichOneof("kind") for f in flist.feature if f.WhichOneof("kind")}
+    step_kind = kinds.pop() if len(kinds) == 1 else None
+    if t.insert:
+        flist.feature.add()
+        for i in range(len(flist.feature) - 1, t.item, -1):   # repeated messages have no insert
+            flist.feature[i].CopyFrom(flist.feature[i - 1])
+    while len(flist.feature) <= t.item:
+        flist.feature.add()
+    step = flist.feature[t.item]
+    step.Clear()
+    codec.value_to_proto(codec.parse(t.suffix, content, step_kind), step)
+
+
+def _step_kind(lists: Any, key: str, dataset_kind: DatasetKind) -> str | None:
+    if key in lists:
+        kinds = {f.WhichOneof("kind") for f in lists[key].feature if f.WhichOneof("kind")}
+        if len(kinds) == 1:
+            return kinds.pop()
+    kind, _ = dataset_kind(key, "feature_lists")
+    return kind
+
+
+def remove(msg: Any, loc: Loc) -> bool:
+    """Remove what ``loc`` stands for from ``msg``; returns whether the feature itself is gone."""
+    if loc.section == "feature_lists":
+        lists = msg.feature_lists.feature_list
+        if loc.item is None:
+            del lists[loc.key]
+            return True
+        del lists[loc.key].feature[loc.item]
+        if not lists[loc.key].feature:
+            del lists[loc.key]
+            return True
+        return False
+    feats = features_of(msg, loc.section)
+    if loc.item is None:
+        del feats[loc.key]
+        return True
+    values = list(feats[loc.key].bytes_list.value)
+    del values[loc.item]
+    if not values:
+        del feats[loc.key]
+        return True
+    codec.value_to_proto(codec.Value("bytes_list", tuple(values)), reset(feats, loc.key))
+    return False
+
+
+def item_count(msg: Any, section: str, key: str) -> int:
+    """How many items (values of a bytes feature, or steps) ``key`` of ``section`` holds."""
+    if section == "feature_lists":
+        lists = msg.feature_lists.feature_list
+        return len(lists[key].feature) if key in lists else 0
+    feats = features_of(msg, section)
+    return len(codec.value_from_proto(feats[key]).values) if key in feats else 0

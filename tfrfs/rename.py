@@ -1,0 +1,202 @@
+"""rename(2) in a writable mount (SPEC 7): a feature within its record, a folder of features, a
+scratch file, a record into another shard (or to a new name in its own).
+
+A rename that changes more than one journal file — a record and a scratch file, or two records —
+is staged as one ``Intent``: published by a single durable rename, so a crash or an I/O error
+leaves the state before the call or after it, never a mix.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Any
+
+from . import durable, mutate
+from .edit import remove_feature
+from .errors import Exists, Invalid, IsADir, NotADir, NotEmpty, NotFound, NotPermitted
+from .folders import has_files
+from .nodes import DataFile, Dir, Loc, Node, RecordDir, RecordId, ScratchFile, ShardDir
+from .pins import NamePin, feature_digest
+from .stager import Stager, is_scratch, split_path
+
+
+class CrossDevice(OSError):
+    """rename across records: mv then copies and deletes, which the mount supports."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(errno.EXDEV, message)
+
+
+class Renamer:
+    def __init__(self, stager: Stager) -> None:
+        self.stager = stager
+        self.tree = stager.tree
+        self.store = stager.store
+        self.staging = stager.staging
+
+    def rename(self, old: str, new: str) -> None:
+        node, record, inner = self.tree.locate(old)
+        new_parent_path, new_name = split_path(new)
+        new_parent, new_record, new_inner = self.tree.locate(new_parent_path)
+        if isinstance(node, RecordDir):
+            self._move_record(node, new_parent, new_name)
+            return
+        if record is None or new_record is None or (record.shard, record.rid) != (new_record.shard, new_record.rid):
+            # Across records (or shards): mv falls back to copy and delete, which we support.
+            raise CrossDevice(f"{old} -> {new}")
+        dest_inner = new_inner + (new_name,)
+        try:
+            dest: Node | None = self.tree.child(new_parent, new_name)
+        except NotFound:
+            dest = None
+        if isinstance(node, Dir):
+            self._rename_folder(record, node, inner, dest_inner, dest)
+            return
+        if isinstance(dest, Dir):
+            raise IsADir(new)
+        if isinstance(node, ScratchFile):
+            self._rename_scratch(record, node, dest_inner, dest)
+        elif isinstance(node, DataFile) and node.loc is not None:
+            self._rename_feature(record, node, inner, dest_inner, dest)
+        else:
+            raise NotPermitted(f"{old}: cannot be renamed")
+
+    def _rename_feature(self, record: RecordDir, node: DataFile, inner: tuple[str, ...],
+                        dest_inner: tuple[str, ...], dest: Node | None) -> None:
+        assert node.loc is not None
+        content = self.tree.open(node).read(1 << 62, 0)
+        msg = self.store.message(record.shard, record.rid)
+        pin = self.store.names_shown(record.shard, record.rid)
+        intent = self.staging.intent()
+        if is_scratch(dest_inner[-1]):
+            # An editor's backup (mv label.json label.json~): the key goes, as with rm, and the
+            # scratch file appears, in the same step.
+            remove_feature(self.stager, record, msg, pin, node, inner)
+            real = self.stager.scratch_path(record, dest_inner)
+            self.stager.make_real_folder(os.path.dirname(real))
+            intent.write_file(real, content)
+        else:
+            mutate.remove(msg, node.loc)
+            self._take_content(record, msg, pin, dest_inner, dest, content)
+            self.stager.keep_folders(record, inner[:-1])
+        self.stager.intend_record(intent, record.shard, record.rid, msg)
+        self.stager.run_intent(intent, {(record.shard, record.rid): pin})
+
+    def _rename_scratch(self, record: RecordDir, node: ScratchFile, dest_inner: tuple[str, ...],
+                        dest: Node | None) -> None:
+        if is_scratch(dest_inner[-1]):
+            real = self.stager.scratch_path(record, dest_inner)
+            self.stager.make_real_folder(os.path.dirname(real))
+            try:
+                durable.rename(node.path, real)      # one rename: atomic as it is
+                durable.fsync_dir(os.path.dirname(real))
+            finally:
+                self.store.invalidate(record.shard, record.rid)
+            return
+        # A scratch file renamed over a feature (sed -i, rsync, an editor restoring its backup): the
+        # record takes the content and the scratch file goes, in the same step.
+        with open(node.path, "rb") as f:
+            content = f.read()
+        msg = self.store.message(record.shard, record.rid)
+        pin = self.store.names_shown(record.shard, record.rid)
+        self._take_content(record, msg, pin, dest_inner, dest, content)
+        intent = self.staging.intent()
+        intent.drop(node.path)
+        self.stager.intend_record(intent, record.shard, record.rid, msg)
+        self.stager.run_intent(intent, {(record.shard, record.rid): pin})
+
+    def _take_content(self, record: RecordDir, msg: Any, pin: NamePin, dest_inner: tuple[str, ...],
+                      dest: Node | None, content: bytes) -> None:
+        """Put ``content`` into ``msg`` as the feature file at ``dest_inner`` (replacing ``dest``)."""
+        if isinstance(dest, DataFile) and dest.loc is not None:
+            mutate.remove(msg, dest.loc)
+        target = self.stager.target(record, dest_inner)
+        try:
+            mutate.apply(msg, target, content, self.stager.dataset_kind_near(record.shard),
+                         decode_raw=self.store.decode_raw)
+        except Invalid as exc:
+            raise self.stager.fail(record, dest_inner, str(exc)) from None
+        if target.item_names is not None:
+            pin.set_item_names(target.section, target.key, target.item_names,
+                               feature_digest(msg, target.section, target.key))
+
+    def _rename_folder(self, record: RecordDir, node: Dir, inner: tuple[str, ...], dest: tuple[str, ...],
+                       existing: Node | None) -> None:
+        # As rename(2): a folder may only take the place of an empty folder.
+        if existing is not None and not isinstance(existing, Dir):
+            raise NotADir("/".join(dest))
+        if isinstance(existing, Dir) and existing.children:
+            raise NotEmpty("/".join(dest))
+        files: list[tuple[tuple[str, ...], DataFile]] = []
+        _walk_files(node, (), files)
+        msg = self.store.message(record.shard, record.rid)
+        pin = self.store.names_shown(record.shard, record.rid)
+        removed: set[tuple[str, str]] = set()
+        for _, f in files:
+            if f.loc is not None and (f.loc.section, f.loc.key) not in removed:
+                mutate.remove(msg, Loc(f.loc.section, f.loc.key))
+                removed.add((f.loc.section, f.loc.key))
+        kind = self.stager.dataset_kind_near(record.shard)
+        try:
+            for rel, f in sorted(files, key=lambda x: x[0]):
+                assert isinstance(f.data, bytes)
+                mutate.apply(msg, self.stager.target(record, dest + rel), f.data, kind,
+                             decode_raw=self.store.decode_raw)
+        except Invalid as exc:
+            raise self.stager.fail(record, dest, str(exc)) from None
+        intent = self.staging.intent()
+        if node.scratch:
+            # The user's own files in it move with the features, in the same step.
+            real_dest = self.stager.scratch_path(record, dest)
+            self.stager.make_real_folder(os.path.dirname(real_dest))
+            intent.move(node.scratch, real_dest)
+        self.stager.keep_folders(record, inner[:-1])
+        if files:
+            self.stager.intend_record(intent, record.shard, record.rid, msg)
+        self.stager.run_intent(intent, {(record.shard, record.rid): pin})
+
+    def _move_record(self, node: RecordDir, new_parent: Node, new_name: str) -> None:
+        """mv of a record folder into a shard folder (its own included: a new name). One step: the
+        record is added there, deleted here, and the user's own files in it move along."""
+        if not isinstance(new_parent, ShardDir):
+            raise CrossDevice("records can only be moved into shard folders")
+        if self.store.kinds[new_parent.shard] != self.store.kinds[node.shard]:
+            raise Invalid("a record can only move to a shard of the same record kind")
+        if is_scratch(new_name) or not new_name:
+            raise Invalid(f"{new_name}: record names may not start with '.' or end with '~'")
+        shard = new_parent.shard
+        try:
+            existing: Node | None = self.tree.child(new_parent, new_name)
+        except NotFound:
+            existing = None
+        if isinstance(existing, RecordDir) and (existing.shard, existing.rid) == (node.shard, node.rid):
+            return
+        if existing is not None and (not isinstance(existing, RecordDir) or has_files(self.tree.record_root(existing))):
+            raise Exists(new_name)
+        data, _ = self.store.record_bytes(node.shard, node.rid)
+        src_ch, dst_ch = self.stager.changes(node.shard), self.stager.changes(shard)
+        intent = self.staging.intent()
+        touched: dict[tuple[int, RecordId], NamePin | None] = {(node.shard, node.rid): None, (shard, new_name): None}
+        if isinstance(existing, RecordDir) and isinstance(existing.rid, int):
+            # An empty original record of that name goes; an added one is replaced by the add below.
+            intent.delete(dst_ch, existing.rid)
+            intent.drop(self.tree.scratch_root(shard, existing.rid))
+            touched[(shard, existing.rid)] = None
+        intent.add(dst_ch, new_name, data)
+        intent.delete(src_ch, node.rid)
+        src_scratch, dst_scratch = self.tree.scratch_root(node.shard, node.rid), self.tree.scratch_root(shard, new_name)
+        if os.path.isdir(src_scratch):
+            self.stager.make_real_folder(os.path.dirname(dst_scratch))
+            intent.move(src_scratch, dst_scratch)
+        else:
+            intent.drop(dst_scratch)     # left by the record of that name that was here
+        self.stager.run_intent(intent, touched)
+
+
+def _walk_files(d: Dir, prefix: tuple[str, ...], out: list) -> None:
+    for name, c in d.children.items():
+        if isinstance(c, Dir):
+            _walk_files(c, prefix + (name,), out)
+        elif isinstance(c, DataFile):
+            out.append((prefix + (name,), c))

@@ -1,0 +1,249 @@
+"""What every edit of a writable mount shares: finding what a path inside a record stands for,
+and staging a changed record durably so that the mount shows it at once, with stable names.
+
+The three editors (``edit`` for feature files, ``folders`` for mkdir/rmdir, ``rename``) each
+hold one ``Stager``. A record is always staged whole: its new serialized bytes, through the
+journal (``staging``); a change that touches more than one journal file is one ``Intent``,
+published by a single durable rename.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from typing import Any
+
+from . import codec, durable, names
+from .errors import Invalid
+from .mutate import Target, item_count
+from .nodes import Dir, Node, RecordDir, RecordId
+from .pins import NamePin
+from .staging import Intent, ShardChanges, Staging
+from .tree import Tree
+
+# Temporary names that common tools create beside the file they rewrite, which carry no
+# suffix from SPEC 3.2: sed -i (sedXXXXXX) and vim's write probe (4913). They are treated as
+# scratch files, or those tools could not edit a feature file at all.
+_TOOL_TEMP = re.compile(r"^(sed[A-Za-z0-9]{6}|4913|\d+\.tmp)$")
+_EAGER_VIEW_BYTES = 1 << 20   # records up to this size are shown (and their pin shrunk) right after a change
+
+
+def is_scratch(name: str) -> bool:
+    return names.is_scratch(name) or bool(_TOOL_TEMP.match(name))
+
+
+def split_path(path: str) -> tuple[str, str]:
+    parent, _, name = path.rstrip("/").rpartition("/")
+    return parent or "/", name
+
+
+class Stager:
+    def __init__(self, tree: Tree, staging: Staging) -> None:
+        self.tree = tree
+        self.store = tree.store
+        self.staging = staging
+
+    @property
+    def root(self) -> str:
+        return self.tree.discovery.root
+
+    def changes(self, shard: int) -> ShardChanges:
+        """The shard's staged changes, made (durably) if it has none yet."""
+        idx = self.store.shards[shard]
+        return self.staging.shard(idx.shard.relpath, compression=idx.shard.compression,
+                                  kind=self.store.kinds[shard],
+                                  base={"size": idx.shard.size, "mtime_ns": idx.shard.mtime_ns})
+
+    def dataset_kind_near(self, shard: int) -> Any:
+        """``mutate.DatasetKind`` for a record of ``shard``: the dataset's kind of a key, and whether
+        it is raw pixels as the records nearest to the shard show it."""
+        schema = self.tree.schema
+
+        def kind(key: str, section: str) -> tuple[str | None, bool]:
+            found, raw = schema.dataset_kind(key, section)
+            if raw:
+                nearby = schema.raw_nearby(shard, key, section)
+                raw = raw if nearby is None else nearby
+            return found, raw
+        return kind
+
+    def fail(self, record: RecordDir, inner: tuple[str, ...] | str, reason: str) -> Invalid:
+        """Report content refused for a record (to ``.tfrfs/errors`` and the log) and say why."""
+        where = inner if isinstance(inner, str) else "/".join(inner)
+        rid = record.rid if isinstance(record.rid, int) else None
+        self.tree.errors.add(self.store.relpath(record.shard), rid, None, f"{where}: {reason}; the old value stays",
+                             record=str(record.rid), path=where)
+        return Invalid(f"{where}: {reason}")
+
+    # -- staging a record -----------------------------------------------------------
+
+    def stage_record(self, shard: int, rid: RecordId, data: bytes, pin: NamePin | None = None) -> None:
+        """Stage a record's new bytes. ``pin``: the names its features keep (by default, as they
+        are shown now): until a commit a change renames no feature it leaves alone (SPEC 7)."""
+        pin = pin if pin is not None else self.store.names_shown(shard, rid)
+        ch = self.changes(shard)
+        try:
+            if isinstance(rid, str):
+                self.staging.put_added(ch, rid, data)
+            else:
+                self.staging.put_edit(ch, rid, data)
+        except BaseException:
+            # Even when staging failed part way, show what is on disk now: what the next mount shows.
+            self.store.invalidate(shard, rid)
+            if self._staged_now(shard, rid, data):
+                self.store.pin_names(shard, rid, pin)
+            raise
+        self.store.pin_names(shard, rid, pin, build=len(data) <= _EAGER_VIEW_BYTES)
+
+    def _staged_now(self, shard: int, rid: RecordId, data: bytes) -> bool:
+        """Whether ``data`` is what is staged for the record (a failed call may have got that far)."""
+        try:
+            return self.store.record_bytes(shard, rid)[0] == data
+        except (OSError, KeyError):
+            return False
+
+    def intend_record(self, intent: Intent, shard: int, rid: RecordId, msg: Any) -> None:
+        data = msg.SerializeToString(deterministic=True)
+        if isinstance(rid, str):
+            intent.add(self.changes(shard), rid, data)
+        else:
+            intent.edit(self.changes(shard), rid, data)
+
+    def run_intent(self, intent: Intent, touched: dict[tuple[int, RecordId], NamePin | None]) -> None:
+        """Stage ``intent``, then show the records it changed as they are now: a record changed in
+        place with the names it showed (``touched`` gives its pin), a deleted or moved-in one afresh.
+        Shown so also when the call happened but failed part way, and when a later change finishes it."""
+        store = self.store
+
+        def show() -> None:
+            for (shard, rid), pin in touched.items():
+                if not intent.published:
+                    store.invalidate(shard, rid)
+                elif pin is not None:
+                    store.pin_names(shard, rid, pin)
+                else:
+                    store.unpin(shard, rid)
+                    store.invalidate(shard, rid)
+        intent.after = show
+        try:
+            self.staging.run(intent)
+        finally:
+            show()
+
+    def delete_record(self, shard: int, rid: RecordId) -> None:
+        ch = self.changes(shard)
+        try:
+            if isinstance(rid, str):
+                self.staging.remove_added(ch, rid)
+            else:
+                self.staging.delete_record(ch, rid)
+            self.store.unpin(shard, rid)   # an added record's name may be given to a new record
+            scratch = self.tree.scratch_root(shard, rid)
+            if os.path.isdir(scratch):
+                shutil.rmtree(scratch)
+        finally:
+            self.store.invalidate(shard, rid)
+
+    # -- the user's own folders -------------------------------------------------------
+
+    def scratch_path(self, record: RecordDir | None, inner: tuple[str, ...]) -> str:
+        if record is None:
+            raise Invalid("scratch files can only be made inside a record folder")
+        return os.path.join(self.tree.scratch_root(record.shard, record.rid), *inner)
+
+    def keep_folders(self, record: RecordDir, folder: tuple[str, ...]) -> None:
+        """Keep ``folder`` (inside the record) shown even when no feature is left in it: as on any
+        file system, a folder stays until rmdir."""
+        if not folder:
+            return
+        real = self.scratch_path(record, folder)
+        if not os.path.isdir(real):
+            os.makedirs(real, exist_ok=True)
+            durable.fsync_dir(os.path.dirname(real))
+
+    def make_real_folder(self, path: str) -> None:
+        """Make a folder under the staging folder (and the ones above it) durably, before an intent
+        names it. Folders of a record that it already shows, so making them changes no view."""
+        missing = []
+        while not os.path.isdir(path):
+            missing.append(path)
+            path = os.path.dirname(path)
+        for folder in reversed(missing):
+            os.makedirs(folder, exist_ok=True)
+            durable.fsync_dir(os.path.dirname(folder))
+
+    # -- what a path inside a record stands for ----------------------------------------------
+
+    def target(self, record: RecordDir, inner: tuple[str, ...], *, by_name: bool = False) -> Target:
+        """What a (possibly new) file at ``inner`` inside ``record`` stands for.
+
+        ``by_name``: a file of a .list/ or .steps/ folder goes among the items shown there in the
+        order of their numbers (for content written to it); otherwise its number is its index."""
+        section = ""
+        rest = inner
+        if self.store.kinds[record.shard] == "sequence":
+            if len(inner) < 2 or inner[0] not in ("context", "feature_lists"):
+                raise Invalid("in a SequenceExample record, features live in context/ or feature_lists/")
+            section, rest = inner[0], inner[1:]
+        # A file inside a .list/ or .steps/ folder is one value of that feature.
+        for j, comp in enumerate(rest[:-1]):
+            stem, suffix = names.split_suffix(comp)
+            if suffix in (".list", ".steps"):
+                if j != len(rest) - 2:
+                    raise Invalid("folders cannot be made inside a .list/ or .steps/ folder")
+                folder = self._feature_folder(record, inner[:-1])
+                # A folder shown for a feature stands for that feature's key, whatever its name.
+                key = folder.loc.key if folder is not None and folder.loc is not None \
+                    else names.path_to_key(rest[:j + 1])[0]
+                item_stem, item_suffix = names.split_suffix(rest[-1])
+                if item_suffix not in codec.SUFFIXES or not (item_stem.isdigit() and item_stem.isascii()):
+                    raise Invalid(f"{rest[-1]}: files in {comp}/ are named by their index and a suffix, e.g. 0.jpg")
+                if suffix == ".steps" and section != "feature_lists":
+                    raise Invalid(".steps/ folders belong in feature_lists/")
+                if not by_name:
+                    return Target(section, key, item_suffix, int(item_stem))
+                return self._item_target(record, section, key, item_suffix, item_stem, rest[:-1])
+        key, suffix = names.path_to_key(rest)
+        if suffix is None or suffix not in codec.SUFFIXES:
+            raise Invalid(f"{rest[-1]}: a feature file needs a suffix from .json .txt .bin .jpg .png .gif .bmp "
+                          f".webp .tif .wav .flac .mp3 .ogg (names starting with '.' or ending with '~' are "
+                          f"scratch files)")
+        return Target(section, key, suffix)
+
+    def _feature_folder(self, record: RecordDir, folder: tuple[str, ...]) -> Dir | None:
+        """The .list/ or .steps/ folder shown at ``folder`` for a feature, if there is one now."""
+        node: Node = self.tree.record_root(record)
+        for comp in folder:
+            if not isinstance(node, Dir) or comp not in node.children:
+                return None
+            node = node.children[comp]
+        if isinstance(node, Dir) and node.loc is not None and node.loc.item is None:
+            return node
+        return None
+
+    def item_names(self, record: RecordDir, section: str, key: str) -> tuple[str, ...]:
+        """The names (without suffix) of ``key``'s items as shown now, by position: those of its
+        folder, or for a key shown as one file the numbers the rules would give its items."""
+        shown = self.store.view(record.shard, record.rid).shown.get((section, key))
+        if shown is not None and shown.item_names is not None:
+            return shown.item_names
+        msg = self.store.message(record.shard, record.rid)
+        return tuple(codec.index_names(item_count(msg, section, key)))
+
+    def _item_target(self, record: RecordDir, section: str, key: str, suffix: str, stem: str,
+                     folder: tuple[str, ...]) -> Target:
+        """Where content written to ``stem`` + ``suffix`` in ``key``'s .list/ or .steps/ folder goes.
+
+        An existing number is that item; a new one goes among the others in number order, with
+        no empty values made up for gaps: a folder shows the values of its files in name order
+        (SPEC 7), also when its files arrive out of order or its numbers have gaps (items removed
+        before a commit keep the numbers of the others)."""
+        items = self.item_names(record, section, key)
+        numbers = [int(n) for n in items]
+        number = int(stem)
+        if number in numbers:
+            return Target(section, key, suffix, numbers.index(number), item_names=items, folder=folder)
+        at = sum(1 for n in numbers if n < number)
+        return Target(section, key, suffix, at, insert=True, item_names=items[:at] + (stem,) + items[at:],
+                      folder=folder)
