@@ -11,7 +11,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import resource
 import shutil
 import subprocess
@@ -20,12 +19,13 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from . import __version__
+from . import __version__, mounttab
 from .errors import TfrfsError, UsageError
-from .index import Discovery, IndexCache, ShardIndex, discover, index_all
+from .index import Discovery, IndexCache, ShardIndex, discover
+from .mount import PendingShard, discard, index_source, open_mount, staged_in
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
-FSTYPE = "fuse.tfrfs"
+FSTYPE = mounttab.TFRFS_FSTYPE
 MOUNT_WAIT_S = 120.0
 POLL_US = 100   # mount --poll-us: measured in scripts/bench, see README
 
@@ -60,48 +60,25 @@ class Progress:
 
 
 def open_dataset(source: str, cache_dir: str | None, *, quiet: bool = False) -> tuple[Discovery, list[ShardIndex]]:
-    disc = discover(source)
-    cache = IndexCache(cache_dir)
-    progress = None if quiet else Progress("indexing")
-    total_bytes = sum(s.size for s in disc.shards)
+    """SOURCE's shards, indexed, with progress on stderr unless ``quiet``."""
+    progress = Progress("indexing")
 
-    def report(done: int, total: int, records: int) -> None:
-        if progress:
-            done_bytes = sum(s.size for s in disc.shards[:done])
-            progress.update(f"{done}/{total} shards, {records:,} records, "
-                            f"{done_bytes / 2**20:,.0f}/{total_bytes / 2**20:,.0f} MiB",
-                            final=done == total)
+    def report(done: int, total: int, records: int, done_bytes: int, total_bytes: int) -> None:
+        progress.update(f"{done}/{total} shards, {records:,} records, "
+                        f"{done_bytes / 2**20:,.0f}/{total_bytes / 2**20:,.0f} MiB", final=done == total)
 
-    return disc, index_all(disc.shards, cache, report)
+    return index_source(source, cache_dir, None if quiet else report)
 
 
 # --- mount ---------------------------------------------------------------------
 
-def _unescape_mount_field(field: str) -> str:
-    # /proc/mounts writes space, tab, newline and backslash as octal escapes.
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-
-
-def mounted_fstype(path: str) -> str | None:
-    """The filesystem type mounted at ``path``, or None when nothing is."""
-    target = os.path.realpath(path)
-    found = None
-    try:
-        with open("/proc/self/mounts") as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) > 2 and _unescape_mount_field(parts[1]) == target:
-                    found = parts[2]   # the last mount on a path is the visible one
-    except OSError:
-        return None
-    return found
 
 
 def _check_mountpoint(mnt: str) -> None:
     if not os.path.isdir(mnt):
         raise UsageError(f"{mnt}: mount point is not a folder" if os.path.exists(mnt)
                          else f"{mnt}: mount point does not exist")
-    if mounted_fstype(mnt):
+    if mounttab.fstype_at(mnt):
         raise UsageError(f"{mnt}: something is already mounted there")
     try:
         if os.listdir(mnt):
@@ -138,42 +115,28 @@ def cmd_mount(args: argparse.Namespace) -> int:
     if not args.foreground:
         return _spawn_daemon(args, log_path)
     _setup_logging(log_path, also_stderr=not args.daemon)
-    disc, indexes = open_dataset(args.source, args.cache_dir, quiet=args.daemon)
     _raise_fd_limit()
-    from .tree import Tree
-    staging = editor = None
-    if args.rw:
-        from . import repack
-        from .edit import Editor
-        from .staging import Staging
-        staging = Staging(disc.root)
-        staging.acquire()
-        staging.load()
-        for line in repack.recover(disc.root, staging):
-            log.warning("recovery: %s", line)
-        staging.load()
-    tree = Tree(disc, indexes, records=args.records, decode_raw=not args.no_decode_raw, writable=args.rw,
-                staging=staging, on_bad=IndexCache(args.cache_dir).save)
-    if staging is not None:
-        editor = Editor(tree, staging, IndexCache(args.cache_dir))
-        pending = editor.status()["pending"]
+    m = open_mount(args.source, writable=args.rw, records=args.records, decode_raw=not args.no_decode_raw,
+                   cache_dir=args.cache_dir, indexed=open_dataset(args.source, args.cache_dir, quiet=args.daemon))
+    try:
+        pending = m.status().pending
         if pending:
-            log.info("staged changes from an earlier mount: %s", ", ".join(p["shard"] for p in pending))
-    log.info("mounting %s at %s (%d shards, %d records, %s)", args.source, args.mountpoint, len(indexes),
-             sum(i.count for i in indexes), "read-write" if args.rw else "read-only")
-    try:
-        from . import fuse_ops
-    except ImportError as exc:
-        log.error("cannot mount: %s", exc)
-        return EXIT_PROBLEMS
-    try:
-        fuse_ops.mount(tree, args.mountpoint, editor=editor, poll_us=args.poll_us)
-    except RuntimeError as exc:
-        log.error("FUSE failed: %s", exc)
-        return EXIT_PROBLEMS
+            log.info("staged changes from an earlier mount: %s", ", ".join(p.shard for p in pending))
+        indexes = m.store.shards
+        log.info("mounting %s at %s (%d shards, %d records, %s)", args.source, args.mountpoint, len(indexes),
+                 sum(i.count for i in indexes), "read-write" if args.rw else "read-only")
+        try:
+            from . import fuse_ops
+        except ImportError as exc:
+            log.error("cannot mount: %s", exc)
+            return EXIT_PROBLEMS
+        try:
+            fuse_ops.mount(m, args.mountpoint, poll_us=args.poll_us)
+        except RuntimeError as exc:
+            log.error("FUSE failed: %s", exc)
+            return EXIT_PROBLEMS
     finally:
-        if staging is not None:
-            staging.release()
+        m.close()
     log.info("unmounted %s", args.mountpoint)
     return EXIT_OK
 
@@ -210,7 +173,7 @@ def _spawn_daemon(args: argparse.Namespace, log_path: Path) -> int:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True)
     deadline = time.monotonic() + MOUNT_WAIT_S
     while time.monotonic() < deadline:
-        if mounted_fstype(args.mountpoint) == FSTYPE:
+        if mounttab.fstype_at(args.mountpoint) == FSTYPE:
             records = sum(i.count for i in indexes)
             print(f"mounted {args.source} at {args.mountpoint} ({len(indexes)} shards, {records:,} records, "
                   f"{'read-write' if args.rw else 'read-only'}); log: {log_path}")
@@ -254,7 +217,7 @@ def _tail(path: Path, lines: int = 10) -> str:
 
 def cmd_umount(args: argparse.Namespace) -> int:
     mnt = args.mountpoint
-    fstype = mounted_fstype(mnt)
+    fstype = mounttab.fstype_at(mnt)
     if fstype != FSTYPE:
         raise UsageError(f"{mnt}: not a tfrfs mount")
     if os.path.exists(os.path.join(mnt, ".tfrfs", "commit")):
@@ -268,7 +231,7 @@ def cmd_umount(args: argparse.Namespace) -> int:
         return EXIT_PROBLEMS
     # fusermount3 returns once the kernel lets go; wait for the daemon to finish too.
     for _ in range(200):
-        if mounted_fstype(mnt) != FSTYPE:
+        if mounttab.fstype_at(mnt) != FSTYPE:
             break
         time.sleep(0.05)
     print(f"unmounted {mnt}")
@@ -310,7 +273,7 @@ def _with_progress(what: str, work: Callable[[], str | None]) -> str | None:
 
 def cmd_commit(args: argparse.Namespace) -> int:
     mnt = args.mountpoint
-    if mounted_fstype(mnt) != FSTYPE:
+    if mounttab.fstype_at(mnt) != FSTYPE:
         raise UsageError(f"{mnt}: not a tfrfs mount")
     if not os.path.exists(os.path.join(mnt, ".tfrfs", "commit")):
         raise UsageError(f"{mnt}: not a writable mount (mount with --rw to make changes)")
@@ -327,46 +290,30 @@ def cmd_commit(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _source_root(source: str) -> str:
-    if os.path.isdir(source):
-        return os.path.abspath(source)
-    return discover(source).root
-
-
 def cmd_status(args: argparse.Namespace) -> int:
     target = args.target
-    if mounted_fstype(target) == FSTYPE:
+    if mounttab.fstype_at(target) == FSTYPE:
         status_file = os.path.join(target, ".tfrfs", "status")
         if not os.path.exists(status_file):
             print(f"{target}: read-only mount, nothing staged")
             return EXIT_OK
         with open(status_file) as f:
-            pending = json.loads(f.read())["pending"]
+            pending = [PendingShard(**p) for p in json.loads(f.read())["pending"]]
     else:
-        from .staging import Staging
-        staging = Staging(_source_root(target))
-        pending = [{"shard": c.relpath, "new": c.new, "removed": c.removed, "edited": len(c.edited),
-                    "deleted": len(c.deleted), "added": len(c.added)} for c in staging.load().values() if not c.empty]
+        pending = list(staged_in(target))
     if not pending:
         print("nothing staged")
         return EXIT_OK
     for p in pending:
-        what = "removed" if p["removed"] else ", ".join(
-            f"{p[k]} {k}" for k in ("edited", "deleted", "added") if p[k]) or "empty"
-        print(f"{p['shard']}: {'new shard, ' if p['new'] else ''}{what}")
+        what = "removed" if p.removed else ", ".join(
+            f"{n} {k}" for k, n in (("edited", p.edited), ("deleted", p.deleted), ("added", p.added)) if n) or "empty"
+        print(f"{p.shard}: {'new shard, ' if p.new else ''}{what}")
     return EXIT_OK
 
 
 def cmd_discard(args: argparse.Namespace) -> int:
-    from .staging import Staging
-    staging = Staging(_source_root(args.source))
-    if staging.is_locked():
-        raise UsageError(f"{args.source} is mounted writable: unmount it first (tfrfs umount commits; "
-                         "to drop the edits instead, kill the daemon, then discard)")
-    shards = staging.load()
-    for relpath in list(shards):
-        staging.drop_shard(relpath)
-    print(f"discarded staged changes of {len(shards)} shard(s)")
+    result = discard(args.source)
+    print(f"discarded staged changes of {result.shards} shard(s)")
     return EXIT_OK
 
 
@@ -389,13 +336,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from .tree import Tree
-    disc, indexes = open_dataset(args.source, args.cache_dir)
-    tree = Tree(disc, indexes, records=args.records, decode_raw=not args.no_decode_raw)
+    m = open_mount(args.source, records=args.records, decode_raw=not args.no_decode_raw, cache_dir=args.cache_dir,
+                   indexed=open_dataset(args.source, args.cache_dir))
     try:
-        schema = tree.schema()
+        schema = m.tree.schema.summary()
+        problems = len(m.tree.errors)
     finally:
-        tree.close()
+        m.close()
     if args.json:
         print(json.dumps(schema, indent=2, ensure_ascii=False))
         return EXIT_OK
@@ -411,8 +358,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         _table((section[:-1] if section == "features" else "feature list", "kind", "records", "values",
                 "shown as"), frows)
         print()
-    if tree.errors:
-        print(f"{len(tree.errors)} problem(s) found; run `tfrfs verify {args.source}` for details")
+    if problems:
+        print(f"{problems} problem(s) found; run `tfrfs verify {args.source}` for details")
     return EXIT_OK
 
 

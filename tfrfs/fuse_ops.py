@@ -40,7 +40,9 @@ if fuse.fuse_version_major != 3:
     raise ImportError(f"tfrfs needs libfuse3, but {fuse._libfuse_path} is libfuse{fuse.fuse_version_major}")
 
 from .errors import NoAttr, TfrfsError
-from .tree import FILE_NODES, Handle, MetaFile, Stat, Tree
+from .mount import Mount
+from .nodes import FILE_NODES, FileHandle, MetaFile, Stat
+from .tree import Tree
 
 log = logging.getLogger("tfrfs")
 
@@ -370,7 +372,7 @@ class Operations:
     def __init__(self, tree: Tree, mountpoint: str = "") -> None:
         self.tree = tree
         self.mountpoint = mountpoint
-        self._handles: dict[int, Handle] = {}
+        self._handles: dict[int, FileHandle] = {}
         self._next_fh = 1
         self._fh_lock = threading.Lock()   # not "lock": that would register a lock operation
 
@@ -386,7 +388,7 @@ class Operations:
             "st_blocks": (st.size + 511) // 512, "st_blksize": 131072,
         }
 
-    def _new_handle(self, handle: Handle) -> int:
+    def _new_handle(self, handle: FileHandle) -> int:
         with self._fh_lock:
             fh = self._next_fh
             self._next_fh += 1
@@ -450,7 +452,7 @@ class Operations:
             for pos, name, child in tree.entries(node, max(0, offset - 2)):
                 yield pos + 3, name, self._attrs(tree.stat(child), prefix + name)
             return
-        for name, is_dir in tree.list(node):
+        for name, is_dir in tree.names(node):
             yield 0, name, {"st_mode": _stat.S_IFDIR if is_dir else _stat.S_IFREG, "st_ino": _ino(prefix + name)}
 
     def open(self, path: str, fi: Any) -> int:
@@ -472,19 +474,15 @@ class Operations:
         """A read of a read-only mount: ((descriptor, position, count), b"") when the bytes lie
         in a file the tree holds open, else (None, the bytes, or a view of the memory the tree
         holds them in)."""
-        node = self.tree.lookup(path)
-        held = self.tree.read_held(node, size, offset)
-        if held is not None:
-            return None, held
-        where = self.tree.read_place(node, size, offset)
-        if where is not None:
-            return where, b""
-        return None, self.tree.read(node, size, offset)
+        served = self.tree.serve(self.tree.lookup(path), size, offset)
+        if isinstance(served, tuple):
+            return served, b""
+        return None, served
 
     def release(self, path: str, fi: Any) -> int:
         handle = self._handles.pop(fi.fh, None)
         if handle is not None:
-            handle.close()
+            handle.release()
         return 0
 
     def statfs(self, path: str) -> dict[str, int]:
@@ -511,48 +509,52 @@ class Operations:
 class WritableOperations(Operations):
     """Operations for a ``--rw`` mount: every change goes through the editor."""
 
-    read_buf = None   # reads go through open handles (read)
+    read_buf = None   # type: ignore[assignment]  # unset: reads go through open handles (read)
 
-    def __init__(self, tree: Tree, editor: Any) -> None:
-        super().__init__(tree)
-        self.editor = editor
+    def __init__(self, mount: Mount) -> None:
+        super().__init__(mount.tree)
+        assert mount.files is not None and mount.folders is not None and mount.renames is not None
+        self.mount = mount
+        self.files = mount.files
+        self.folders = mount.folders
+        self.renames = mount.renames
 
     def getattr(self, path: str, fh: Any = None) -> dict[str, int]:
-        size = self.editor.pending_size(path)
+        size = self.files.pending_size(path)
         if size is not None:   # a file being created: no feature behind it yet
             return self._attrs(Stat(False, size, time.time_ns()), path)
         return super().getattr(path, fh)
 
     def access(self, path: str, amode: int) -> int:
-        if self.editor.pending_size(path) is None:
+        if self.files.pending_size(path) is None:
             self.tree.lookup(path)
         return 0
 
     def open(self, path: str, fi: Any) -> int:
         if fi.flags & os.O_ACCMODE == os.O_RDONLY and not fi.flags & os.O_TRUNC:
             return super().open(path, fi)
-        fi.fh = self._new_handle(self.editor.open(path, fi.flags))
+        fi.fh = self._new_handle(self.files.open(path, fi.flags))
         fi.direct_io = 0
         return 0
 
     def create(self, path: str, mode: int, fi: Any) -> int:
-        fi.fh = self._new_handle(self.editor.create(path, fi.flags))
+        fi.fh = self._new_handle(self.files.create(path, fi.flags))
         return 0
 
     def write(self, path: str, data: bytes, offset: int, fi: Any) -> int:
         return self._handles[fi.fh].write(data, offset)
 
     def truncate(self, path: str, length: int, fi: Any = None) -> int:
-        if fi is not None and fi.fh in self._handles and hasattr(self._handles[fi.fh], "truncate"):
+        if fi is not None and fi.fh in self._handles:
             self._handles[fi.fh].truncate(length)
             return 0
-        self.editor.truncate_path(path, length)
+        self.files.truncate_path(path, length)
         return 0
 
     def flush(self, path: str, fi: Any) -> int:
         handle = self._handles.get(fi.fh)
-        if handle is not None and hasattr(handle, "dirty"):
-            self.editor.flush(handle)
+        if handle is not None:
+            handle.flush()
         return 0
 
     def fsync(self, path: str, datasync: int, fi: Any) -> int:
@@ -562,29 +564,26 @@ class WritableOperations(Operations):
         handle = self._handles.pop(fi.fh, None)
         if handle is None:
             return 0
-        if hasattr(handle, "dirty"):
-            try:
-                # The last close: a file that was only truncated is judged now. release() cannot
-                # fail a close any more; the reason is in .tfrfs/errors and the log.
-                self.editor.flush(handle, final=True)
-            except TfrfsError:
-                pass
-            finally:
-                self.editor.release(handle)
-        else:
-            handle.close()
+        try:
+            # The last close: a file that was only truncated is judged now. release() cannot
+            # fail a close any more; the reason is in .tfrfs/errors and the log.
+            handle.flush(final=True)
+        except TfrfsError:
+            pass
+        finally:
+            handle.release()
         return 0
 
     def unlink(self, path: str) -> int:
-        self.editor.unlink(path)
+        self.files.unlink(path)
         return 0
 
     def mkdir(self, path: str, mode: int) -> int:
-        self.editor.mkdir(path)
+        self.folders.mkdir(path)
         return 0
 
     def rmdir(self, path: str) -> int:
-        self.editor.rmdir(path)
+        self.folders.rmdir(path)
         return 0
 
     def rename(self, old: str, new: str, flags: int = 0) -> int:
@@ -592,12 +591,12 @@ class WritableOperations(Operations):
             raise fuse.FuseOSError(errno.EINVAL)   # RENAME_EXCHANGE, RENAME_WHITEOUT: not supported
         if flags & _RENAME_NOREPLACE and self._present(new):
             raise fuse.FuseOSError(errno.EEXIST)
-        self.editor.rename(old, new)
+        self.renames.rename(old, new)
         return 0
 
     def utimens(self, path: str, times: Any = None) -> int:
         # Times of features are the shard's; accepting the call keeps cp -a, rsync and touch working.
-        self.editor.touch(path, times)
+        self.files.touch(path, times)
         return 0
 
     def chmod(self, path: str, mode: int) -> int:
@@ -617,7 +616,7 @@ class WritableOperations(Operations):
         return 0
 
     def _exists(self, path: str) -> None:
-        if self.editor.pending_size(path) is None:
+        if self.files.pending_size(path) is None:
             self.tree.lookup(path)
 
     def _present(self, path: str) -> bool:
@@ -635,15 +634,15 @@ class WritableOperations(Operations):
     def destroy(self, path: str) -> None:
         # fusermount -u and tfrfs umount both end here: commit what is staged.
         try:
-            self.editor.commit()
+            self.mount.commit()
         except TfrfsError as exc:
             log.error("commit at unmount failed, edits stay staged: %s", exc)
         finally:
             super().destroy(path)
 
 
-def mount(tree: Tree, mountpoint: str, *, poll_us: int, editor: Any = None, fsname: str = "tfrfs") -> None:
-    """Serve ``tree`` at ``mountpoint`` until it is unmounted (in this process, in the foreground);
+def mount(m: Mount, mountpoint: str, *, poll_us: int, fsname: str = "tfrfs") -> None:
+    """Serve mount ``m`` at ``mountpoint`` until it is unmounted (in this process, in the foreground);
     after each request, watch ``poll_us`` microseconds for the next before sleeping (see _Loop)."""
     opts: dict[str, Any] = dict(
         foreground=True,
@@ -652,7 +651,7 @@ def mount(tree: Tree, mountpoint: str, *, poll_us: int, editor: Any = None, fsna
         subtype="tfrfs",
         use_ino=True,       # inode numbers from _ino()
     )
-    if tree.writable:
+    if m.writable:
         # No attribute or name caching: names and sizes change without a call through the kernel
         # for that path (a commit renumbers records; a PNG sets height.json; a value becomes
         # binary and city.txt is city.bin). The kernel reads no further than the size it holds,
@@ -660,12 +659,12 @@ def mount(tree: Tree, mountpoint: str, *, poll_us: int, editor: Any = None, fsna
         # (Writes come in requests of up to 1 MiB, and open(O_TRUNC) as one open with the flag:
         # see init_with_config.)
         opts.update(attr_timeout=0.0, entry_timeout=0.0, negative_timeout=0)
-        ops: Operations = WritableOperations(tree, editor)
+        ops: Operations = WritableOperations(m)
     else:
         # Nothing changes under a read-only mount: let the kernel keep attributes, names and data.
         opts.update(ro=True, kernel_cache=True, attr_timeout=86400.0, entry_timeout=86400.0,
                     negative_timeout=60.0)
-        ops = Operations(tree, mountpoint)
+        ops = Operations(m.tree, mountpoint)
     loop = _Loop(poll_us)
     binding_main = fuse.fuse_main_real   # what the binding calls to run libfuse
     if loop.usable():

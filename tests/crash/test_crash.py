@@ -3,8 +3,8 @@
 1. In process, no FUSE: at every write, fsync, rename and unlink that a commit, and that each
    staging call, makes (``durable.fault_hook``), either the step fails with EIO, or a forked "daemon"
    dies right there (``os._exit``: no handler or ``finally`` runs, as with ``kill -9``). Then the
-   next mount is assembled as ``cmd_mount --rw`` does (lock, load, recover, load, Tree, Editor) and
-   we check: every shard file is wholly old or wholly new, every staged change is still staged until
+   next mount is assembled as ``tfrfs mount --rw`` does (``open_mount``: lock, load, recover, load,
+   record store, tree, editors) and we check: every shard file is wholly old or wholly new, every staged change is still staged until
    its shard is replaced, no temporary file survives, the mount shows the state before or after the
    interrupted call, and committing writes exactly the records the mount shows.
 2. ``kill -9`` of the real daemon after closed writes, then a new mount.
@@ -27,12 +27,11 @@ from typing import Callable, Iterator
 import pytest
 
 from tfrfs import durable, proto, repack, tfrecord
-from tfrfs.edit import Editor
-from tfrfs.index import STAGING_DIR, IndexCache, discover, index_all
+from tfrfs.index import STAGING_DIR
 from tfrfs.staging import INTENT, Staging, shard_id
-from tfrfs.tree import DataFile, Dir, PlainFile, RecordBin, RecordDir, ScratchFile, ShardDir, Tree
 
 from conftest import force_unmount, is_mounted, run_tfrfs
+from inprocess import Session
 
 NONE, GZIP, ZLIB = tfrecord.NONE, tfrecord.GZIP, tfrecord.ZLIB
 
@@ -124,124 +123,6 @@ def strays(root: Path) -> list[str]:
 
 def has_scratch(root: Path, relpath: str) -> bool:
     return (root / STAGING_DIR / "scratch" / shard_id(relpath)).exists()
-
-
-# --- an in-process writable mount ---------------------------------------------------------------
-
-class Session:
-    """What ``cmd_mount --rw`` assembles, without FUSE: the lock, recovery, Tree and Editor."""
-
-    def __init__(self, root: Path, cache: Path) -> None:
-        disc = discover(str(root))
-        indexes = index_all(disc.shards, IndexCache(cache))
-        self.staging = Staging(disc.root)
-        self.staging.acquire()
-        try:
-            self.staging.load()
-            self.recovered = repack.recover(disc.root, self.staging)
-            self.staging.load()
-            self.tree = Tree(disc, indexes, writable=True, staging=self.staging)
-            self.editor = Editor(self.tree, self.staging, IndexCache(cache))
-        except BaseException:
-            self.staging.release()
-            raise
-
-    def close(self) -> None:
-        self.tree.close()
-        self.staging.release()
-
-    # One method per system call, driven as fuse_ops drives the editor.
-
-    def write(self, path: str, data: bytes) -> None:
-        """open (O_TRUNC, or O_CREAT for a new name), write, close."""
-        try:
-            self.tree.lookup(path)
-            handle = self.editor.open(path, os.O_WRONLY | os.O_TRUNC)
-        except FileNotFoundError:
-            handle = self.editor.create(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        try:
-            handle.write(data, 0)
-            self.editor.flush(handle)                 # FUSE flush: what close() reports
-            self.editor.flush(handle, final=True)     # FUSE release
-        finally:
-            self.editor.release(handle)
-
-    def create(self, path: str) -> None:
-        """open(O_CREAT) and close, writing nothing (as ``touch`` does)."""
-        handle = self.editor.create(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        try:
-            self.editor.flush(handle, final=True)
-        finally:
-            self.editor.release(handle)
-
-    def mkdir(self, path: str) -> None:
-        self.editor.mkdir(path)
-
-    def unlink(self, path: str) -> None:
-        self.editor.unlink(path)
-
-    def rmdir(self, path: str) -> None:
-        self.editor.rmdir(path)
-
-    def rename(self, old: str, new: str) -> None:
-        self.editor.rename(old, new)
-
-    def rm_r_calls(self, path: str) -> list[tuple]:
-        """The unlink and rmdir calls ``rm -r path`` makes (depth first)."""
-        calls: list[tuple] = []
-        for name, is_dir in sorted(self.tree.list(self.tree.lookup(path))):
-            child = f"{path}/{name}"
-            calls += self.rm_r_calls(child) if is_dir else [("unlink", child)]
-        return calls + [("rmdir", path)]
-
-    def do(self, call: tuple) -> None:
-        getattr(self, call[0])(*call[1:])
-
-    def rm_r(self, path: str) -> None:
-        for call in self.rm_r_calls(path):
-            self.do(call)
-
-    # What the mount shows.
-
-    def view(self) -> dict[str, bytes | None]:
-        """Every path under the mount: a file's bytes, or None for a folder."""
-        out: dict[str, bytes | None] = {}
-
-        def walk(node, path: str) -> None:
-            for name, _ in self.tree.list(node):
-                child = self.tree.child(node, name)
-                cpath = f"{path}/{name}"
-                if isinstance(child, (Dir, ShardDir, RecordDir)):
-                    out[cpath] = None
-                    walk(child, cpath)
-                else:
-                    assert isinstance(child, (DataFile, RecordBin, ScratchFile, PlainFile)), child
-                    h = self.tree.open(child)
-                    try:
-                        out[cpath] = h.read(1 << 24, 0)
-                    finally:
-                        h.close()
-
-        walk(self.tree.root, "")
-        return out
-
-    def records(self) -> dict[str, list[bytes]]:
-        """Per visible shard, the bytes of its records in the order a commit writes them."""
-        out = {}
-        for n, idx in enumerate(self.tree.shards):
-            rel = idx.shard.relpath
-            try:
-                node = self.tree.lookup("/" + rel)
-            except FileNotFoundError:
-                continue
-            if not isinstance(node, ShardDir) or node.shard != n:
-                continue
-            recs = []
-            for name, _ in self.tree.list(node):
-                rnode = self.tree.child(node, name)
-                recs.append(self.tree.record_bytes(n, rnode.rid)[0])
-            out[rel] = recs
-        return out
 
 
 class InjectedFault(OSError):
@@ -375,7 +256,7 @@ def commit_case(tmp_path_factory: pytest.TempPathFactory) -> dict:
     s.close()
     clean = copy_source(template, base / "clean")
     s = Session(clean, cache)
-    s.editor.commit()
+    s.commit()
     s.close()
     case = {"base": base, "cache": cache, "template": template, "original": original,
             "old_files": disk_files(template), "new_files": disk_files(clean), "staged": journal(template),
@@ -395,7 +276,7 @@ def _count_commit_calls(case: dict, dest: Path, faults) -> list[tuple[str, str]]
     copy_source(case["template"], dest)
     s = Session(dest, case["cache"])
     counter = faults(None)
-    s.editor.commit()
+    s.commit()
     durable.fault_hook = None
     s.close()
     assert disk_files(dest) == case["new_files"]
@@ -450,19 +331,19 @@ def test_fault_at_every_commit_step(commit_case: dict, faults, tmp_path: Path, m
     for n in range(1, total + 1):
         root = copy_source(case["template"], tmp_path / f"f{n}")
         if mode == "crash":
-            info = crash_at(n, root, case["cache"], lambda s, progress: s.editor.commit())
+            info = crash_at(n, root, case["cache"], lambda s, progress: s.commit())
             assert info["status"] == CRASHED, info
             where = f"crash {n}/{total} at {info['at']}"
             s = Session(root, case["cache"])     # the next mount: lock, recover
             check_after_recovery(case, root, s, where)
-            s.editor.commit()
+            s.commit()
             s.close()
         else:
             s = Session(root, case["cache"])
             hook = faults(n)
             failure: BaseException | None = None
             try:
-                s.editor.commit()
+                s.commit()
             except OSError as exc:
                 failure = exc
             finally:
@@ -475,14 +356,14 @@ def test_fault_at_every_commit_step(commit_case: dict, faults, tmp_path: Path, m
                 msg = str(failure)
                 assert "\n" not in msg and msg.startswith("commit of ") and " failed: " in msg, msg
                 assert "stay staged" in msg, msg
-                assert s.editor.last_commit.get("error") == msg, where
+                assert s.mount.last_commit is not None and s.mount.last_commit.error == msg, where
             else:
                 # Only clearing the journal of an already replaced shard may fail without failing the commit.
                 op, path = hook.fired
                 assert f"/{STAGING_DIR}/" in path and op in ("rename", "fsync"), where
             # The running mount still shows every change, and lists what is still staged.
             assert s.records() == case["expected_records"], where
-            pending = {p["shard"] for p in s.editor.status()["pending"]}
+            pending = set(s.pending())
             assert set(journal(root)) >= pending, where
             if failure is not None:
                 failed = str(failure).split()[2]
@@ -493,18 +374,18 @@ def test_fault_at_every_commit_step(commit_case: dict, faults, tmp_path: Path, m
                     assert not s.staging.committing_path(s.staging.shards[failed]).exists(), where
             if mode == "retry":
                 if failure is not None:
-                    s.editor.commit()
-                assert s.editor.status()["pending"] == [], where
+                    s.commit()
+                assert s.pending() == [], where
                 s.close()
                 assert disk_files(root) == case["new_files"], where
             else:
                 s.close()
                 s = Session(root, case["cache"])     # the next mount: lock, recover
                 check_after_recovery(case, root, s, where)
-                s.editor.commit()
+                s.commit()
                 s.close()
         s = Session(root, case["cache"])
-        assert s.editor.status()["pending"] == [], where
+        assert s.pending() == [], where
         s.close()
         assert disk_files(root) == case["new_files"], where
         assert journal(root) == {} and strays(root) == [], where
@@ -523,7 +404,7 @@ def test_failed_commit_keeps_old_shard_and_edits(at: str, commit_case: dict, fau
     n = 1 if at == "write" else calls.index(("rename", str(tmp_path / "count" / "a.tfrecord"))) + 1
     hook = faults(n)
     with pytest.raises(repack.CommitFailed) as exc:
-        s.editor.commit()
+        s.commit()
     durable.fault_hook = None
     assert hook.fired is not None and hook.fired[0] == at
     if at == "rename":
@@ -534,10 +415,10 @@ def test_failed_commit_keeps_old_shard_and_edits(at: str, commit_case: dict, fau
     assert disk_files(root) == case["old_files"]
     assert journal(root) == case["staged"]
     assert strays(root) == []
-    assert s.editor.last_commit["ok"] is False and "a.tfrecord" in s.editor.last_commit["error"]
+    assert s.mount.last_commit is not None and not s.mount.last_commit.ok and "a.tfrecord" in s.mount.last_commit.error
     # Still editable: the failed commit left nothing that blocks the shard.
     s.write("/a.tfrecord/000000/label.json", b"[55]\n")
-    s.editor.commit()
+    s.commit()
     s.close()
     assert proto.Example.FromString(shard_records(root / "a.tfrecord")[0]).features.feature[
         "label"].int64_list.value == [55]
@@ -561,7 +442,7 @@ def test_edits_after_an_unsettled_commit_are_not_lost(commit_case: dict, faults,
 
     durable.fault_hook = hook = AfterRename()
     with pytest.raises(repack.CommitFailed) as exc:
-        s.editor.commit()
+        s.commit()
     durable.fault_hook = None
     assert hook.fired
     assert "a.tfrecord" in str(exc.value) and "stay staged" in str(exc.value)
@@ -571,12 +452,12 @@ def test_edits_after_an_unsettled_commit_are_not_lost(commit_case: dict, faults,
         s.write("/a.tfrecord/000000/label.json", b"[66]\n")
     assert refused.value.errno == errno.EBUSY
     assert s.records() == case["expected_records"]
-    s.editor.commit()
+    s.commit()
     s.write("/a.tfrecord/000000/label.json", b"[66]\n")
     s.close()
     s = Session(root, case["cache"])          # a crash now loses nothing
     assert json.loads(s.view()["/a.tfrecord/000000/label.json"]) == [66]
-    s.editor.commit()
+    s.commit()
     s.close()
     assert proto.Example.FromString(shard_records(root / "a.tfrecord")[0]).features.feature[
         "label"].int64_list.value == [66]
@@ -630,7 +511,7 @@ def _script(name: str, s: Session) -> list[tuple]:
     if name == "rename-in-record":
         r = "/a.tfrecord/000001"
         image = "/a.tfrecord/000002/image"
-        encoded = f"{image}/" + next(n for n, _ in s.tree.list(s.tree.lookup(image)))   # its suffix: by its value
+        encoded = f"{image}/" + next(n for n, _ in s.tree.names(s.tree.lookup(image)))   # its suffix: by its value
         return [("create", f"{r}/sedAb12Cd"),                    # sed -i: its temp file over the feature
                 ("write", f"{r}/sedAb12Cd", b"[8]\n"),
                 ("rename", f"{r}/sedAb12Cd", f"{r}/label.json"),
@@ -724,7 +605,7 @@ def check_next_mount(root: Path, cache: Path, allowed: list[dict], where: str, l
     if live is not None:
         assert again == live, where + _diff(again, [live])
     shown = s.records()
-    s.editor.commit()
+    s.commit()
     s.close()
     assert disk_shard_records(root) == shown, where
     assert journal(root) == {} and strays(root) == [], where
@@ -815,8 +696,8 @@ def test_a_step_failing_twice_is_finished_by_the_next_change(tmp_path: Path, fau
         durable.fault_hook = None
         assert caused_by_fault(exc.value) and hook.fired
         assert (root / STAGING_DIR / INTENT).exists()
-        assert "moved" in dict(s.tree.list(s.tree.lookup("/sub/c.tfrecord")))
-        assert "000005" not in dict(s.tree.list(s.tree.lookup("/a.tfrecord")))
+        assert "moved" in dict(s.tree.names(s.tree.lookup("/sub/c.tfrecord")))
+        assert "000005" not in dict(s.tree.names(s.tree.lookup("/a.tfrecord")))
         if change == "write":
             s.write("/a.tfrecord/000001/label.json", b"[11]\n")
             assert not (root / STAGING_DIR / INTENT).exists()
@@ -824,13 +705,13 @@ def test_a_step_failing_twice_is_finished_by_the_next_change(tmp_path: Path, fau
             s.close()
             check_next_mount(root, cache, [expected], change)
         else:
-            s.editor.commit()                     # the shards get all of the move
+            s.commit()                     # the shards get all of the move
             assert not (root / STAGING_DIR / INTENT).exists()
             s.write("/a.tfrecord/000001/label.json", b"[11]\n")
-            s.editor.commit()
+            s.commit()
             s.close()
             s = Session(clean, cache)
-            s.editor.commit()
+            s.commit()
             s.close()
             assert disk_shard_records(root) == disk_shard_records(clean)
             assert journal(root) == {} and strays(root) == []
@@ -906,21 +787,21 @@ def test_journal_left_by_a_finished_commit(at: str, tmp_path: Path, faults) -> N
                 raise InjectedFault(op, path)
 
     durable.fault_hook = hook = AtDrop()
-    s.editor.commit()
+    s.commit()
     durable.fault_hook = None
     assert hook.fired
-    assert s.editor.status()["pending"] == []
+    assert s.pending() == []
     assert [feature(r, "label") for r in shard_records(root / "a.tfrecord")][:2] == [[0], [3]]
     left = os.listdir(root / STAGING_DIR / ("shards" if at == "rename" else "tmp"))
     assert left, "the fault should have left the journal behind"
     s.write("/a.tfrecord/000002/label.json", b"[4]\n")
     s.close()
     s = Session(root, cache)              # a crash here must not lose the second edit
-    assert [p["shard"] for p in s.editor.status()["pending"]] == ["a.tfrecord"]
+    assert s.pending() == ["a.tfrecord"]
     view = s.view()
     assert json.loads(view["/a.tfrecord/000001/label.json"]) == [3]
     assert json.loads(view["/a.tfrecord/000002/label.json"]) == [4]
-    s.editor.commit()
+    s.commit()
     s.close()
     assert [feature(r, "label") for r in shard_records(root / "a.tfrecord")][:3] == [[0], [3], [4]]
     assert strays(root) == [] and journal(root) == {}
