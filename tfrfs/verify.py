@@ -29,8 +29,9 @@ def _records(f: BinaryIO, size: int, problems: list[Problem]) -> Iterator[tuple[
     index = 0
     while pos < size:
         length, problem = tfrecord.header_problem(f.read(tfrecord.HEADER), pos, size, index)
-        if problem:
-            problems.append(problem)
+        if length is None:
+            if problem is not None:
+                problems.append(problem)
             return
         body = f.read(length)
         yield index, pos, body, tfrecord.check_data(f.read(tfrecord.FOOTER), body)
