@@ -10,12 +10,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tfrfs.mounttab import fstype_holding
+
 from .common import OUT, REPO, WORK, progress
 from .datasets import build_dataset, file_lists, make_tar
 from .report import (REF, check_entries, compare, fmt_load, machine_info, print_ceiling, print_read_notes,
                      print_table)
 from .schedule import measure_reads, summarize, unmount_all
-from .tools import PlainFiles, Profiler, Ratarmount, Tfrfs, Tool, fs_type_of
+from .tools import PlainFiles, Profiler, Ratarmount, Tfrfs, Tool
 from .workloads import ReadInputs
 from .writeback import measure_writeback, print_writeback
 
@@ -185,7 +187,7 @@ def read_phases(args: argparse.Namespace, results: dict[str, Any], profiler: Pro
     check_entries(results["tools"])
 
     ceiling = summarize(plain, runs[plain.name])
-    results["ceiling"] = {"what": "the ~2 MB files as plain files, no FUSE", "fs": fs_type_of(plain.mnt),
+    results["ceiling"] = {"what": "the ~2 MB files as plain files, no FUSE", "fs": fstype_holding(plain.mnt),
                           "large_mib_per_s": ceiling["large_mib_per_s"],
                           "samples": ceiling["samples"]["large_mib_per_s"]}
     rows = compare(results["tools"]["tfrfs"], results["tools"].get("ratarmount"), meta)

@@ -12,8 +12,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfrfs.mounttab import fstype_at
+
 from .common import progress
-from .tools import PlainFiles, Profiler, Tfrfs, Tool, force_unmount, mount_fstype, proc_cpu
+from .tools import PlainFiles, Profiler, Tfrfs, Tool, force_unmount, proc_cpu
 from .workloads import INDEX, READ_PHASES, Phase, ReadInputs, Sample
 
 
@@ -157,7 +159,7 @@ def unmount_all(tools: list[Tool]) -> None:
     """What a failed run left mounted."""
     for tool in tools:
         try:
-            if tool.pid is not None or mount_fstype(tool.mnt):
+            if tool.pid is not None or fstype_at(tool.mnt):
                 tool.umount()
         except Exception as exc:  # keep unmounting the others
             progress(f"warning: unmounting {tool.mnt}: {exc}")

@@ -11,43 +11,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tfrfs.mounttab import fstype_at
+
 from .common import OUT, WORK, progress, run
-
-
-def _unescape(field: str) -> str:
-    import re
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-
-
-def _mounts() -> Iterator[tuple[str, str]]:
-    """(mount point, file system type) of every mount, in mount order."""
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            parts = line.split()
-            yield _unescape(parts[4]), parts[parts.index("-") + 1]
-
-
-def fs_type_of(path: Path) -> str:
-    """The type of the file system that holds ``path`` (the longest mount point above it)."""
-    target, best, fstype = str(path.resolve()), -1, "?"
-    for point, kind in _mounts():
-        if (target == point or target.startswith(point.rstrip("/") + "/")) and len(point) >= best:
-            best, fstype = len(point), kind
-    return fstype
-
-
-def mount_fstype(mnt: Path) -> str | None:
-    """The type of what is mounted at ``mnt`` (the last mount there), or None."""
-    target = str(mnt)
-    found = None
-    for point, kind in _mounts():
-        if point == target:
-            found = kind
-    return found
 
 
 def find_pids(mnt: Path, needle: str) -> list[int]:
@@ -94,10 +63,10 @@ def wait_exit(pid: int | None, timeout: float = 30.0) -> None:
 
 
 def force_unmount(mnt: Path) -> None:
-    if mount_fstype(mnt):
+    if fstype_at(mnt):
         progress(f"unmounting leftover mount {mnt}")
         subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
-        if mount_fstype(mnt):
+        if fstype_at(mnt):
             subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True)
 
 
@@ -126,7 +95,7 @@ class Tool:
         t0 = time.perf_counter()
         self._mount()
         deadline = time.monotonic() + 600
-        while not mount_fstype(self.mnt):
+        while not fstype_at(self.mnt):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{self.name}: {self.mnt} not mounted")
             time.sleep(0.005)
@@ -145,7 +114,7 @@ class Tool:
             self.mem.setdefault(phase, []).append(proc_mem(self.pid))
 
     def umount(self) -> None:
-        if mount_fstype(self.mnt):
+        if fstype_at(self.mnt):
             self._umount()
         wait_exit(self.pid)
         self.pid = None
