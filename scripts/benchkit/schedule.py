@@ -125,7 +125,7 @@ def measure_reads(tools: list[Tool], inp: ReadInputs, profiler: Profiler | None,
         build_index_once(tool, runs[tool.name], records, first, hooks.pop(tool.name, None))
     for phase in READ_PHASES:
         total = args.repeat * phase.times
-        extra = [plain] if plain and phase.ceiling else None
+        extra: list[Tool] | None = [plain] if plain and phase.ceiling else None
         for rep, tool, first in order.runs(phase.name, phase.times, extra):
             # --keep leaves the mounts of the very last pair in place.
             keep = args.keep and phase is READ_PHASES[-1] and rep == total - 1

@@ -89,6 +89,10 @@ class Tool:
     def _needle(self) -> str:
         raise NotImplementedError
 
+    def reset_index(self) -> None:
+        """Forget the index, so that the next mount builds it."""
+        raise NotImplementedError
+
     def mount(self) -> float:
         force_unmount(self.mnt)
         self.mnt.mkdir(parents=True, exist_ok=True)
