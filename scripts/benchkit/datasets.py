@@ -96,13 +96,22 @@ def _write_shards(folder: Path, prefix: str, count: int, shards: int,
             w.close()
 
 
-def build_dataset(small: int, large: int, shards: int, rebuild: bool) -> tuple[Path, dict[str, Any]]:
-    name = f"v{DATA_VERSION}-s{small}-l{large}-n{shards}"
+def _cached(name: str, what: str, rebuild: bool) -> tuple[Path, Path, dict[str, Any] | None]:
+    """bench-out/data/NAME (the shards) and NAME.json (the dataset's figures, written last, so a
+    build that died is not taken for a dataset), and those figures when both are there."""
     src = OUT / "data" / name
     meta_path = OUT / "data" / f"{name}.json"
     if meta_path.exists() and src.is_dir() and not rebuild:
-        progress(f"dataset cached: {src}")
-        return src, json.loads(meta_path.read_text())
+        progress(f"{what} cached: {src}")
+        return src, meta_path, json.loads(meta_path.read_text())
+    return src, meta_path, None
+
+
+def build_dataset(small: int, large: int, shards: int, rebuild: bool) -> tuple[Path, dict[str, Any]]:
+    name = f"v{DATA_VERSION}-s{small}-l{large}-n{shards}"
+    src, meta_path, cached = _cached(name, "dataset", rebuild)
+    if cached is not None:
+        return src, cached
     if src.exists():
         shutil.rmtree(src)
     for stale in (OUT / "data").glob(f"{name}.*"):
@@ -196,11 +205,9 @@ def build_commit_dataset(mib: int, shards: int, rebuild: bool) -> tuple[Path, di
     files, sizes and record counts.
     """
     name = f"wb-v{WB_VERSION}-m{mib}-n{shards}"
-    src = OUT / "data" / name
-    meta_path = OUT / "data" / f"{name}.json"
-    if meta_path.exists() and src.is_dir() and not rebuild:
-        progress(f"commit dataset cached: {src}")
-        return src, json.loads(meta_path.read_text())
+    src, meta_path, cached = _cached(name, "commit dataset", rebuild)
+    if cached is not None:
+        return src, cached
     shutil.rmtree(src, ignore_errors=True)
     src.mkdir(parents=True)
     progress(f"building commit dataset {name} ({mib} MiB in {shards} shards)")

@@ -67,26 +67,36 @@ def compare(tf: dict[str, Any], rat: dict[str, Any] | None, meta: dict[str, Any]
     return rows
 
 
-def print_table(rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
-    head = ["metric", "unit", "tfrfs", "ratarmount", "ratio", "target met"]
-    body = []
-    for r in rows:
-        rat = fmt(r["ratarmount"]) + (" (ref)" if r["against"] == "reference" and r["ratarmount"] is not None else "")
-        met = "" if r["target"] is None else ("n/a" if r["target_met"] is None else
-                                               ("yes" if r["target_met"] else "NO"))
-        if r["target"] is not None:
-            met += f" ({r['target']})"
-        body.append([r["label"], r["unit"], fmt(r["tfrfs"]), rat,
-                     "n/a" if r["ratio"] is None else f"{r['ratio']:.2f}x", met])
+def target_cell(row: dict[str, Any]) -> str:
+    """The "target met" column: empty without a target, else yes, NO or n/a and the target."""
+    if row["target"] is None:
+        return ""
+    met = "n/a" if row["target_met"] is None else "yes" if row["target_met"] else "NO"
+    return f"{met} ({row['target']})"
+
+
+def print_columns(head: list[str], body: list[list[str]]) -> None:
+    """Rows under a ruled header: the first two columns (label, unit) to the left, the figures
+    to the right, the last column (target) as it is."""
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
-    print(f"dataset {meta['name']}: {meta['small']:,} small records in {meta['shards']} shards + "
-          f"{meta['large']} large records, {meta['bytes'] / 2**20:.0f} MiB "
-          f"(ratio: >1 means tfrfs is better)")
     for i, row in enumerate([head] + body):
         print("  ".join(str(c).ljust(w) if j < 2 else str(c).rjust(w) if j < 5 else str(c)
                         for j, (c, w) in enumerate(zip(row, widths))).rstrip())
         if i == 0:
             print("  ".join("-" * w for w in widths))
+
+
+def print_table(rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+    head = ["metric", "unit", "tfrfs", "ratarmount", "ratio", "target met"]
+    body = []
+    for r in rows:
+        rat = fmt(r["ratarmount"]) + (" (ref)" if r["against"] == "reference" and r["ratarmount"] is not None else "")
+        body.append([r["label"], r["unit"], fmt(r["tfrfs"]), rat,
+                     "n/a" if r["ratio"] is None else f"{r['ratio']:.2f}x", target_cell(r)])
+    print(f"dataset {meta['name']}: {meta['small']:,} small records in {meta['shards']} shards + "
+          f"{meta['large']} large records, {meta['bytes'] / 2**20:.0f} MiB "
+          f"(ratio: >1 means tfrfs is better)")
+    print_columns(head, body)
 
 
 def print_ceiling(results: dict[str, Any]) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from .common import WORK, progress, run, timed_shell
 from .datasets import build_commit_dataset, build_write_source
-from .report import fmt
+from .report import fmt, print_columns, target_cell
 from .schedule import drop_caches
 from .tools import PeakWatch, Profiler, Tfrfs, force_unmount, proc_cpu, proc_io
 
@@ -242,22 +242,13 @@ def writeback_rows(wb: dict[str, Any]) -> list[dict[str, Any]]:
 def print_writeback(wb: dict[str, Any]) -> None:
     w, c = wb["write"], wb["commit"]
     head = ["write-back", "unit", "tfrfs", "cp", "ratio", "target met"]
-    body = []
-    for r in wb["table"]:
-        met = "" if r["target"] is None else ("n/a" if r["target_met"] is None else
-                                              "yes" if r["target_met"] else "NO") + f" ({r['target']})"
-        body.append([r["label"], r["unit"], fmt(r["tfrfs"]), "" if r["cp"] is None else fmt(r["cp"]),
-                     "" if r["ratio"] is None else f"{r['ratio']:.2f}x", met])
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+    body = [[r["label"], r["unit"], fmt(r["tfrfs"]), "" if r["cp"] is None else fmt(r["cp"]),
+             "" if r["ratio"] is None else f"{r['ratio']:.2f}x", target_cell(r)] for r in wb["table"]]
     ds = c["dataset"]
     print()
     print(f"write-back (--rw mounts); commit dataset {ds['name']}: {sum(ds['records']):,} records in "
           f"{ds['shards']} shards, {ds['bytes'] / 2**20:,.0f} MiB (ratio: commit MiB/s over cp MiB/s)")
-    for i, row in enumerate([head] + body):
-        print("  ".join(str(c).ljust(wd) if j < 2 else str(c).rjust(wd) if j < 5 else str(c)
-                        for j, (c, wd) in enumerate(zip(row, widths))).rstrip())
-        if i == 0:
-            print("  ".join("-" * wd for wd in widths))
+    print_columns(head, body)
     print(f"write: {w['block'] // 2**10} KiB os.write calls of random bytes into a new .bin feature of a record, "
           f"timed from open to close returning, no fsync (close is where tfrfs checks the content and stages "
           f"it durably); {w['write_s']:.2f}s writing + {w['close_s']:.2f}s in close; ~{w['fuse_requests']} "
