@@ -43,13 +43,23 @@ def entries() -> Iterator[MountEntry]:
             continue
 
 
-def fstype_at(path: str | os.PathLike[str]) -> str | None:
-    """The type of what is mounted at ``path`` itself (its last mount), or None when nothing is."""
-    target = os.path.realpath(path)
+def _last_fstype(point: str) -> str | None:
     found = None
     for entry in entries():
-        if entry.point == target:
+        if entry.point == point:
             found = entry.fstype
+    return found
+
+
+def fstype_at(path: str | os.PathLike[str]) -> str | None:
+    """The type of what is mounted at ``path`` itself (its last mount), or None when nothing is."""
+    # Only the folders above ``path`` are resolved at first: resolving ``path`` too would stat it,
+    # and a stat of a mount point waits for its daemon, so asking about a hung mount would hang.
+    head, tail = os.path.split(os.path.abspath(path))
+    target = os.path.join(os.path.realpath(head), tail)
+    found = _last_fstype(target)
+    if found is None and os.path.islink(target):   # not a mount point: lstat answers at once
+        found = _last_fstype(os.path.realpath(target))
     return found
 
 

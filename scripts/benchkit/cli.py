@@ -1,0 +1,197 @@
+"""The command line: parse_args (the flags and their defaults, --quick among them) and main, which
+runs the read side (read_phases: datasets, mounts, the scheduled runs, the tables) and then the
+write-back side, and writes --json."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from tfrfs.mounttab import fstype_holding
+
+from .common import OUT, REPO, WORK, progress
+from .datasets import build_dataset, file_lists, make_tar
+from .report import (REF, check_entries, compare, fmt_load, machine_info, print_ceiling, print_read_notes,
+                     print_table)
+from .schedule import measure_reads, summarize, unmount_all
+from .tools import PlainFiles, Profiler, Ratarmount, Tfrfs, Tool
+from .workloads import ReadInputs
+from .writeback import measure_writeback, print_writeback
+
+ABOUT = """Benchmark tfrfs against ratarmount serving the same files from a tar.
+
+Builds (and caches in bench-out/) an Object-Detection-style dataset: N small
+records (~5 KB JPEGs) in several shards plus M records of ~2 MB PNG images in
+their own shards. Mounts it with tfrfs, makes a tar of the mounted tree (so
+both tools serve identical files) and measures:
+
+  index build (first mount, empty cache), remount (index cached),
+  `find | wc -l` and `ls -lR` over the small part, reading every small file,
+  reading the large files, random record access latency, daemon peak memory.
+
+Every measured run is on a fresh mount (unmount + mount) after
+`sync; echo 3 > /proc/sys/vm/drop_caches` (when root). The same reader code
+(os.open / os.read(1 MiB) until EOF / os.close) is used for both tools. The
+machine's speed drifts over minutes, so the tools are measured interleaved:
+each phase runs --repeat times (3; --quick 1) as pairs of back-to-back runs,
+one per tool, the tool that goes first alternating from pair to pair (ABBA).
+Reading the large files takes about a second, and its samples swing most (by 2x
+from run to run for either tool: the disk image's cache on the host), so that
+phase runs three times as many pairs.
+That phase also reads the same ~2 MB files as plain files on the local disk
+(copied there once, no FUSE), in turn with the two tools: what the kernel's own
+file system does with the same reader and cold caches, the ceiling against
+which both tools' figures can be read.
+The table shows each tool's median (peak memory: the highest of any run);
+every sample is printed below it.
+
+Then the write-back side (--rw mounts; --no-write skips it, --only-write runs it alone):
+
+  writing a new 100 MiB feature file through the mount in 1 MiB writes (MiB/s from open to
+  close returning; close is where tfrfs checks and durably stages it), and `tfrfs commit` of a
+  1 GiB dataset (4 shards) with one changed label (MiB/s of the rewritten shard) against cp +
+  sync of the same shard file, with the daemon's peak memory in each.
+
+ratarmount is installed into its own venv, bench-out/ratarmount-venv, on first use.
+Progress goes to stderr; the tables to stdout; --json FILE writes all numbers.
+"""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="scripts/bench", description=ABOUT,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--small", type=int, default=None, help="small records (default 20000)")
+    p.add_argument("--large", type=int, default=None, help="~2 MB records (default 200)")
+    p.add_argument("--shards", type=int, default=8, help="shards of the small part (default 8)")
+    p.add_argument("--quick", action="store_true", help="a smoke run: 2000 small, 20 large records")
+    p.add_argument("--random", type=int, default=500, help="records for the random-access phase (default 500)")
+    p.add_argument("--seed", type=int, default=1, help="seed for the random-access sample")
+    p.add_argument("--repeat", type=int, default=None, metavar="N",
+                   help="runs of each read phase per tool, interleaved with the other tool's; the table "
+                        "shows medians (default 3, --quick 1)")
+    p.add_argument("--no-ratarmount", action="store_true", help="measure tfrfs only (ratios vs reference figures)")
+    p.add_argument("--ratarmount-fuse", default="", metavar="OPTS",
+                   help="extra FUSE options for ratarmount's -o (default: none, its defaults)")
+    p.add_argument("--rebuild", action="store_true", help="rebuild the dataset (and its tar)")
+    p.add_argument("--json", metavar="FILE", help="write every number as JSON")
+    p.add_argument("--keep", action="store_true", help="leave the last mounts in place")
+    p.add_argument("--profile", action="store_true",
+                   help="attach py-spy (installed into bench-out/tools-venv) to the tfrfs daemon in every "
+                        "phase; raw stacks and summaries go to bench-out/profile/ (timings then suffer)")
+    p.add_argument("--no-write", action="store_true", help="skip the write-back phases (write, commit)")
+    p.add_argument("--only-write", action="store_true",
+                   help="run only the write-back phases (no read phases, no ratarmount)")
+    p.add_argument("--write-mib", type=int, default=None,
+                   help="size of the feature file written through the mount (default 100, --quick 20)")
+    p.add_argument("--commit-mib", type=int, default=None,
+                   help="size of the commit dataset (default 1024, --quick 100)")
+    p.add_argument("--commit-shards", type=int, default=4, help="shards of the commit dataset (default 4)")
+    a = p.parse_args(argv)
+    if a.small is None:
+        a.small = 2000 if a.quick else 20000
+    if a.large is None:
+        a.large = 20 if a.quick else 200
+    if a.write_mib is None:
+        a.write_mib = 20 if a.quick else 100
+    if a.commit_mib is None:
+        a.commit_mib = 100 if a.quick else 1024
+    if a.repeat is None:
+        a.repeat = 1 if a.quick else 3
+    if a.repeat < 1:
+        p.error("--repeat must be at least 1")
+    if a.small < 1 or a.large < 1 or a.shards < 1:
+        p.error("--small, --large and --shards must be at least 1")
+    if a.write_mib < 1 or a.commit_mib < 1 or a.commit_shards < 1:
+        p.error("--write-mib, --commit-mib and --commit-shards must be at least 1")
+    if a.no_write and a.only_write:
+        p.error("--no-write and --only-write exclude each other")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if os.geteuid() != 0:
+        progress("warning: not root; page caches are not dropped between phases")
+    OUT.mkdir(exist_ok=True)
+    WORK.mkdir(exist_ok=True)
+    import hashlib
+    src_sha = hashlib.sha256(b"".join(p.read_bytes() for p in sorted((REPO / "tfrfs").glob("*.py"))))
+    machine = machine_info()
+    results: dict[str, Any] = {"tools": {}, "tfrfs_sources_sha256": src_sha.hexdigest()[:16],
+                               "loadavg_start": os.getloadavg(), "cpus": machine["cpus"], "machine": machine,
+                               "profiled": bool(args.profile), "reference": REF}
+    usable = "" if machine["cpus_usable"] == machine["cpus"] else f" ({machine['cpus_usable']} usable)"
+    print(f"machine: {machine['kernel']}, {machine['cpus']} CPUs{usable} {machine['cpu_model']}; load average "
+          f"{fmt_load(results['loadavg_start'])} (1, 5, 15 min) at start", flush=True)
+    if results["loadavg_start"][0] > 0.5:
+        progress(f"warning: load average {results['loadavg_start'][0]:.2f} before starting; other work on this "
+                 f"machine skews the numbers")
+    profiler = Profiler(OUT / "profile") if args.profile else None
+    if not args.only_write:
+        read_phases(args, results, profiler)
+    if not args.no_write:
+        results["writeback"] = measure_writeback(args, profiler)
+        print_writeback(results["writeback"])
+    results["loadavg_end"] = os.getloadavg()
+    wb_load = ""
+    if results["tools"] and "writeback" in results:
+        wb_load = f", {results['writeback']['loadavg_start'][0]:.2f} when the write-back phases started"
+    print(f"load average {fmt_load(results['loadavg_start'])} at start{wb_load}, {fmt_load(results['loadavg_end'])} "
+          f"at end (1, 5, 15 min; {results['cpus']} CPUs)"
+          + ("; PROFILED run: timings include py-spy's overhead" if args.profile else ""))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+        progress(f"wrote {args.json}")
+    return 0
+
+
+def read_phases(args: argparse.Namespace, results: dict[str, Any], profiler: Profiler | None) -> None:
+    """The read side, tfrfs against ratarmount: measures, then prints the main table."""
+    rat_version = None
+    if not args.no_ratarmount:
+        rat_version = Ratarmount.ensure_installed()
+    src, meta = build_dataset(args.small, args.large, args.shards, args.rebuild)
+    tar = OUT / "data" / f"{meta['name']}.tar"
+    list_path = OUT / "data" / f"{meta['name']}.files.json"
+    if args.rebuild:
+        for stale in (tar, list_path):
+            if stale.exists():
+                stale.unlink()
+
+    tf = Tfrfs(WORK / "mnt-tfrfs", src, WORK / "tfrfs-cache")
+    rat = Ratarmount(WORK / "mnt-ratarmount", tar, WORK / "ratarmount.index.sqlite", args.ratarmount_fuse)
+    tools: list[Tool] = [tf] if args.no_ratarmount else [tf, rat]
+    plain = PlainFiles(WORK / f"plain-{meta['name']}")
+    results.update({"dataset": meta, "ratarmount_version": rat_version, "ratarmount_fuse": args.ratarmount_fuse,
+                    "repeat": args.repeat})
+    inp = ReadInputs({}, meta, args)
+
+    def prepare() -> None:
+        inp.lists.update(file_lists(tf.mnt, meta, list_path))
+        if not args.no_ratarmount and not tar.exists():
+            results["tar_from_tfrfs_s"] = make_tar(tf.mnt, tar)
+        plain.fill(tf.mnt, inp.lists["large_files"])
+
+    try:
+        runs, results["read_runs"] = measure_reads(tools, inp, profiler, {tf.name: prepare}, plain)
+    finally:
+        if not args.keep:
+            unmount_all(tools)
+        else:
+            progress("kept mounts: " + ", ".join(str(tool.mnt) for tool in tools))
+    for tool in tools:
+        results["tools"][tool.name] = summarize(tool, runs[tool.name])
+    check_entries(results["tools"])
+
+    ceiling = summarize(plain, runs[plain.name])
+    results["ceiling"] = {"what": "the ~2 MB files as plain files, no FUSE", "fs": fstype_holding(plain.mnt),
+                          "large_mib_per_s": ceiling["large_mib_per_s"],
+                          "samples": ceiling["samples"]["large_mib_per_s"]}
+    rows = compare(results["tools"]["tfrfs"], results["tools"].get("ratarmount"), meta)
+    results["table"] = rows
+    print_table(rows, meta)
+    print_ceiling(results)
+    print_read_notes(results, args.repeat)
