@@ -180,6 +180,7 @@ def open_mount(source: str, *, writable: bool = False, records: str | None = Non
     """Assemble a mount of ``source`` (``indexed``: its shards, already indexed). Raises UsageError
     (bad SOURCE) or Busy (another writable mount holds the source)."""
     readers = readers or default_readers()
+    log.info("shards are read through the %s shard reader", readers.name)
     disc, indexes = indexed or index_source(source, cache_dir, progress, readers)
     cache = IndexCache(cache_dir, readers)
     staging = None

@@ -15,7 +15,7 @@ import pytest
 
 from tfrfs import tfrecord
 from tfrfs.errors import DataLoss
-from tfrfs.readers import ReaderClass, Readers, ShardReader
+from tfrfs.readers import READER_ENV, ReaderClass, Readers, ShardReader, default_readers
 from tfrfs.readers.local import LocalReaders
 from tfrfs.tree import as_bytes
 
@@ -132,3 +132,12 @@ def test_borrow_and_serve_in_order_and_out_of_order(readers: Readers, shard) -> 
                 assert as_bytes(r.serve(start, 0)) == b""
     finally:
         r.close()
+
+
+def test_the_reader_can_be_chosen_by_the_environment(monkeypatch) -> None:
+    """How scripts/test runs the mount suite a second time on the plain reader."""
+    monkeypatch.delenv(READER_ENV, raising=False)
+    assert isinstance(default_readers(), LocalReaders)
+    monkeypatch.setenv(READER_ENV, "support.plain_reader:PlainReader")
+    chosen = default_readers()
+    assert isinstance(chosen, ReaderClass) and chosen.cls is PlainReader and chosen.name == "PlainReader"

@@ -94,6 +94,8 @@ class ShardReader(ABC):
 class Readers(Protocol):
     """Opens shard readers for one mount (or one command)."""
 
+    name: str   # for the log
+
     def open(self, path: str) -> ShardReader: ...
     def close(self) -> None: ...
 
@@ -103,6 +105,7 @@ class ReaderClass:
 
     def __init__(self, cls: Callable[[str], ShardReader]) -> None:
         self.cls = cls
+        self.name = getattr(cls, "__name__", repr(cls))
 
     def open(self, path: str) -> ShardReader:
         return self.cls(path)

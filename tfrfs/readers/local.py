@@ -28,6 +28,8 @@ _SCRATCH_MAX = 64 << 20       # the buffer large records are read into is kept u
 class LocalReaders:
     """Opens local shard files; its readers share one read-ahead pool and the buffers it fills."""
 
+    name = "local"
+
     def __init__(self) -> None:
         self.ahead = ReadAhead()
         self._lock = threading.Lock()
