@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tfrfs import codec, proto, tfrecord
+from tfrfs import jsontext, proto, tfrecord
 from tfrfs.sample import write_sample
 
 from conftest import force_unmount, is_mounted, run_tfrfs
@@ -51,7 +51,7 @@ def test_layout_and_contents(sample: Path, tfrfs_mount) -> None:
     assert (rec / "image" / "encoded.jpg").read_bytes() == feats["image/encoded"].bytes_list.value[0]
     assert json.loads((rec / "image" / "height.json").read_text()) == list(feats["image/height"].int64_list.value)
     labels = (rec / "image" / "object" / "class" / "label.json").read_bytes()
-    assert labels == codec.dumps_json(list(feats["image/object/class/label"].int64_list.value))
+    assert labels == jsontext.dumps_json(list(feats["image/object/class/label"].int64_list.value))
     # Exact sizes, modes, owner and time.
     st = os.stat(rec / "image" / "encoded.jpg")
     assert st.st_size == len(feats["image/encoded"].bytes_list.value[0])
