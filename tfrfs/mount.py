@@ -9,6 +9,7 @@ return small result values; only the command line prints them.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -91,13 +92,11 @@ def index_source(source: str, cache_dir: str | None, progress: IndexProgress | N
                  readers: Readers | None = None) -> tuple[Discovery, list[ShardIndex]]:
     """SOURCE's shards and their indexes (from the cache, or built now). Raises UsageError."""
     disc = discover(source)
-    report = None
-    if progress is not None:
-        sizes = [s.size for s in disc.shards]
-        total_bytes = sum(sizes)
+    upto = [0, *itertools.accumulate(s.size for s in disc.shards)]   # bytes of the first n shards
 
-        def report(done: int, total: int, records: int) -> None:
-            progress(done, total, records, sum(sizes[:done]), total_bytes)
+    def report(done: int, total: int, records: int) -> None:
+        if progress is not None:
+            progress(done, total, records, upto[done], upto[-1])
     return disc, index_all(disc.shards, IndexCache(cache_dir, readers), report)
 
 
