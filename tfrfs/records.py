@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections import OrderedDict
-from typing import Any, Callable
+from typing import Any, Callable, Generic, Hashable, TypeVar
 
 from . import proto, tfrecord
 from .errors import DataLoss
@@ -48,11 +48,9 @@ class RecordStore:
         self._readers_factory = readers
         self._readers: list[ShardReader | None] = [self._open_reader(idx) for idx in indexes]
         self._lock = threading.RLock()
-        self._views: OrderedDict[tuple[int, RecordId], RecordView] = OrderedDict()
-        self._views_cost = 0
-        self._views_budget = cache_bytes
-        self._bins: OrderedDict[tuple[int, RecordId], tuple[bytes, str | None]] = OrderedDict()
-        self._bins_cost = 0
+        self._views: CostLRU[tuple[int, RecordId], RecordView] = CostLRU(cache_bytes, lambda v: v.cost)
+        self._bins: CostLRU[tuple[int, RecordId], tuple[bytes, str | None]] = \
+            CostLRU(_BIN_CACHE_BYTES, lambda got: len(got[0]))
         self._pins: dict[tuple[int, RecordId], NamePin] = {}   # names kept until a commit
 
     # -- shards --------------------------------------------------------------
@@ -90,10 +88,8 @@ class RecordStore:
 
     def forget_shard(self, shard: int) -> None:
         with self._lock:
-            for key in [k for k in self._views if k[0] == shard]:
-                self._views_cost -= self._views.pop(key).cost
-            for key in [k for k in self._bins if k[0] == shard]:
-                self._bins_cost -= len(self._bins.pop(key)[0])
+            self._views.drop_where(lambda key: key[0] == shard)
+            self._bins.drop_where(lambda key: key[0] == shard)
             for key in [k for k in self._pins if k[0] == shard]:
                 del self._pins[key]
 
@@ -150,16 +146,11 @@ class RecordStore:
         key = (shard, rid)
         with self._lock:
             hit = self._bins.get(key)
-            if hit is not None:
-                self._bins.move_to_end(key)
-                return hit
+        if hit is not None:
+            return hit
         got = self.record_bytes(shard, rid)
         with self._lock:
-            self._bins[key] = got
-            self._bins_cost += len(got[0])
-            while self._bins_cost > _BIN_CACHE_BYTES and len(self._bins) > 1:
-                _, old = self._bins.popitem(last=False)
-                self._bins_cost -= len(old[0])
+            self._bins.put(key, got)
         return got
 
     def is_bad(self, shard: int, index: int) -> bool:
@@ -183,7 +174,6 @@ class RecordStore:
         with self._lock:
             hit = self._views.get(key)
             if hit is not None:
-                self._views.move_to_end(key)
                 return hit
             pin = self._pins.get(key)
         view = None if self.writable else self._view_in_shard(shard, rid)
@@ -203,11 +193,7 @@ class RecordStore:
         if self.on_view is not None:
             self.on_view(view.root, shard, rid)
         with self._lock:
-            self._views[key] = view
-            self._views_cost += view.cost
-            while self._views_cost > self._views_budget and len(self._views) > 1:
-                _, old = self._views.popitem(last=False)
-                self._views_cost -= old.cost
+            self._views.put(key, view)
         return view
 
     def _unparsable(self, shard: int, rid: RecordId, reason: str) -> None:
@@ -263,12 +249,8 @@ class RecordStore:
 
     def invalidate(self, shard: int, rid: RecordId) -> None:
         with self._lock:
-            view = self._views.pop((shard, rid), None)
-            if view is not None:
-                self._views_cost -= view.cost
-            got = self._bins.pop((shard, rid), None)
-            if got is not None:
-                self._bins_cost -= len(got[0])
+            self._views.pop((shard, rid))
+            self._bins.pop((shard, rid))
 
     # -- pinned names (writable mounts) --------------------------------------------
 
@@ -313,5 +295,47 @@ class RecordStore:
                 reader.close()
                 self._readers[n] = None
         with self._lock:
-            self._bins.clear()
-            self._views.clear()
+            self._bins.drop_where(lambda key: True)
+            self._views.drop_where(lambda key: True)
+
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class CostLRU(Generic[K, V]):
+    """Least recently used entries dropped first, once their costs add up past ``budget`` (the
+    last entry put always stays). Not thread-safe: the store holds its lock around every call."""
+
+    def __init__(self, budget: int, cost: Callable[[V], int]) -> None:
+        self.budget = budget
+        self._cost = cost
+        self._entries: OrderedDict[K, V] = OrderedDict()
+        self.total = 0
+
+    def get(self, key: K) -> V | None:
+        value = self._entries.get(key)
+        if value is not None:
+            self._entries.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        self.pop(key)
+        self._entries[key] = value
+        self.total += self._cost(value)
+        while self.total > self.budget and len(self._entries) > 1:
+            _, old = self._entries.popitem(last=False)
+            self.total -= self._cost(old)
+
+    def pop(self, key: K) -> None:
+        value = self._entries.pop(key, None)
+        if value is not None:
+            self.total -= self._cost(value)
+
+    def drop_where(self, doomed: Callable[[K], bool]) -> None:
+        for key in [k for k in self._entries if doomed(k)]:
+            self.pop(key)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+

@@ -12,9 +12,9 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
-from . import codec, proto
+from . import codec
 from .records import RecordStore
 
 log = logging.getLogger("tfrfs")
@@ -57,26 +57,33 @@ class Schema:
             kind = store.kinds[n]
             shards.append({"shard": idx.shard.relpath, "records": idx.count, "kind": kind,
                            "compression": idx.shard.compression})
-            if kind == "raw":
-                continue
-            for i in range(idx.count):
-                if i in idx.bad:
-                    continue
-                data, _ = store.original(n, i)
-                try:
-                    if kind == "sequence":
-                        msg = proto.SequenceExample.FromString(data)
-                        _tally(features, msg.context.feature, store.decode_raw)
-                        _tally_lists(lists, msg.feature_lists.feature_list)
-                    else:
-                        _tally(features, proto.Example.FromString(data).features.feature, store.decode_raw)
-                except Exception:  # noqa: BLE001 - unparsable records are reported when opened
-                    continue
+            for msg in self._messages(n):
+                if kind == "sequence":
+                    _tally(features, msg.context.feature, store.decode_raw)
+                    _tally_lists(lists, msg.feature_lists.feature_list)
+                else:
+                    _tally(features, msg.features.feature, store.decode_raw)
         log.info("schema of %d records read in %.1fs", total, time.monotonic() - started)
         out: dict = {"shards": shards, "features": _finish(features)}
         if lists:
             out["feature_lists"] = _finish(lists)
         return out
+
+    def _messages(self, shard: int) -> Iterator[Any]:
+        """The shard's original records, parsed (those that do not parse are skipped: they are
+        reported when opened); nothing for a raw shard."""
+        store = self.store
+        if store.kinds[shard] == "raw":
+            return
+        idx = store.shards[shard]
+        for i in range(idx.count):
+            if i in idx.bad:
+                continue
+            data, _ = store.original(shard, i)
+            try:
+                yield store.parse(shard, data)
+            except Exception:  # noqa: BLE001 - protobuf raises several types
+                continue
 
     # -- what the editors ask -------------------------------------------------------
 
@@ -122,20 +129,13 @@ class Schema:
             return tally
         tally = {}
         store = self.store
-        idx = store.shards[shard]
         kind = store.kinds[shard]
-        if store.decode_raw and kind != "raw" and idx.count and store.reader(shard) is not None:
-            for i in range(idx.count):
-                if i in idx.bad:
-                    continue
-                data, _ = store.original(shard, i)
-                try:
-                    if kind == "sequence":
-                        feats = proto.SequenceExample.FromString(data).context.feature if section == "context" else {}
-                    else:
-                        feats = proto.Example.FromString(data).features.feature
-                except Exception:  # noqa: BLE001 - unparsable records are reported when opened
-                    continue
+        if store.decode_raw and store.reader(shard) is not None:
+            for msg in self._messages(shard):
+                if kind == "sequence":
+                    feats = msg.context.feature if section == "context" else {}
+                else:
+                    feats = msg.features.feature
                 values = {k: codec.value_from_proto(f) for k, f in feats.items()}
                 shapes = codec.raw_shapes(values)
                 for k, v in values.items():

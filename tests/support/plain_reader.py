@@ -18,17 +18,9 @@ class PlainReader(ShardReader):
     def __init__(self, path: str) -> None:
         self._file = open(path, "rb", buffering=0)
         st = os.fstat(self._file.fileno())
-        self._size = st.st_size
-        self._identity = f"{st.st_size}:{st.st_mtime_ns}"
+        self.size = st.st_size
+        self.identity = f"{st.st_size}:{st.st_mtime_ns}"
         self._lock = threading.Lock()   # seek and read are one step
-
-    @property
-    def size(self) -> int:
-        return self._size
-
-    @property
-    def identity(self) -> str:
-        return self._identity
 
     def pread(self, size: int, offset: int) -> bytes:
         with self._lock:

@@ -50,17 +50,12 @@ class Borrowed:
 
 
 class ShardReader(ABC):
-    """One shard's uncompressed byte stream."""
+    """One shard's uncompressed byte stream. A subclass sets ``size`` (the stream's length in
+    bytes) and ``identity`` (changes whenever the bytes may have: what an index of them is
+    validated against) when it opens the stream, and defines ``pread`` and ``close``."""
 
-    @property
-    @abstractmethod
-    def size(self) -> int:
-        """The stream's length in bytes."""
-
-    @property
-    @abstractmethod
-    def identity(self) -> str:
-        """Changes whenever the bytes may have: what an index of them is validated against."""
+    size: int
+    identity: str
 
     @abstractmethod
     def pread(self, size: int, offset: int) -> bytes:

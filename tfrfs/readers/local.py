@@ -78,18 +78,10 @@ class LocalReader(ShardReader):
         self.path = path
         self.fd = os.open(path, os.O_RDONLY)
         st = os.fstat(self.fd)
-        self._size = st.st_size
-        self._identity = f"{st.st_size}:{st.st_mtime_ns}"
+        self.size = st.st_size
+        self.identity = f"{st.st_size}:{st.st_mtime_ns}"
         self._shared = shared or LocalReaders()
         self._last_borrowed: int | None = None
-
-    @property
-    def size(self) -> int:
-        return self._size
-
-    @property
-    def identity(self) -> str:
-        return self._identity
 
     def pread(self, size: int, offset: int) -> bytes:
         return os.pread(self.fd, size, offset)
