@@ -11,10 +11,11 @@ routes every callback. Operations the mount does not need are left undefined on
 purpose: only the methods an operations object has are registered, so an
 unneeded call (``flush`` on a read-only file, say) never enters Python at all.
 
-libfuse's own request loop is replaced by ``_Loop``, which after each request
+libfuse's own request loop is replaced by ``fuse_loop.Loop``, which after each request
 keeps watching the device for the next one a little while before sleeping: on
 a virtual machine, waking a sleeping daemon costs more than answering most
-requests (see ``_Loop``).
+requests (see ``fuse_loop.Loop``). What tfrfs does with libfuse below the binding
+(that loop, kernel notifications, read_buf buffers) lives in ``fuse_loop``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import errno
 import logging
 import os
 import posixpath
-import select
 import stat as _stat
 import threading
 import time
@@ -39,6 +39,7 @@ except OSError as _exc:   # no libfuse on this machine
 if fuse.fuse_version_major != 3:
     raise ImportError(f"tfrfs needs libfuse3, but {fuse._libfuse_path} is libfuse{fuse.fuse_version_major}")
 
+from . import fuse_loop
 from .errors import NoAttr, TfrfsError
 from .tree import FILE_NODES, Handle, MetaFile, Stat, Tree
 
@@ -51,154 +52,8 @@ _CAP_READDIRPLUS_AUTO = 1 << 14
 _READDIR_PLUS = 1 << 0        # readdir flag: the kernel wants attributes too
 _FILL_DIR_PLUS = 1 << 1       # filler flag: this entry's attributes are complete
 _RENAME_NOREPLACE = 1 << 0
-_BUF_IS_FD = 1 << 1           # fuse_buf flags: the bytes are in a file descriptor,
-_BUF_FD_SEEK = 1 << 2         # at position `pos`
 
-
-class _Buf(ctypes.Structure):
-    """libfuse3's struct fuse_buf."""
-    _fields_ = [("size", ctypes.c_size_t), ("flags", ctypes.c_int), ("mem", ctypes.c_void_p),
-                ("fd", ctypes.c_int), ("pos", ctypes.c_int64)]
-
-
-class _BufVec(ctypes.Structure):
-    """libfuse3's struct fuse_bufvec holding one buffer (the binding declares ``buf`` as a pointer,
-    but it is an array of one, in place)."""
-    _fields_ = [("count", ctypes.c_size_t), ("idx", ctypes.c_size_t), ("off", ctypes.c_size_t),
-                ("buf", _Buf)]
-
-
-# libfuse frees what read_buf hands it with free(): it must come from the C library's malloc.
-_libc = ctypes.CDLL(None)
-_libc.malloc.restype = ctypes.c_void_p
-_libc.malloc.argtypes = [ctypes.c_size_t]
-_libc.free.restype = None
-_libc.free.argtypes = [ctypes.c_void_p]
-_libc.dlvsym.restype = ctypes.c_void_p
-_libc.dlvsym.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
-
-# Read-only mounts ask the kernel to read ahead this much (root only: sysfs), so a large file
-# arrives in 1 MiB requests, the most libfuse3 takes, instead of the default 128 KiB.
-_READ_AHEAD_KB = 1024
-
-
-class _Args(ctypes.Structure):
-    """libfuse3's struct fuse_args."""
-    _fields_ = [("argc", ctypes.c_int), ("argv", ctypes.POINTER(ctypes.c_char_p)), ("allocated", ctypes.c_int)]
-
-
-class _CmdlineOpts(ctypes.Structure):
-    """libfuse3's struct fuse_cmdline_opts as of 3.0 (later versions only add fields at the end)."""
-    _fields_ = [("singlethread", ctypes.c_int), ("foreground", ctypes.c_int), ("debug", ctypes.c_int),
-                ("nodefault_subtype", ctypes.c_int), ("mountpoint", ctypes.c_void_p),
-                ("show_version", ctypes.c_int), ("show_help", ctypes.c_int), ("clone_fd", ctypes.c_int),
-                ("max_idle_threads", ctypes.c_uint), ("_later", ctypes.c_char * 64)]
-
-
-def _libfuse_function(name: str, version: str, restype: Any, *argtypes: Any) -> Any:
-    """libfuse's ``name`` at symbol version ``version`` (None if this libfuse has no such symbol).
-
-    Asked for by version: libfuse gives a changed function a new version and keeps the old one
-    under its old version, so the signatures given hold for every libfuse3.
-    """
-    address = _libc.dlvsym(fuse._libfuse._handle, name.encode(), version.encode())
-    return ctypes.CFUNCTYPE(restype, *argtypes)(address) if address else None
-
-
-class _Loop:
-    """libfuse's fuse_main, with a request loop that watches for the next request before sleeping.
-
-    Reading a small file costs the daemon two requests, each answered in tens of microseconds.
-    libfuse's own loop goes to sleep in read() the moment the queue is empty, and on a virtual
-    machine the next request must then wake a halted CPU, which costs more than answering it.
-    So after each request this loop polls the device for up to ``poll_us`` microseconds and sleeps
-    only when nothing came: a reader going through many files finds the daemon awake, and an idle
-    mount costs at most ``poll_us`` of CPU after its last request. ``poll_us=0`` is libfuse's loop.
-    The binding calls ``main`` in place of libfuse's fuse_main_real, with the same arguments.
-    """
-
-    def __init__(self, poll_us: int) -> None:
-        self.poll_s = poll_us / 1e6
-        vp, i = ctypes.c_void_p, ctypes.c_int
-        self.parse_cmdline = _libfuse_function("fuse_parse_cmdline", "FUSE_3.0", i, ctypes.POINTER(_Args),
-                                               ctypes.POINTER(_CmdlineOpts))
-        self.new = _libfuse_function("fuse_new", "FUSE_3.1", vp, ctypes.POINTER(_Args), vp, ctypes.c_size_t, vp)
-        self.mount = _libfuse_function("fuse_mount", "FUSE_3.0", i, vp, ctypes.c_char_p)
-        self.unmount = _libfuse_function("fuse_unmount", "FUSE_3.0", None, vp)
-        self.destroy = _libfuse_function("fuse_destroy", "FUSE_3.0", None, vp)
-        self.session = _libfuse_function("fuse_get_session", "FUSE_3.0", vp, vp)
-        self.set_signals = _libfuse_function("fuse_set_signal_handlers", "FUSE_3.0", i, vp)
-        self.remove_signals = _libfuse_function("fuse_remove_signal_handlers", "FUSE_3.0", None, vp)
-        self.session_fd = _libfuse_function("fuse_session_fd", "FUSE_3.0", i, vp)
-        self.exited = _libfuse_function("fuse_session_exited", "FUSE_3.0", i, vp)
-        self.receive = _libfuse_function("fuse_session_receive_buf", "FUSE_3.0", i, vp, ctypes.POINTER(_Buf))
-        self.process = _libfuse_function("fuse_session_process_buf", "FUSE_3.0", None, vp, ctypes.POINTER(_Buf))
-        self.reset = _libfuse_function("fuse_session_reset", "FUSE_3.0", None, vp)
-        self.free_args = _libfuse_function("fuse_opt_free_args", "FUSE_3.0", None, ctypes.POINTER(_Args))
-
-    def usable(self) -> bool:
-        return all(f is not None for f in vars(self).values())
-
-    def main(self, argc: int, argv: Any, ops: Any, ops_size: int, user_data: Any) -> int:
-        # The steps of libfuse's fuse_main_real (helper.c), single-threaded, in the foreground.
-        args = _Args(argc, argv, 0)
-        opts = _CmdlineOpts()
-        if self.parse_cmdline(ctypes.byref(args), ctypes.byref(opts)) != 0:
-            return 1
-        try:
-            if not opts.mountpoint:
-                log.error("FUSE: no mount point given")
-                return 2
-            f = self.new(ctypes.byref(args), ctypes.cast(ops, ctypes.c_void_p), ops_size, user_data)
-            if not f:
-                return 3
-            try:
-                if self.mount(f, ctypes.c_char_p(opts.mountpoint)) != 0:
-                    return 4
-                se = self.session(f)
-                if self.set_signals(se) != 0:
-                    self.unmount(f)
-                    return 6
-                try:
-                    res = self.serve(se)
-                finally:
-                    self.remove_signals(se)
-                    self.unmount(f)
-                return 1 if res < 0 else 0
-            finally:
-                self.destroy(f)   # calls the operations' destroy
-        finally:
-            _libc.free(opts.mountpoint)
-            self.free_args(ctypes.byref(args))
-
-    def serve(self, se: int) -> int:
-        """Answer requests until the file system is unmounted or a signal ends the session
-        (libfuse's fuse_session_loop, with the watch described above)."""
-        buf = _Buf()
-        bufp = ctypes.byref(buf)
-        receive, process, exited = self.receive, self.process, self.exited
-        watch = select.poll()
-        watch.register(self.session_fd(se), select.POLLIN)
-        poll, clock, poll_s = watch.poll, time.perf_counter, self.poll_s
-        res = 0
-        try:
-            while not exited(se):
-                if poll_s and not poll(0):
-                    until = clock() + poll_s
-                    while not poll(0) and clock() < until:
-                        pass
-                    if exited(se):
-                        break
-                res = receive(se, bufp)
-                if res == -errno.EINTR:
-                    continue
-                if res <= 0:   # 0: unmounted
-                    break
-                process(se, bufp)
-        finally:
-            _libc.free(buf.mem)
-            self.reset(se)
-        return min(res, 0)
+_LIBFUSE = fuse._libfuse._handle   # the libfuse the binding loaded, for what fuse_loop does below it
 
 
 _INO_BITS = (1 << 63) - 1
@@ -214,65 +69,6 @@ def _ino(path: str) -> int:
     if path == "/":
         return 1   # the kernel numbers the root 1 (FUSE_ROOT_ID)
     return (hash(path) & _INO_BITS) or 2
-
-
-class _MetaInvalidator:
-    """Makes the kernel forget ``.tfrfs`` whenever ``.tfrfs/errors`` grows.
-
-    A read-only mount lets the kernel keep names, sizes and pages for a day, and it never
-    opens files (reads come by path), so nothing else would make it ask for the new size. The
-    notice goes out from its own thread: sent from inside a request it could wait on a lock
-    that the request holds (libfuse's rule for notifications).
-    """
-
-    _PARENT = 1   # the mount's root: FUSE_ROOT_ID
-    _NAME = b".tfrfs"
-
-    def __init__(self) -> None:
-        self._session: int | None = None
-        self._wake = threading.Event()
-        self._notify = _libfuse_function("fuse_lowlevel_notify_inval_entry", "FUSE_3.0", ctypes.c_int,
-                                         ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t)
-
-    def bind(self) -> None:
-        """Find the FUSE session; call from inside a FUSE callback (``init``)."""
-        get_session = _libfuse_function("fuse_get_session", "FUSE_3.0", ctypes.c_void_p, ctypes.c_void_p)
-        if get_session is not None and self._notify is not None:
-            self._session = get_session(fuse._libfuse.fuse_get_context().contents.fuse)
-        if not self._session:
-            log.warning("no FUSE session found: .tfrfs/errors may show an old size until remount")
-            return
-        threading.Thread(target=self._run, name="tfrfs-notify", daemon=True).start()
-
-    def poke(self) -> None:
-        self._wake.set()
-
-    def _run(self) -> None:
-        notify = self._notify
-        while True:
-            self._wake.wait()
-            self._wake.clear()
-            rc = notify(self._session, self._PARENT, self._NAME, len(self._NAME))
-            if rc not in (0, -errno.ENOENT):   # ENOENT: the kernel holds no such name, nothing to do
-                log.debug("kernel notification for .tfrfs failed: %s", os.strerror(-rc))
-                if rc in (-errno.ENODEV, -errno.EBADF):
-                    return   # unmounted
-
-
-def _widen_readahead(mountpoint: str) -> None:
-    """Let the kernel read ahead ``_READ_AHEAD_KB`` on this mount (its backing device's sysfs knob).
-
-    Runs on its own thread: the stat below is answered by the daemon, which must first have
-    finished ``init``; and the kernel sets its own read-ahead when that reply arrives.
-    """
-    try:
-        dev = os.stat(mountpoint).st_dev
-        knob = f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb"
-        with open(knob, "w") as f:
-            f.write(f"{_READ_AHEAD_KB}\n")
-        log.info("read-ahead %d KiB (%s)", _READ_AHEAD_KB, knob)
-    except OSError as exc:   # not root, or no sysfs: large files come in 128 KiB reads
-        log.info("read-ahead left at the kernel's default (raising it needs root): %s", exc)
 
 
 def errno_of(exc: BaseException, op: str, args: tuple) -> int:
@@ -322,29 +118,7 @@ class _Fuse(fuse.FUSE):
         # and Python never touches them. Others, and images of records read
         # ahead (held in memory), are copied into a buffer that libfuse frees.
         where, data = self.operations.read_buf(path.decode(self.encoding, self.errors), size, offset)
-        vec_p = _libc.malloc(ctypes.sizeof(_BufVec))
-        if not vec_p:
-            return -errno.ENOMEM
-        vec = _BufVec.from_address(vec_p)
-        vec.count, vec.idx, vec.off = 1, 0, 0
-        buf = vec.buf
-        if where is not None:
-            buf.fd, buf.pos, buf.size = where
-            buf.flags, buf.mem = _BUF_IS_FD | _BUF_FD_SEEK, None
-        else:
-            n = len(data)
-            mem = _libc.malloc(n or 1)
-            if not mem:
-                _libc.free(vec_p)
-                return -errno.ENOMEM
-            if isinstance(data, memoryview):   # memory the tree holds: copied from where it lies
-                if n:
-                    ctypes.memmove(mem, ctypes.addressof(ctypes.c_char.from_buffer(data)), n)
-            else:
-                ctypes.memmove(mem, data, n)
-            buf.flags, buf.mem, buf.size, buf.fd, buf.pos = 0, mem, n, -1, 0
-        ctypes.cast(bufpp, ctypes.POINTER(ctypes.c_void_p))[0] = vec_p
-        return 0
+        return fuse_loop.fill_read_buf(bufpp, where, data)
 
     def truncate_fuse_3(self, path: bytes | None, length: int, fip: Any) -> int:
         # ftruncate arrives here with the file's handle (the binding would drop it).
@@ -408,12 +182,12 @@ class Operations:
         # replies (FUSE_CAP_SPLICE_WRITE): most large images are served from memory (see
         # Tree.read_held), which libfuse would copy into a pipe first and then out of it.
         conn.want = (conn.want | _CAP_READDIRPLUS) & ~_CAP_READDIRPLUS_AUTO
-        invalidator = _MetaInvalidator()
+        invalidator = fuse_loop.MetaInvalidator(_LIBFUSE)
         invalidator.bind()
         self.tree.errors.on_change = invalidator.poke
         if self.mountpoint:
-            threading.Thread(target=_widen_readahead, args=(self.mountpoint,), name="tfrfs-readahead",
-                             daemon=True).start()
+            threading.Thread(target=fuse_loop.widen_readahead, args=(self.mountpoint,),
+                             name="tfrfs-readahead", daemon=True).start()
 
     def getattr(self, path: str, fh: Any = None) -> dict[str, int]:
         return self._attrs(self.tree.stat(self.tree.lookup(path)), path)
@@ -644,7 +418,7 @@ class WritableOperations(Operations):
 
 def mount(tree: Tree, mountpoint: str, *, poll_us: int, editor: Any = None, fsname: str = "tfrfs") -> None:
     """Serve ``tree`` at ``mountpoint`` until it is unmounted (in this process, in the foreground);
-    after each request, watch ``poll_us`` microseconds for the next before sleeping (see _Loop)."""
+    after each request, watch ``poll_us`` microseconds for the next before sleeping (see fuse_loop.Loop)."""
     opts: dict[str, Any] = dict(
         foreground=True,
         nothreads=True,     # one thread: the tree's caches and the journal need no locking
@@ -666,7 +440,7 @@ def mount(tree: Tree, mountpoint: str, *, poll_us: int, editor: Any = None, fsna
         opts.update(ro=True, kernel_cache=True, attr_timeout=86400.0, entry_timeout=86400.0,
                     negative_timeout=60.0)
         ops = Operations(tree, mountpoint)
-    loop = _Loop(poll_us)
+    loop = fuse_loop.Loop(_LIBFUSE, poll_us)
     binding_main = fuse.fuse_main_real   # what the binding calls to run libfuse
     if loop.usable():
         fuse.fuse_main_real = loop.main
