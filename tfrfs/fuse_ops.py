@@ -6,29 +6,32 @@ entry's attributes (readdirplus); with libfuse2 the kernel asks for each name
 again and reads in 128 KiB pieces.
 
 Each call is translated to the tree in a line or two; every exception is
-mapped to an errno in one place, ``_Fuse._wrapper``, through which the binding
-routes every callback. Operations the mount does not need are left undefined on
-purpose: only the methods an operations object has are registered, so an
-unneeded call (``flush`` on a read-only file, say) never enters Python at all.
+mapped to an errno in one place, ``errno_of``, at the edge of the operations
+classes (``_Edge``), so the binding receives nothing but ``FuseOSError``.
+Operations the mount does not need are left undefined on purpose: only the
+methods an operations object has are registered, so an unneeded call (``flush``
+on a read-only file, say) never enters Python at all.
 
-libfuse's own request loop is replaced by ``fuse_loop.Loop``, which after each request
-keeps watching the device for the next one a little while before sleeping: on
-a virtual machine, waking a sleeping daemon costs more than answering most
-requests (see ``fuse_loop.Loop``). What tfrfs does with libfuse below the binding
-(that loop, kernel notifications, read_buf buffers) lives in ``fuse_loop``.
+libfuse's own request loop is replaced by ``fuse_loop.Loop``, which after each
+request keeps watching the device for the next one a little while before
+sleeping: on a virtual machine, waking a sleeping daemon costs more than
+answering most requests. What tfrfs does with libfuse below the binding (that
+loop, kernel notifications, read_buf buffers) lives in ``fuse_loop``.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import functools
+import inspect
 import logging
 import os
 import posixpath
 import stat as _stat
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 if not (os.environ.get("FUSE_LIBRARY_PATH") or os.environ.get("FUSE_LIBRARY_NAME")):
     os.environ["FUSE_LIBRARY_NAME"] = "fuse3"   # mfusepy would take libfuse2 first where both exist
@@ -71,10 +74,13 @@ def _ino(path: str) -> int:
     return (hash(path) & _INO_BITS) or 2
 
 
-def errno_of(exc: BaseException, op: str, args: tuple) -> int:
-    """The errno an exception raised by an operation stands for: the one place errors are mapped."""
-    if isinstance(exc, fuse.FuseOSError):
-        return exc.errno
+def errno_of(exc: Exception, op: str, args: tuple) -> int:
+    """The errno an exception raised by an operation stands for: the one place errors are mapped.
+
+    tfrfs's own errors carry theirs, and any other ``OSError`` its own (when positive); a name
+    that is not text in the dataset's encoding names nothing (ENOENT). Anything else is a bug:
+    logged with its traceback, and answered EIO.
+    """
     if isinstance(exc, TfrfsError):
         return exc.errno
     if isinstance(exc, UnicodeError):
@@ -88,18 +94,61 @@ def errno_of(exc: BaseException, op: str, args: tuple) -> int:
     return errno.EIO
 
 
-class _Fuse(fuse.FUSE):
-    """The binding, with tfrfs's error mapping and the libfuse3 calls it does not pass on whole."""
-
-    def _wrapper(self, func: Any, *args: Any, **kwargs: Any) -> Any:
-        # Every callback from libfuse comes through here.
-        try:
-            return func(*args, **kwargs) or 0
-        except Exception as exc:
-            if func.__name__.startswith("init"):
+def _mapped(op: Callable[..., Any]) -> Callable[..., Any]:
+    """``op``, raising nothing but ``FuseOSError(errno_of(...))``."""
+    name = op.__name__
+    if name in ("init", "init_with_config"):
+        @functools.wraps(op)
+        def init(self: Any, *args: Any) -> Any:
+            try:
+                return op(self, *args)
+            except Exception as exc:
                 log.error("FUSE init failed", exc_info=exc)
-                return 0
-            return -errno_of(exc, func.__name__, args[:1])
+                return None
+        return init
+    if inspect.isgeneratorfunction(op):
+        @functools.wraps(op)
+        def listing(self: Any, *args: Any) -> Any:
+            try:
+                yield from op(self, *args)   # its errors arise while the binding iterates
+            except Exception as exc:
+                raise fuse.FuseOSError(errno_of(exc, name, args)) from exc
+        return listing
+
+    @functools.wraps(op)
+    def operation(self: Any, *args: Any) -> Any:
+        try:
+            return op(self, *args)
+        except Exception as exc:
+            raise fuse.FuseOSError(errno_of(exc, name, args)) from exc
+    return operation
+
+
+class _Edge:
+    """The base of the operations classes: where exceptions become errnos, once.
+
+    The binding registers every method of an operations object named like a libfuse
+    operation, so every public method of a subclass is taken to be one. Each is wrapped once,
+    when its class is made (not per call), so that whatever it raises leaves it as
+    ``FuseOSError`` with the errno ``errno_of`` gives. The binding's own exception handler then
+    only ever sees a positive errno: it answers ``-errno`` and logs at debug level. Helpers
+    (``_name``) are not wrapped: they raise tfrfs's own errors for their callers to handle.
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name, value in list(vars(cls).items()):
+            if not name.startswith("_") and inspect.isfunction(value):
+                setattr(cls, name, _mapped(value))
+
+
+class _Fuse(fuse.FUSE):
+    """The binding, with the libfuse3 calls it does not pass on whole translated here.
+
+    Only the binding's public translation methods (``readdir_fuse_3``, ``read_buf``,
+    ``truncate_fuse_3``, ``rename_fuse_3``) are overridden; errors are mapped before they
+    reach it (``_Edge``).
+    """
 
     def readdir_fuse_3(self, path: bytes, buf: Any, filler: Any, offset: int, fip: Any, flags: int) -> int:
         plus = bool(flags & _READDIR_PLUS)
@@ -131,7 +180,7 @@ class _Fuse(fuse.FUSE):
                                       new.decode(self.encoding, self.errors), flags)
 
 
-class Operations:
+class Operations(_Edge):
     """Operations for a read-only tree.
 
     Files are read by path: ``open`` answers "not implemented", which the kernel takes as
