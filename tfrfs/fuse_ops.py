@@ -21,6 +21,7 @@ loop, kernel notifications, read_buf buffers) lives in ``fuse_loop``.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import functools
@@ -490,13 +491,30 @@ def mount(tree: Tree, mountpoint: str, *, poll_us: int, editor: Any = None, fsna
                     negative_timeout=60.0)
         ops = Operations(tree, mountpoint)
     loop = fuse_loop.Loop(_LIBFUSE, poll_us)
-    binding_main = fuse.fuse_main_real   # what the binding calls to run libfuse
-    if loop.usable():
-        fuse.fuse_main_real = loop.main
-    else:
+    if not loop.usable():
         log.warning("this libfuse lacks a function the request loop needs; using libfuse's own loop "
                     "(no --poll-us): %s", fuse._libfuse_path)
-    try:
+    with _libfuse_main(loop.main if loop.usable() else None):
         _Fuse(ops, mountpoint, raw_fi=True, encoding="utf-8", errors="surrogateescape", **opts)
+
+
+@contextlib.contextmanager
+def _libfuse_main(main: Callable[..., int] | None) -> Iterator[None]:
+    """Have the binding run ``main`` in place of libfuse's fuse_main_real (None: libfuse's own),
+    for the ``FUSE()`` call made inside this block.
+
+    The binding builds libfuse's table of operations inside ``FUSE.__init__`` and hands it
+    straight to its module-level ``fuse_main_real``: it takes no other main function, as an
+    argument or a method to override, and keeps the table nowhere a caller could reach. So that
+    name is swapped for the call and put back however it ends (README, "Choices where the
+    contract is silent"). ``main`` takes fuse_main_real's arguments (see ``fuse_loop.Loop``).
+    """
+    if main is None:
+        yield
+        return
+    binding_main = fuse.fuse_main_real
+    fuse.fuse_main_real = main
+    try:
+        yield
     finally:
         fuse.fuse_main_real = binding_main
