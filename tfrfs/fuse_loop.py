@@ -90,7 +90,8 @@ class Loop:
     So after each request this loop polls the device for up to ``poll_us`` microseconds and sleeps
     only when nothing came: a reader going through many files finds the daemon awake, and an idle
     mount costs at most ``poll_us`` of CPU after its last request. ``poll_us=0`` is libfuse's loop.
-    ``main`` takes the arguments of libfuse's fuse_main_real, and runs in its place.
+    ``main`` takes the arguments of libfuse's fuse_main_real, and runs in its place; when it
+    returns non-zero, ``failure`` says what failed.
     ``libfuse`` is the handle of the loaded libfuse (a ctypes CDLL's ``_handle``).
     """
 
@@ -116,36 +117,44 @@ class Loop:
         self.process = function("fuse_session_process_buf", "FUSE_3.0", None, vp, ctypes.POINTER(_Buf))
         self.reset = function("fuse_session_reset", "FUSE_3.0", None, vp)
         self.free_args = function("fuse_opt_free_args", "FUSE_3.0", None, ctypes.POINTER(_Args))
+        self.failure: str | None = None   # what failed, when main returns non-zero
 
     def usable(self) -> bool:
-        return all(f is not None for f in vars(self).values())
+        return all(f is not None for name, f in vars(self).items() if name != "failure")
 
     def main(self, argc: int, argv: Any, ops: Any, ops_size: int, user_data: Any) -> int:
         # The steps of libfuse's fuse_main_real (helper.c), single-threaded, in the foreground.
         args = _Args(argc, argv, 0)
         opts = _CmdlineOpts()
         if self.parse_cmdline(ctypes.byref(args), ctypes.byref(opts)) != 0:
+            self.failure = "libfuse refused the options or the mount point (libfuse's message says why)"
             return 1
         try:
             if not opts.mountpoint:
-                log.error("FUSE: no mount point given")
+                self.failure = "no mount point given"
                 return 2
             f = self.new(ctypes.byref(args), ctypes.cast(ops, ctypes.c_void_p), ops_size, user_data)
             if not f:
+                self.failure = "libfuse could not set up the file system (libfuse's message says why)"
                 return 3
             try:
                 if self.mount(f, ctypes.c_char_p(opts.mountpoint)) != 0:
+                    self.failure = "libfuse could not mount (libfuse's message says why)"
                     return 4
                 se = self.session(f)
                 if self.set_signals(se) != 0:
                     self.unmount(f)
+                    self.failure = "libfuse could not set its signal handlers"
                     return 6
                 try:
                     res = self.serve(se)
                 finally:
                     self.remove_signals(se)
                     self.unmount(f)
-                return 1 if res < 0 else 0
+                if res < 0:
+                    self.failure = f"reading a request from the kernel failed: {os.strerror(-res)}"
+                    return 1
+                return 0
             finally:
                 self.destroy(f)   # calls the operations' destroy
         finally:

@@ -96,16 +96,17 @@ def errno_of(exc: Exception, op: str, args: tuple) -> int:
 
 
 def _mapped(op: Callable[..., Any]) -> Callable[..., Any]:
-    """``op``, raising nothing but ``FuseOSError(errno_of(...))``."""
+    """``op``, raising nothing but ``FuseOSError(errno_of(...))``; see ``_Edge``."""
     name = op.__name__
     if name in ("init", "init_with_config"):
         @functools.wraps(op)
-        def init(self: Any, *args: Any) -> Any:
+        def init(self: Any, *args: Any) -> None:
             try:
-                return op(self, *args)
+                op(self, *args)
             except Exception as exc:
-                log.error("FUSE init failed", exc_info=exc)
-                return None
+                log.error("FUSE init failed, so the mount ends: %s", exc, exc_info=exc)
+                self.init_failure = exc
+                fuse.fuse_exit()   # libfuse's loop stops once init has returned
         return init
     if inspect.isgeneratorfunction(op):
         @functools.wraps(op)
@@ -122,6 +123,12 @@ def _mapped(op: Callable[..., Any]) -> Callable[..., Any]:
             return op(self, *args)
         except Exception as exc:
             raise fuse.FuseOSError(errno_of(exc, name, args)) from exc
+    if name == "destroy":
+        @functools.wraps(op)
+        def destroy(self: Any, *args: Any) -> None:
+            if self.init_failure is None:   # else the mount never served: nothing to finish, or commit
+                operation(self, *args)
+        return destroy
     return operation
 
 
@@ -134,7 +141,13 @@ class _Edge:
     ``FuseOSError`` with the errno ``errno_of`` gives. The binding's own exception handler then
     only ever sees a positive errno: it answers ``-errno`` and logs at debug level. Helpers
     (``_name``) are not wrapped: they raise tfrfs's own errors for their callers to handle.
+
+    ``init`` (``init_with_config``) answers no request: if it fails, the mount cannot work. The
+    failure is logged and kept in ``init_failure``, libfuse is told to end the session, and
+    ``mount()`` raises it once the binding returns; ``destroy`` is then not passed on.
     """
+
+    init_failure: Exception | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -466,9 +479,14 @@ class WritableOperations(Operations):
             super().destroy(path)
 
 
+class MountFailed(RuntimeError):
+    """No mount was made, or it ended as it began: the message says why."""
+
+
 def mount(tree: Tree, mountpoint: str, *, poll_us: int, editor: Any = None, fsname: str = "tfrfs") -> None:
     """Serve ``tree`` at ``mountpoint`` until it is unmounted (in this process, in the foreground);
-    after each request, watch ``poll_us`` microseconds for the next before sleeping (see fuse_loop.Loop)."""
+    after each request, watch ``poll_us`` microseconds for the next before sleeping (see fuse_loop.Loop).
+    Raises ``MountFailed`` if libfuse cannot mount, or the mount's init fails."""
     opts: dict[str, Any] = dict(
         foreground=True,
         nothreads=True,     # one thread: the tree's caches and the journal need no locking
@@ -495,7 +513,17 @@ def mount(tree: Tree, mountpoint: str, *, poll_us: int, editor: Any = None, fsna
         log.warning("this libfuse lacks a function the request loop needs; using libfuse's own loop "
                     "(no --poll-us): %s", fuse._libfuse_path)
     with _libfuse_main(loop.main if loop.usable() else None):
-        _Fuse(ops, mountpoint, raw_fi=True, encoding="utf-8", errors="surrogateescape", **opts)
+        try:
+            _Fuse(ops, mountpoint, raw_fi=True, encoding="utf-8", errors="surrogateescape", **opts)
+        except RuntimeError as exc:
+            if not (exc.args and isinstance(exc.args[0], int)):
+                raise
+            # The binding's report of a non-zero return from libfuse's main: say what failed.
+            raise MountFailed(loop.failure if loop.usable() and loop.failure
+                              else f"libfuse's fuse_main returned {exc.args[0]}") from None
+    if ops.init_failure is not None:
+        failure = ops.init_failure
+        raise MountFailed(f"init failed ({type(failure).__name__}: {failure}), so the mount ended")
 
 
 @contextlib.contextmanager

@@ -104,3 +104,42 @@ def test_every_operation_of_the_mount_is_mapped(cls: type) -> None:
     for name, value in vars(cls).items():
         if inspect.isfunction(value):
             assert hasattr(value, "__wrapped__") == (not name.startswith("_")), name
+
+
+class _FailingInit(_Edge):
+    def __init__(self) -> None:
+        self.destroyed = False
+
+    def init_with_config(self, conn: Any, config: Any) -> None:
+        raise RuntimeError("no session")
+
+    def destroy(self, path: str) -> None:
+        self.destroyed = True
+
+
+def test_a_failed_init_ends_the_session_and_is_kept(monkeypatch: pytest.MonkeyPatch,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    exits: list[bool] = []
+    monkeypatch.setattr(fuse_ops.fuse, "fuse_exit", lambda: exits.append(True))
+    ops = _FailingInit()
+    with caplog.at_level(logging.ERROR, logger="tfrfs"):
+        assert ops.init_with_config(None, None) is None   # nothing for the binding to handle
+    assert exits == [True]
+    assert isinstance(ops.init_failure, RuntimeError)
+    assert "FUSE init failed" in caplog.text and "no session" in caplog.text
+    ops.destroy("/")
+    assert not ops.destroyed   # the mount never served: nothing to finish
+
+
+def test_a_sound_init_leaves_the_session_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fuse_ops.fuse, "fuse_exit", lambda: pytest.fail("fuse_exit called"))
+
+    class Sound(_FailingInit):
+        def init_with_config(self, conn: Any, config: Any) -> None:
+            pass
+
+    ops = Sound()
+    ops.init_with_config(None, None)
+    assert ops.init_failure is None
+    ops.destroy("/")
+    assert ops.destroyed
