@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterator
 if not (os.environ.get("FUSE_LIBRARY_PATH") or os.environ.get("FUSE_LIBRARY_NAME")):
     os.environ["FUSE_LIBRARY_NAME"] = "fuse3"   # mfusepy would take libfuse2 first where both exist
 try:
-    import mfusepy as fuse
+    import mfusepy as fuse  # type: ignore[import-untyped]  # no type information shipped
 except OSError as _exc:   # no libfuse on this machine
     raise ImportError(f"{_exc}: tfrfs needs libfuse3 (Debian/Ubuntu: apt-get install fuse3)") from None
 if fuse.fuse_version_major != 3:
@@ -207,7 +207,7 @@ class Operations(_Edge):
     def __init__(self, tree: Tree, mountpoint: str = "") -> None:
         self.tree = tree
         self.mountpoint = mountpoint
-        self._handles: dict[int, Handle] = {}
+        self._handles: dict[int, Any] = {}   # the tree's handles, and in --rw the editor's
         self._next_fh = 1
         self._fh_lock = threading.Lock()   # not "lock": that would register a lock operation
 
@@ -348,7 +348,7 @@ class Operations(_Edge):
 class WritableOperations(Operations):
     """Operations for a ``--rw`` mount: every change goes through the editor."""
 
-    read_buf = None   # reads go through open handles (read)
+    read_buf = None   # type: ignore[assignment]  # reads go through open handles (read)
 
     def __init__(self, tree: Tree, editor: Any) -> None:
         super().__init__(tree)

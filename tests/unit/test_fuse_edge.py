@@ -6,7 +6,7 @@ from __future__ import annotations
 import errno
 import inspect
 import logging
-from typing import Any, Iterator
+from typing import Any, Generator
 
 import pytest
 
@@ -52,7 +52,7 @@ class _Ops(_Edge):
             raise KeyError(path)
         return {"st_size": len(path)}
 
-    def readdir(self, path: str, offset: int, plus: bool) -> Iterator[tuple[int, str, dict[str, int]]]:
+    def readdir(self, path: str, offset: int, plus: bool) -> Generator[tuple[int, str, dict[str, int]], None, None]:
         yield 1, "a", {}
         yield 2, "b", {}
         raise DataLoss("record 3 is cut short")
@@ -123,7 +123,7 @@ def test_a_failed_init_ends_the_session_and_is_kept(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(fuse_ops.fuse, "fuse_exit", lambda: exits.append(True))
     ops = _FailingInit()
     with caplog.at_level(logging.ERROR, logger="tfrfs"):
-        assert ops.init_with_config(None, None) is None   # nothing for the binding to handle
+        ops.init_with_config(None, None)   # returns: nothing for the binding to handle
     assert exits == [True]
     assert isinstance(ops.init_failure, RuntimeError)
     assert "FUSE init failed" in caplog.text and "no session" in caplog.text
