@@ -173,7 +173,7 @@ def _spawn_daemon(args: argparse.Namespace, log_path: Path) -> int:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True)
     deadline = time.monotonic() + MOUNT_WAIT_S
     while time.monotonic() < deadline:
-        if mounttab.fstype_at(args.mountpoint) == FSTYPE:
+        if mounttab.fstype_at(args.mountpoint) == FSTYPE and _serving(args.mountpoint, deadline):
             records = sum(i.count for i in indexes)
             print(f"mounted {args.source} at {args.mountpoint} ({len(indexes)} shards, {records:,} records, "
                   f"{'read-write' if args.rw else 'read-only'}); log: {log_path}")
@@ -191,6 +191,29 @@ def _spawn_daemon(args: argparse.Namespace, log_path: Path) -> int:
     proc.terminate()
     print(f"tfrfs: mount did not become ready within {MOUNT_WAIT_S:.0f}s; log: {log_path}", file=sys.stderr)
     return EXIT_PROBLEMS
+
+
+def _serving(mnt: str, deadline: float) -> bool:
+    """Whether the daemon answers at ``mnt``, which the kernel shows as mounted before the
+    daemon's FUSE init has run; a failed init then ends the mount. A stat waits for init to be
+    answered: it fails if the daemon ended instead, or reaches the folder beneath once the
+    mount is gone. Asked on a thread, so a daemon that never answers costs no more than
+    ``deadline``."""
+    import threading
+    answered: list[bool] = []
+
+    def ask() -> None:
+        try:
+            os.stat(mnt)
+        except OSError:
+            answered.append(False)
+            return
+        answered.append(mounttab.fstype_at(mnt) == FSTYPE)
+
+    asking = threading.Thread(target=ask, daemon=True)
+    asking.start()
+    asking.join(max(0.0, deadline - time.monotonic()))
+    return bool(answered and answered[0])
 
 
 def _fusermount() -> str:

@@ -6,39 +6,44 @@ entry's attributes (readdirplus); with libfuse2 the kernel asks for each name
 again and reads in 128 KiB pieces.
 
 Each call is translated to the tree in a line or two; every exception is
-mapped to an errno in one place, ``_Fuse._wrapper``, through which the binding
-routes every callback. Operations the mount does not need are left undefined on
-purpose: only the methods an operations object has are registered, so an
-unneeded call (``flush`` on a read-only file, say) never enters Python at all.
+mapped to an errno in one place, ``errno_of``, at the edge of the operations
+classes (``_Edge``), so the binding receives nothing but ``FuseOSError``.
+Operations the mount does not need are left undefined on purpose: only the
+methods an operations object has are registered, so an unneeded call (``flush``
+on a read-only file, say) never enters Python at all.
 
-libfuse's own request loop is replaced by ``_Loop``, which after each request
-keeps watching the device for the next one a little while before sleeping: on
-a virtual machine, waking a sleeping daemon costs more than answering most
-requests (see ``_Loop``).
+libfuse's own request loop is replaced by ``fuse_loop.Loop``, which after each
+request keeps watching the device for the next one a little while before
+sleeping: on a virtual machine, waking a sleeping daemon costs more than
+answering most requests. What tfrfs does with libfuse below the binding (that
+loop, kernel notifications, read_buf buffers) lives in ``fuse_loop``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
+import functools
+import inspect
 import logging
 import os
 import posixpath
-import select
 import stat as _stat
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 if not (os.environ.get("FUSE_LIBRARY_PATH") or os.environ.get("FUSE_LIBRARY_NAME")):
     os.environ["FUSE_LIBRARY_NAME"] = "fuse3"   # mfusepy would take libfuse2 first where both exist
 try:
-    import mfusepy as fuse
+    import mfusepy as fuse  # no type information shipped (pyproject: mypy overrides)
 except OSError as _exc:   # no libfuse on this machine
     raise ImportError(f"{_exc}: tfrfs needs libfuse3 (Debian/Ubuntu: apt-get install fuse3)") from None
 if fuse.fuse_version_major != 3:
     raise ImportError(f"tfrfs needs libfuse3, but {fuse._libfuse_path} is libfuse{fuse.fuse_version_major}")
 
+from . import fuse_loop
 from .errors import NoAttr, TfrfsError
 from .mount import Mount
 from .nodes import FILE_NODES, FileHandle, MetaFile, Stat
@@ -53,154 +58,8 @@ _CAP_READDIRPLUS_AUTO = 1 << 14
 _READDIR_PLUS = 1 << 0        # readdir flag: the kernel wants attributes too
 _FILL_DIR_PLUS = 1 << 1       # filler flag: this entry's attributes are complete
 _RENAME_NOREPLACE = 1 << 0
-_BUF_IS_FD = 1 << 1           # fuse_buf flags: the bytes are in a file descriptor,
-_BUF_FD_SEEK = 1 << 2         # at position `pos`
 
-
-class _Buf(ctypes.Structure):
-    """libfuse3's struct fuse_buf."""
-    _fields_ = [("size", ctypes.c_size_t), ("flags", ctypes.c_int), ("mem", ctypes.c_void_p),
-                ("fd", ctypes.c_int), ("pos", ctypes.c_int64)]
-
-
-class _BufVec(ctypes.Structure):
-    """libfuse3's struct fuse_bufvec holding one buffer (the binding declares ``buf`` as a pointer,
-    but it is an array of one, in place)."""
-    _fields_ = [("count", ctypes.c_size_t), ("idx", ctypes.c_size_t), ("off", ctypes.c_size_t),
-                ("buf", _Buf)]
-
-
-# libfuse frees what read_buf hands it with free(): it must come from the C library's malloc.
-_libc = ctypes.CDLL(None)
-_libc.malloc.restype = ctypes.c_void_p
-_libc.malloc.argtypes = [ctypes.c_size_t]
-_libc.free.restype = None
-_libc.free.argtypes = [ctypes.c_void_p]
-_libc.dlvsym.restype = ctypes.c_void_p
-_libc.dlvsym.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
-
-# Read-only mounts ask the kernel to read ahead this much (root only: sysfs), so a large file
-# arrives in 1 MiB requests, the most libfuse3 takes, instead of the default 128 KiB.
-_READ_AHEAD_KB = 1024
-
-
-class _Args(ctypes.Structure):
-    """libfuse3's struct fuse_args."""
-    _fields_ = [("argc", ctypes.c_int), ("argv", ctypes.POINTER(ctypes.c_char_p)), ("allocated", ctypes.c_int)]
-
-
-class _CmdlineOpts(ctypes.Structure):
-    """libfuse3's struct fuse_cmdline_opts as of 3.0 (later versions only add fields at the end)."""
-    _fields_ = [("singlethread", ctypes.c_int), ("foreground", ctypes.c_int), ("debug", ctypes.c_int),
-                ("nodefault_subtype", ctypes.c_int), ("mountpoint", ctypes.c_void_p),
-                ("show_version", ctypes.c_int), ("show_help", ctypes.c_int), ("clone_fd", ctypes.c_int),
-                ("max_idle_threads", ctypes.c_uint), ("_later", ctypes.c_char * 64)]
-
-
-def _libfuse_function(name: str, version: str, restype: Any, *argtypes: Any) -> Any:
-    """libfuse's ``name`` at symbol version ``version`` (None if this libfuse has no such symbol).
-
-    Asked for by version: libfuse gives a changed function a new version and keeps the old one
-    under its old version, so the signatures given hold for every libfuse3.
-    """
-    address = _libc.dlvsym(fuse._libfuse._handle, name.encode(), version.encode())
-    return ctypes.CFUNCTYPE(restype, *argtypes)(address) if address else None
-
-
-class _Loop:
-    """libfuse's fuse_main, with a request loop that watches for the next request before sleeping.
-
-    Reading a small file costs the daemon two requests, each answered in tens of microseconds.
-    libfuse's own loop goes to sleep in read() the moment the queue is empty, and on a virtual
-    machine the next request must then wake a halted CPU, which costs more than answering it.
-    So after each request this loop polls the device for up to ``poll_us`` microseconds and sleeps
-    only when nothing came: a reader going through many files finds the daemon awake, and an idle
-    mount costs at most ``poll_us`` of CPU after its last request. ``poll_us=0`` is libfuse's loop.
-    The binding calls ``main`` in place of libfuse's fuse_main_real, with the same arguments.
-    """
-
-    def __init__(self, poll_us: int) -> None:
-        self.poll_s = poll_us / 1e6
-        vp, i = ctypes.c_void_p, ctypes.c_int
-        self.parse_cmdline = _libfuse_function("fuse_parse_cmdline", "FUSE_3.0", i, ctypes.POINTER(_Args),
-                                               ctypes.POINTER(_CmdlineOpts))
-        self.new = _libfuse_function("fuse_new", "FUSE_3.1", vp, ctypes.POINTER(_Args), vp, ctypes.c_size_t, vp)
-        self.mount = _libfuse_function("fuse_mount", "FUSE_3.0", i, vp, ctypes.c_char_p)
-        self.unmount = _libfuse_function("fuse_unmount", "FUSE_3.0", None, vp)
-        self.destroy = _libfuse_function("fuse_destroy", "FUSE_3.0", None, vp)
-        self.session = _libfuse_function("fuse_get_session", "FUSE_3.0", vp, vp)
-        self.set_signals = _libfuse_function("fuse_set_signal_handlers", "FUSE_3.0", i, vp)
-        self.remove_signals = _libfuse_function("fuse_remove_signal_handlers", "FUSE_3.0", None, vp)
-        self.session_fd = _libfuse_function("fuse_session_fd", "FUSE_3.0", i, vp)
-        self.exited = _libfuse_function("fuse_session_exited", "FUSE_3.0", i, vp)
-        self.receive = _libfuse_function("fuse_session_receive_buf", "FUSE_3.0", i, vp, ctypes.POINTER(_Buf))
-        self.process = _libfuse_function("fuse_session_process_buf", "FUSE_3.0", None, vp, ctypes.POINTER(_Buf))
-        self.reset = _libfuse_function("fuse_session_reset", "FUSE_3.0", None, vp)
-        self.free_args = _libfuse_function("fuse_opt_free_args", "FUSE_3.0", None, ctypes.POINTER(_Args))
-
-    def usable(self) -> bool:
-        return all(f is not None for f in vars(self).values())
-
-    def main(self, argc: int, argv: Any, ops: Any, ops_size: int, user_data: Any) -> int:
-        # The steps of libfuse's fuse_main_real (helper.c), single-threaded, in the foreground.
-        args = _Args(argc, argv, 0)
-        opts = _CmdlineOpts()
-        if self.parse_cmdline(ctypes.byref(args), ctypes.byref(opts)) != 0:
-            return 1
-        try:
-            if not opts.mountpoint:
-                log.error("FUSE: no mount point given")
-                return 2
-            f = self.new(ctypes.byref(args), ctypes.cast(ops, ctypes.c_void_p), ops_size, user_data)
-            if not f:
-                return 3
-            try:
-                if self.mount(f, ctypes.c_char_p(opts.mountpoint)) != 0:
-                    return 4
-                se = self.session(f)
-                if self.set_signals(se) != 0:
-                    self.unmount(f)
-                    return 6
-                try:
-                    res = self.serve(se)
-                finally:
-                    self.remove_signals(se)
-                    self.unmount(f)
-                return 1 if res < 0 else 0
-            finally:
-                self.destroy(f)   # calls the operations' destroy
-        finally:
-            _libc.free(opts.mountpoint)
-            self.free_args(ctypes.byref(args))
-
-    def serve(self, se: int) -> int:
-        """Answer requests until the file system is unmounted or a signal ends the session
-        (libfuse's fuse_session_loop, with the watch described above)."""
-        buf = _Buf()
-        bufp = ctypes.byref(buf)
-        receive, process, exited = self.receive, self.process, self.exited
-        watch = select.poll()
-        watch.register(self.session_fd(se), select.POLLIN)
-        poll, clock, poll_s = watch.poll, time.perf_counter, self.poll_s
-        res = 0
-        try:
-            while not exited(se):
-                if poll_s and not poll(0):
-                    until = clock() + poll_s
-                    while not poll(0) and clock() < until:
-                        pass
-                    if exited(se):
-                        break
-                res = receive(se, bufp)
-                if res == -errno.EINTR:
-                    continue
-                if res <= 0:   # 0: unmounted
-                    break
-                process(se, bufp)
-        finally:
-            _libc.free(buf.mem)
-            self.reset(se)
-        return min(res, 0)
+_LIBFUSE = fuse._libfuse._handle   # the libfuse the binding loaded, for what fuse_loop does below it
 
 
 _INO_BITS = (1 << 63) - 1
@@ -218,69 +77,13 @@ def _ino(path: str) -> int:
     return (hash(path) & _INO_BITS) or 2
 
 
-class _MetaInvalidator:
-    """Makes the kernel forget ``.tfrfs`` whenever ``.tfrfs/errors`` grows.
+def errno_of(exc: Exception, op: str, args: tuple) -> int:
+    """The errno an exception raised by an operation stands for: the one place errors are mapped.
 
-    A read-only mount lets the kernel keep names, sizes and pages for a day, and it never
-    opens files (reads come by path), so nothing else would make it ask for the new size. The
-    notice goes out from its own thread: sent from inside a request it could wait on a lock
-    that the request holds (libfuse's rule for notifications).
+    tfrfs's own errors carry theirs, and any other ``OSError`` its own (when positive); a name
+    that is not text in the dataset's encoding names nothing (ENOENT). Anything else is a bug:
+    logged with its traceback, and answered EIO.
     """
-
-    _PARENT = 1   # the mount's root: FUSE_ROOT_ID
-    _NAME = b".tfrfs"
-
-    def __init__(self) -> None:
-        self._session: int | None = None
-        self._wake = threading.Event()
-        self._notify = _libfuse_function("fuse_lowlevel_notify_inval_entry", "FUSE_3.0", ctypes.c_int,
-                                         ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t)
-
-    def bind(self) -> None:
-        """Find the FUSE session; call from inside a FUSE callback (``init``)."""
-        get_session = _libfuse_function("fuse_get_session", "FUSE_3.0", ctypes.c_void_p, ctypes.c_void_p)
-        if get_session is not None and self._notify is not None:
-            self._session = get_session(fuse._libfuse.fuse_get_context().contents.fuse)
-        if not self._session:
-            log.warning("no FUSE session found: .tfrfs/errors may show an old size until remount")
-            return
-        threading.Thread(target=self._run, name="tfrfs-notify", daemon=True).start()
-
-    def poke(self) -> None:
-        self._wake.set()
-
-    def _run(self) -> None:
-        notify = self._notify
-        while True:
-            self._wake.wait()
-            self._wake.clear()
-            rc = notify(self._session, self._PARENT, self._NAME, len(self._NAME))
-            if rc not in (0, -errno.ENOENT):   # ENOENT: the kernel holds no such name, nothing to do
-                log.debug("kernel notification for .tfrfs failed: %s", os.strerror(-rc))
-                if rc in (-errno.ENODEV, -errno.EBADF):
-                    return   # unmounted
-
-
-def _widen_readahead(mountpoint: str) -> None:
-    """Let the kernel read ahead ``_READ_AHEAD_KB`` on this mount (its backing device's sysfs knob).
-
-    Runs on its own thread: the stat below is answered by the daemon, which must first have
-    finished ``init``; and the kernel sets its own read-ahead when that reply arrives.
-    """
-    try:
-        dev = os.stat(mountpoint).st_dev
-        knob = f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb"
-        with open(knob, "w") as f:
-            f.write(f"{_READ_AHEAD_KB}\n")
-        log.info("read-ahead %d KiB (%s)", _READ_AHEAD_KB, knob)
-    except OSError as exc:   # not root, or no sysfs: large files come in 128 KiB reads
-        log.info("read-ahead left at the kernel's default (raising it needs root): %s", exc)
-
-
-def errno_of(exc: BaseException, op: str, args: tuple) -> int:
-    """The errno an exception raised by an operation stands for: the one place errors are mapped."""
-    if isinstance(exc, fuse.FuseOSError):
-        return exc.errno
     if isinstance(exc, TfrfsError):
         return exc.errno
     if isinstance(exc, UnicodeError):
@@ -294,18 +97,74 @@ def errno_of(exc: BaseException, op: str, args: tuple) -> int:
     return errno.EIO
 
 
-class _Fuse(fuse.FUSE):
-    """The binding, with tfrfs's error mapping and the libfuse3 calls it does not pass on whole."""
+def _mapped(op: Callable[..., Any]) -> Callable[..., Any]:
+    """``op``, raising nothing but ``FuseOSError(errno_of(...))``; see ``_Edge``."""
+    name = op.__name__
+    if name in ("init", "init_with_config"):
+        @functools.wraps(op)
+        def init(self: Any, *args: Any) -> None:
+            try:
+                op(self, *args)
+            except Exception as exc:
+                log.error("FUSE init failed, so the mount ends: %s", exc, exc_info=exc)
+                self.init_failure = exc
+                fuse.fuse_exit()   # libfuse's loop stops once init has returned
+        return init
+    if inspect.isgeneratorfunction(op):
+        @functools.wraps(op)
+        def listing(self: Any, *args: Any) -> Any:
+            try:
+                yield from op(self, *args)   # its errors arise while the binding iterates
+            except Exception as exc:
+                raise fuse.FuseOSError(errno_of(exc, name, args)) from exc
+        return listing
 
-    def _wrapper(self, func: Any, *args: Any, **kwargs: Any) -> Any:
-        # Every callback from libfuse comes through here.
+    @functools.wraps(op)
+    def operation(self: Any, *args: Any) -> Any:
         try:
-            return func(*args, **kwargs) or 0
+            return op(self, *args)
         except Exception as exc:
-            if func.__name__.startswith("init"):
-                log.error("FUSE init failed", exc_info=exc)
-                return 0
-            return -errno_of(exc, func.__name__, args[:1])
+            raise fuse.FuseOSError(errno_of(exc, name, args)) from exc
+    if name == "destroy":
+        @functools.wraps(op)
+        def destroy(self: Any, *args: Any) -> None:
+            if self.init_failure is None:   # else the mount never served: nothing to finish, or commit
+                operation(self, *args)
+        return destroy
+    return operation
+
+
+class _Edge:
+    """The base of the operations classes: where exceptions become errnos, once.
+
+    The binding registers every method of an operations object named like a libfuse
+    operation, so every public method of a subclass is taken to be one. Each is wrapped once,
+    when its class is made (not per call), so that whatever it raises leaves it as
+    ``FuseOSError`` with the errno ``errno_of`` gives. The binding's own exception handler then
+    only ever sees a positive errno: it answers ``-errno`` and logs at debug level. Helpers
+    (``_name``) are not wrapped: they raise tfrfs's own errors for their callers to handle.
+
+    ``init`` (``init_with_config``) answers no request: if it fails, the mount cannot work. The
+    failure is logged and kept in ``init_failure``, libfuse is told to end the session, and
+    ``mount()`` raises it once the binding returns; ``destroy`` is then not passed on.
+    """
+
+    init_failure: Exception | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name, value in list(vars(cls).items()):
+            if not name.startswith("_") and inspect.isfunction(value):
+                setattr(cls, name, _mapped(value))
+
+
+class _Fuse(fuse.FUSE):
+    """The binding, with the libfuse3 calls it does not pass on whole translated here.
+
+    Only the binding's public translation methods (``readdir_fuse_3``, ``read_buf``,
+    ``truncate_fuse_3``, ``rename_fuse_3``) are overridden; errors are mapped before they
+    reach it (``_Edge``).
+    """
 
     def readdir_fuse_3(self, path: bytes, buf: Any, filler: Any, offset: int, fip: Any, flags: int) -> int:
         plus = bool(flags & _READDIR_PLUS)
@@ -324,29 +183,7 @@ class _Fuse(fuse.FUSE):
         # and Python never touches them. Others, and images of records read
         # ahead (held in memory), are copied into a buffer that libfuse frees.
         where, data = self.operations.read_buf(path.decode(self.encoding, self.errors), size, offset)
-        vec_p = _libc.malloc(ctypes.sizeof(_BufVec))
-        if not vec_p:
-            return -errno.ENOMEM
-        vec = _BufVec.from_address(vec_p)
-        vec.count, vec.idx, vec.off = 1, 0, 0
-        buf = vec.buf
-        if where is not None:
-            buf.fd, buf.pos, buf.size = where
-            buf.flags, buf.mem = _BUF_IS_FD | _BUF_FD_SEEK, None
-        else:
-            n = len(data)
-            mem = _libc.malloc(n or 1)
-            if not mem:
-                _libc.free(vec_p)
-                return -errno.ENOMEM
-            if isinstance(data, memoryview):   # memory the tree holds: copied from where it lies
-                if n:
-                    ctypes.memmove(mem, ctypes.addressof(ctypes.c_char.from_buffer(data)), n)
-            else:
-                ctypes.memmove(mem, data, n)
-            buf.flags, buf.mem, buf.size, buf.fd, buf.pos = 0, mem, n, -1, 0
-        ctypes.cast(bufpp, ctypes.POINTER(ctypes.c_void_p))[0] = vec_p
-        return 0
+        return fuse_loop.fill_read_buf(bufpp, where, data)
 
     def truncate_fuse_3(self, path: bytes | None, length: int, fip: Any) -> int:
         # ftruncate arrives here with the file's handle (the binding would drop it).
@@ -359,7 +196,7 @@ class _Fuse(fuse.FUSE):
                                       new.decode(self.encoding, self.errors), flags)
 
 
-class Operations:
+class Operations(_Edge):
     """Operations for a read-only tree.
 
     Files are read by path: ``open`` answers "not implemented", which the kernel takes as
@@ -410,12 +247,12 @@ class Operations:
         # replies (FUSE_CAP_SPLICE_WRITE): most large images are served from memory (see
         # Tree.read_held), which libfuse would copy into a pipe first and then out of it.
         conn.want = (conn.want | _CAP_READDIRPLUS) & ~_CAP_READDIRPLUS_AUTO
-        invalidator = _MetaInvalidator()
+        invalidator = fuse_loop.MetaInvalidator(_LIBFUSE)
         invalidator.bind()
         self.tree.errors.on_change = invalidator.poke
         if self.mountpoint:
-            threading.Thread(target=_widen_readahead, args=(self.mountpoint,), name="tfrfs-readahead",
-                             daemon=True).start()
+            threading.Thread(target=fuse_loop.widen_readahead, args=(self.mountpoint,),
+                             name="tfrfs-readahead", daemon=True).start()
 
     def getattr(self, path: str, fh: Any = None) -> dict[str, int]:
         return self._attrs(self.tree.stat(self.tree.lookup(path)), path)
@@ -641,9 +478,14 @@ class WritableOperations(Operations):
             super().destroy(path)
 
 
+class MountFailed(RuntimeError):
+    """No mount was made, or it ended as it began: the message says why."""
+
+
 def mount(m: Mount, mountpoint: str, *, poll_us: int, fsname: str = "tfrfs") -> None:
     """Serve mount ``m`` at ``mountpoint`` until it is unmounted (in this process, in the foreground);
-    after each request, watch ``poll_us`` microseconds for the next before sleeping (see _Loop)."""
+    after each request, watch ``poll_us`` microseconds for the next before sleeping (see fuse_loop.Loop).
+    Raises ``MountFailed`` if libfuse cannot mount, or the mount's init fails."""
     opts: dict[str, Any] = dict(
         foreground=True,
         nothreads=True,     # one thread: the tree's caches and the journal need no locking
@@ -665,14 +507,41 @@ def mount(m: Mount, mountpoint: str, *, poll_us: int, fsname: str = "tfrfs") -> 
         opts.update(ro=True, kernel_cache=True, attr_timeout=86400.0, entry_timeout=86400.0,
                     negative_timeout=60.0)
         ops = Operations(m.tree, mountpoint)
-    loop = _Loop(poll_us)
-    binding_main = fuse.fuse_main_real   # what the binding calls to run libfuse
-    if loop.usable():
-        fuse.fuse_main_real = loop.main
-    else:
+    loop = fuse_loop.Loop(_LIBFUSE, poll_us)
+    if not loop.usable():
         log.warning("this libfuse lacks a function the request loop needs; using libfuse's own loop "
                     "(no --poll-us): %s", fuse._libfuse_path)
+    with _libfuse_main(loop.main if loop.usable() else None):
+        try:
+            _Fuse(ops, mountpoint, raw_fi=True, encoding="utf-8", errors="surrogateescape", **opts)
+        except RuntimeError as exc:
+            if not (exc.args and isinstance(exc.args[0], int)):
+                raise
+            # The binding's report of a non-zero return from libfuse's main: say what failed.
+            raise MountFailed(loop.failure if loop.usable() and loop.failure
+                              else f"libfuse's fuse_main returned {exc.args[0]}") from None
+    if ops.init_failure is not None:
+        failure = ops.init_failure
+        raise MountFailed(f"init failed ({type(failure).__name__}: {failure}), so the mount ended")
+
+
+@contextlib.contextmanager
+def _libfuse_main(main: Callable[..., int] | None) -> Iterator[None]:
+    """Have the binding run ``main`` in place of libfuse's fuse_main_real (None: libfuse's own),
+    for the ``FUSE()`` call made inside this block.
+
+    The binding builds libfuse's table of operations inside ``FUSE.__init__`` and hands it
+    straight to its module-level ``fuse_main_real``: it takes no other main function, as an
+    argument or a method to override, and keeps the table nowhere a caller could reach. So that
+    name is swapped for the call and put back however it ends (README, "Choices where the
+    contract is silent"). ``main`` takes fuse_main_real's arguments (see ``fuse_loop.Loop``).
+    """
+    if main is None:
+        yield
+        return
+    binding_main = fuse.fuse_main_real
+    fuse.fuse_main_real = main
     try:
-        _Fuse(ops, mountpoint, raw_fi=True, encoding="utf-8", errors="surrogateescape", **opts)
+        yield
     finally:
         fuse.fuse_main_real = binding_main
