@@ -81,11 +81,12 @@ def test_tfrfs_mount_reports_it(source: Path, tmp_path: Path, failing_env: dict[
 
 def test_a_mount_libfuse_refuses_is_reported_by_what_failed(source: Path, tmp_path: Path) -> None:
     from tfrfs import fuse_ops
-    from tfrfs.cli import open_dataset
-    from tfrfs.tree import Tree
+    from tfrfs.mount import open_mount
 
-    disc, indexes = open_dataset(str(source), str(tmp_path / "cache"), quiet=True)
-    tree = Tree(disc, indexes)
-    with pytest.raises(fuse_ops.MountFailed, match="libfuse refused the options or the mount point"):
-        fuse_ops.mount(tree, str(tmp_path / "no such folder"), poll_us=0)
+    m = open_mount(str(source), cache_dir=str(tmp_path / "cache"))
+    try:
+        with pytest.raises(fuse_ops.MountFailed, match="libfuse refused the options or the mount point"):
+            fuse_ops.mount(m, str(tmp_path / "no such folder"), poll_us=0)
+    finally:
+        m.close()
     assert fuse_ops.fuse.fuse_main_real is fuse_ops.fuse._libfuse.fuse_main_real   # put back
