@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 
 from . import __version__, mounttab
 from .errors import TfrfsError, UsageError
-from .index import Discovery, IndexCache, ShardIndex, discover
+from .index import Discovery, ShardIndex, default_cache_dir, discover
 from .mount import PendingShard, discard, index_source, open_mount, staged_in
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
@@ -88,7 +88,7 @@ def _check_mountpoint(mnt: str) -> None:
 
 
 def _default_log(cache_dir: str | None, mnt: str) -> Path:
-    base = Path(cache_dir) if cache_dir else IndexCache(None).dir
+    base = Path(cache_dir) if cache_dir else default_cache_dir()
     real = os.path.realpath(mnt)
     tag = hashlib.sha256(real.encode()).hexdigest()[:8]
     return base / "logs" / f"{os.path.basename(real) or 'root'}-{tag}.log"
