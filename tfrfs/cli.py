@@ -21,8 +21,7 @@ from typing import Callable, Sequence
 
 from . import __version__, mounttab
 from .errors import TfrfsError, UsageError
-from .index import Discovery, ShardIndex, default_cache_dir, discover
-from .mount import PendingShard, discard, index_source, open_mount, staged_in
+from .index import Discovery, ShardIndex, default_cache_dir, discover, index_source
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 FSTYPE = mounttab.TFRFS_FSTYPE
@@ -116,6 +115,7 @@ def cmd_mount(args: argparse.Namespace) -> int:
         return _spawn_daemon(args, log_path)
     _setup_logging(log_path, also_stderr=not args.daemon)
     _raise_fd_limit()
+    from .mount import open_mount
     m = open_mount(args.source, writable=args.rw, records=args.records, decode_raw=not args.no_decode_raw,
                    cache_dir=args.cache_dir, indexed=open_dataset(args.source, args.cache_dir, quiet=args.daemon))
     try:
@@ -314,6 +314,7 @@ def cmd_commit(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from .mount import PendingShard, staged_in
     target = args.target
     if mounttab.fstype_at(target) == FSTYPE:
         status_file = os.path.join(target, ".tfrfs", "status")
@@ -335,6 +336,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_discard(args: argparse.Namespace) -> int:
+    from .mount import discard
     result = discard(args.source)
     print(f"discarded staged changes of {result.shards} shard(s)")
     return EXIT_OK
@@ -359,6 +361,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    from .mount import open_mount
     m = open_mount(args.source, records=args.records, decode_raw=not args.no_decode_raw, cache_dir=args.cache_dir,
                    indexed=open_dataset(args.source, args.cache_dir))
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import fnmatch
 import glob as _glob
 import hashlib
+import itertools
 import json
 import os
 import stat
@@ -375,3 +376,19 @@ def index_all(shards: Iterable[ShardFile], cache: IndexCache,
         if progress:
             progress(n, len(shards), records)
     return out
+
+
+# (shards done, shards in all, records so far, bytes of the shards done, bytes in all)
+IndexProgress = Callable[[int, int, int, int, int], None]
+
+
+def index_source(source: str, cache_dir: str | None, progress: IndexProgress | None = None,
+                 readers: Readers | None = None) -> tuple[Discovery, list[ShardIndex]]:
+    """SOURCE's shards and their indexes (from the cache, or built now). Raises UsageError."""
+    disc = discover(source)
+    upto = [0, *itertools.accumulate(s.size for s in disc.shards)]   # bytes of the first n shards
+
+    def report(done: int, total: int, records: int) -> None:
+        if progress is not None:
+            progress(done, total, records, upto[done], upto[-1])
+    return disc, index_all(disc.shards, IndexCache(cache_dir, readers), report)

@@ -9,33 +9,31 @@ return small result values; only the command line prints them.
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING
 
 from . import repack
-from .edit import FileEditor
 from .errors import UsageError
-from .folders import FolderEditor
-from .index import Discovery, IndexCache, ShardFile, ShardIndex, discover, index_all
+from .index import Discovery, IndexCache, IndexProgress, ShardFile, ShardIndex, discover, index_source
 from .nodes import MetaFile
 from .readers import Readers, default_readers
 from .records import RecordStore
-from .rename import Renamer
 from .repack import CommitFailed, ShardResult
 from .schema import Schema
-from .stager import Stager
 from .staging import ShardChanges, Staging
 from .tree import Tree
 
+if TYPE_CHECKING:   # the editors are loaded by writable mounts only (see open_mount)
+    from .edit import FileEditor
+    from .folders import FolderEditor
+    from .rename import Renamer
+
 log = logging.getLogger("tfrfs")
 
-# (shards done, shards in all, records so far, bytes of the shards done, bytes in all)
-IndexProgress = Callable[[int, int, int, int, int], None]
 
 
 @dataclass(frozen=True)
@@ -86,18 +84,6 @@ def pending_of(staging: Staging) -> tuple[PendingShard, ...]:
 
 def _pending(ch: ShardChanges) -> PendingShard:
     return PendingShard(ch.relpath, ch.new, ch.removed, len(ch.edited), len(ch.deleted), len(ch.added))
-
-
-def index_source(source: str, cache_dir: str | None, progress: IndexProgress | None = None,
-                 readers: Readers | None = None) -> tuple[Discovery, list[ShardIndex]]:
-    """SOURCE's shards and their indexes (from the cache, or built now). Raises UsageError."""
-    disc = discover(source)
-    upto = [0, *itertools.accumulate(s.size for s in disc.shards)]   # bytes of the first n shards
-
-    def report(done: int, total: int, records: int) -> None:
-        if progress is not None:
-            progress(done, total, records, upto[done], upto[-1])
-    return disc, index_all(disc.shards, IndexCache(cache_dir, readers), report)
 
 
 @dataclass(eq=False)
@@ -197,6 +183,11 @@ def open_mount(source: str, *, writable: bool = False, records: str | None = Non
         tree = Tree(disc, store, Schema(store))
         mount = Mount(disc, store, tree, cache, staging)
         if staging is not None:
+            # Imported here: a read-only mount (and every command but mount --rw) does without them.
+            from .edit import FileEditor
+            from .folders import FolderEditor
+            from .rename import Renamer
+            from .stager import Stager
             stager = Stager(tree, staging)
             mount.files = FileEditor(stager, mount.commit)
             mount.folders = FolderEditor(stager)
