@@ -10,6 +10,7 @@ the staged content by the SPEC rules; a commit writes exactly what was asked for
 from __future__ import annotations
 
 import io
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -19,7 +20,10 @@ from PIL import Image
 from tfrfs import codec, proto, tfrecord
 from tfrfs.tree import DataFile
 
-from test_crash import Session
+# Session (a mount in process) lives with the crash tests; found from here too, so that
+# tests/mount runs on its own.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "crash"))
+from test_crash import Session  # noqa: E402
 
 
 def _jpeg(color: tuple[int, int, int]) -> bytes:
