@@ -108,9 +108,18 @@ def test_cp_r_find_ls_grep(sample: Path, tfrfs_mount, tmp_path: Path) -> None:
     n_files = sum(len(fs) for _, _, fs in os.walk(out))
     found = subprocess.run(["find", str(mnt / "val"), "-type", "f"], capture_output=True, text=True, check=True)
     assert len(found.stdout.splitlines()) == n_files
-    subprocess.run(["ls", "-lR", str(mnt)], capture_output=True, check=True)
+    # ls -lR stats every entry (a failed stat goes to stderr): each file listed once, read-only.
+    files = [Path(d) / f for d, dirs, fs in os.walk(mnt) for f in fs]
+    ls = subprocess.run(["ls", "-lR", str(mnt)], capture_output=True, text=True)
+    assert ls.returncode == 0 and ls.stderr == "", ls.stderr
+    listed = [line for line in ls.stdout.splitlines() if line.startswith("-")]
+    assert len(listed) == len(files) > 300 and all(line.startswith("-r--r--r-- ") for line in listed)
+    # grep finds exactly the files holding the word, and exits 0 for having found some.
+    holding = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and b"cat" in p.read_bytes())
+    assert holding
     grep = subprocess.run(["grep", "-rl", "cat", str(mnt / "val")], capture_output=True, text=True)
-    assert grep.returncode in (0, 1)
+    assert grep.returncode == 0 and grep.stderr == "", grep.stderr
+    assert sorted(str(Path(p).relative_to(mnt / "val")) for p in grep.stdout.splitlines()) == holding
     subprocess.run(["cp", "-r", str(mnt / "clips.tfrecord"), str(tmp_path / "clips")], check=True)
     assert (tmp_path / "clips" / "000000" / "context").is_dir()
     assert (tmp_path / "clips" / "000000" / "feature_lists").is_dir()
@@ -296,8 +305,22 @@ def test_cli_errors_and_exit_codes(sample: Path, tmp_path: Path, tfrfs_mount) ->
 
 
 def test_umount_and_remount_uses_cache(sample: Path, tfrfs_mount) -> None:
+    """The second mount of a dataset loads each shard's index (and a GZIP shard's decompressed
+    stream) from the cache: no shard is scanned again, so no cache file is written anew."""
     mnt = tfrfs_mount(sample)
     assert run_tfrfs("umount", str(mnt)).returncode == 0
     assert not is_mounted(mnt)
+
+    def cached() -> dict[str, tuple[int, int]]:
+        # An index is saved by writing a new file and renaming it over the old: a new inode.
+        return {str(p.relative_to(tfrfs_mount.cache)): (os.stat(p).st_ino, os.stat(p).st_mtime_ns)
+                for p in sorted(tfrfs_mount.cache.rglob("*")) if p.is_file() and p.parent.name in ("index", "streams")}
+
+    before = cached()
+    shards = [p for p in sample.rglob("*") if p.is_file() and p.suffix not in (".json", ".pbtxt")]
+    assert sum(1 for k in before if k.startswith("index/")) == len(shards) == 7
+    assert sum(1 for k in before if k.startswith("streams/")) == 1     # tabular.tfrecord.gz
     mnt2 = tfrfs_mount(sample, mountpoint=mnt)
-    assert (mnt2 / "val").is_dir()
+    assert sorted(os.listdir(mnt2 / "val" / "val-00000-of-00001.tfrecord"))[:1] == ["000000"]
+    assert (mnt2 / "tabular.tfrecord.gz" / "000000").is_dir()
+    assert cached() == before, "the second mount indexed the shards again"

@@ -1,18 +1,40 @@
 """A Hypothesis state machine: random edits to a ``--rw`` mount and to a plain in-memory model.
 
-The dataset is two small example shards whose records hold an int64 key ``n``, a float key
-``x`` and a text key ``t`` (drawn by Hypothesis). Rules edit the mount the way a user would (open,
-write, close; mkdir; rm -r; mv; ``tfrfs commit``) and apply the same change to ``Model``, a dict
-per record of key -> ``codec.Value``, following SPEC 7 (kinds kept for keys the dataset has,
-inferred for new ones; invalid content refused with EINVAL and nothing changed; names stable
-until a commit, renumbered after). After every step the mount's visible tree — names in order,
-file names and bytes — must be what the model renders; after every commit, the shard files
-themselves (read with ``tfrfs.tfrecord`` and ``tfrfs.proto``) must hold the model's records.
+The model renders what the mount must show from the contract alone (SPEC 3.1 key -> path, 3.2
+value -> file, 4 SequenceExample, 7 writing; README "Editing (--rw)" where the SPEC is silent).
+It imports no tfrfs code that renders, names or edits: only ``tfrfs.proto``'s message
+definitions, to build the shards and parse the committed ones. Framing is written and read here,
+with the masked CRC32C of the TFRecord format.
+
+The dataset: two Example shards and two SequenceExample shards of a few records each. Keys come
+from fixed pools (below) that cover nested keys, percent-encoding, the empty key and keys that
+stay one component; every key has one kind throughout the dataset. Values cover int64 and
+float32 lists (NaN, infinities, subnormals), text, JPEG/PNG/GIF/BMP images and a WAV header by
+their magic bytes, binary blobs, lists of text (``KEY.json``), several values not all text
+(``KEY.list/``) and, in SequenceExamples, feature lists of int, float and text steps
+(``KEY.json``) and of single images and blobs, mixed with int steps (``KEY.steps/``).
+
+Rules edit the mount the way a user would (open/write/close, mkdir, unlink, rmdir, rm -r, mv,
+a copy with shutil.copytree, ``tfrfs commit``) and apply the same change to the model. After
+every step the mount's whole tree -- shard listings in order, every record's folders, files and
+bytes, and the key (and kind) xattrs of feature files and folders -- must be what the model
+renders; after every commit, the shard files must hold the model's records (records no edit
+touched byte for byte), and the daemon log must show no traceback at the end. The order of the
+entries inside a record folder is not part of the contract: those are compared as sets of paths.
+
+Restrictions, so the model needs no clash-shortening (SPEC 3.1): keys are short (every name is
+far below 255 bytes), and a key component that is a folder holds no ``.``, so no folder name can
+equal a feature file's name (``KEY.SUFFIX``) or a ``KEY.list``/``KEY.steps`` folder.
+
+Where the mount differs from the contract, the model still renders the contract, and the rules
+do not go there; each such place names the strict xfail test at the end of this file that shows
+the difference.
 """
 
 from __future__ import annotations
 
 import errno
+import io
 import json
 import math
 import os
@@ -20,137 +42,575 @@ import shutil
 import struct
 import subprocess
 import tempfile
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from pathlib import Path
+from typing import Any, Union
 
+import crc32c
 import pytest
-from hypothesis import HealthCheck, settings, strategies as st
+from hypothesis import HealthCheck, Phase, event, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from PIL import Image
 
-from tfrfs import codec, names, proto, tfrecord
+from tfrfs import proto   # message definitions only
 
 from conftest import force_unmount, is_mounted, run_tfrfs
 
-pytestmark = [pytest.mark.mount]
-
-SHARDS = ("a.tfrecord", "b.tfrecord")
-INT_KEYS = ("n", "m")          # n is in the dataset; m is new to it
-FLOAT_KEYS = ("x", "y")        # x is in the dataset; y is new
-TEXT_KEYS = ("t", "note")      # t is in the dataset; note is new
-NEW_RECORD_NAMES = ("new", "rec-b", "zz")
-
-ints = st.integers(-(2 ** 63), 2 ** 63 - 1)
-f32s = st.floats(width=32, allow_nan=True, allow_infinity=True)
-texts = st.text(alphabet="abcxyz é-", max_size=8)
-int_lists = st.lists(ints, min_size=1, max_size=3)
-float_lists = st.lists(f32s, min_size=1, max_size=3)
+pytestmark = [pytest.mark.mount,
+              pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="no /dev/fuse")]
 
 
-def _f32(v: float) -> float:
+# --- TFRecord framing (length, masked CRC32C of the length, data, masked CRC32C of the data) -----
+
+def _masked_crc(data: bytes) -> int:
+    crc = crc32c.crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def frame(data: bytes) -> bytes:
+    head = struct.pack("<Q", len(data))
+    return head + struct.pack("<I", _masked_crc(head)) + data + struct.pack("<I", _masked_crc(data))
+
+
+def read_frames(path: Path) -> list[bytes]:
+    buf = path.read_bytes()
+    out, pos = [], 0
+    while pos < len(buf):
+        assert len(buf) - pos >= 16, f"{path}: {len(buf) - pos} trailing bytes"
+        head = buf[pos:pos + 8]
+        assert struct.unpack_from("<I", buf, pos + 8)[0] == _masked_crc(head), f"{path}: header checksum"
+        (n,) = struct.unpack("<Q", head)
+        data = buf[pos + 12:pos + 12 + n]
+        assert len(data) == n and struct.unpack_from("<I", buf, pos + 12 + n)[0] == _masked_crc(data), \
+            f"{path}: data checksum at {pos}"
+        out.append(data)
+        pos += 16 + n
+    return out
+
+
+# --- SPEC 3.1: key -> path --------------------------------------------------------------------
+
+def _encode(component: str, *, slash: bool) -> str:
+    out = []
+    for i, ch in enumerate(component):
+        if ch == "%" or ord(ch) < 0x20 or ord(ch) == 0x7F or (ch == "." and i == 0) or (slash and ch == "/"):
+            out.append("".join(f"%{b:02X}" for b in ch.encode()))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def key_path(key: str) -> str:
+    """The path of a key, without the representation suffix."""
+    if key == "":
+        return "%"
+    parts = key.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        return _encode(key, slash=True)
+    return "/".join(_encode(p, slash=False) for p in parts)
+
+
+# --- SPEC 3.2: value -> file --------------------------------------------------------------------
+
+def is_text(b: bytes) -> bool:
+    if b"\0" in b:
+        return False
+    try:
+        b.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def single_suffix(b: bytes) -> str:
+    """The suffix of one bytes value: image or sound by magic bytes, text, else binary."""
+    if b[:3] == b"\xff\xd8\xff":
+        return ".jpg"
+    if b[:8] == b"\x89PNG\r\n\x1a\n":
+        return ".png"
+    if b[:6] in (b"GIF87a", b"GIF89a"):
+        return ".gif"
+    if b[:2] == b"BM" and len(b) >= 6 and struct.unpack_from("<I", b, 2)[0] == len(b):
+        return ".bmp"
+    if b[:4] == b"RIFF" and b[8:12] == b"WEBP":
+        return ".webp"
+    if b[:4] in (b"II*\0", b"MM\0*"):
+        return ".tif"
+    if b[:4] == b"RIFF" and b[8:12] == b"WAVE":
+        return ".wav"
+    if b[:4] == b"fLaC":
+        return ".flac"
+    if b[:3] == b"ID3":
+        return ".mp3"
+    if b[:4] == b"OggS":
+        return ".ogg"
+    return ".txt" if is_text(b) else ".bin"
+
+
+def f32(v: float) -> float:
     return struct.unpack("<f", struct.pack("<f", v))[0]
 
 
-def float_json(values: list[float], ints_ok: bool) -> str:
-    """How a user might write floats: integral ones as integers when the key's kind is kept anyway."""
-    parts = []
-    for v in values:
-        if math.isnan(v):
-            parts.append("NaN")
-        elif math.isinf(v):
-            parts.append("Infinity" if v > 0 else "-Infinity")
-        elif ints_ok and v == int(v) and not (v == 0 and math.copysign(1, v) < 0):
-            parts.append(str(int(v)))
-        else:
-            parts.append(repr(v))
-    return "[" + ",".join(parts) + "]"
+def f32_bits(v: float) -> str:
+    return struct.pack("<f", v).hex()
 
 
-Record = dict[str, codec.Value]
+def _reads_back(c: Decimal, v: float) -> bool:
+    try:
+        return f32_bits(float(c)) == f32_bits(v)
+    except OverflowError:    # beyond float32's range
+        return False
+
+
+def f32_text(v: float) -> str:
+    """The shortest decimal that reads back to the same float32, written as Python writes floats.
+
+    For each precision, the correctly rounded decimal and its two neighbours in the last digit
+    are tried (the nearest one need not read back when the float32 sits at a power of two);
+    among those that read back, the nearest wins (on a tie, the correctly rounded one).
+    """
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "Infinity" if v > 0 else "-Infinity"
+    if v == 0:
+        return "-0.0" if math.copysign(1.0, v) < 0 else "0.0"
+    exact = Decimal(v)
+    for digits in range(1, 10):
+        rounded = f"{v:.{digits - 1}e}"
+        step = Decimal(1).scaleb(int(rounded.split("e")[1]) - (digits - 1))
+        fits = [c for c in (Decimal(rounded), Decimal(rounded) - step, Decimal(rounded) + step)
+                if c != 0 and _reads_back(c, v)]
+        if fits:
+            return repr(float(min(fits, key=lambda c: abs(c - exact))))
+    raise AssertionError(f"no decimal reads back to {v!r}")
+
+
+def json_bytes(value: Any) -> bytes:
+    return (json.dumps(value, ensure_ascii=False) + "\n").encode()
+
+
+def json_values(kind: str | None, values: tuple) -> str:
+    """One feature's (or step's) JSON array, without the newline."""
+    if kind == "float_list":
+        return "[" + ", ".join(f32_text(v) for v in values) + "]"
+    if kind == "bytes_list":
+        return json.dumps([v.decode() for v in values], ensure_ascii=False)
+    return json.dumps(list(values))
+
+
+@dataclass
+class Feat:
+    """A feature value; for a feature list, kind is "steps" and values are the steps (Feat).
+
+    ``items``: the names a ``.list/`` (or ``.steps/``) folder keeps until the commit (README
+    "Names inside a record stay stable too"), with each item's value (bytes, or a step's Feat).
+    None: the folder, if any, is named by the rules.
+    """
+    kind: str | None
+    values: tuple = ()
+    items: list[tuple[str, Any]] | None = None
+
+
+Content = Union[bytes, dict]   # a file's bytes, or a folder: name -> Content
+
+
+def render_value(v: Feat) -> tuple[str, Content]:
+    """SPEC 3.2: (suffix, content) of a feature value."""
+    if v.items is not None:
+        return ".list", {name: item for name, item in v.items}
+    if v.kind is None:
+        return ".json", b"null\n"
+    if v.kind in ("int64_list", "float_list"):
+        return ".json", (json_values(v.kind, v.values) + "\n").encode()
+    if len(v.values) == 1:
+        return single_suffix(v.values[0]), v.values[0]
+    if all(is_text(b) for b in v.values):
+        return ".json", (json_values(v.kind, v.values) + "\n").encode()
+    width = len(str(len(v.values) - 1))
+    return ".list", {f"{i:0{width}d}{single_suffix(b)}": b for i, b in enumerate(v.values)}
+
+
+def _text_step(s: Feat) -> bool:
+    return s.kind == "bytes_list" and all(is_text(b) for b in s.values)
+
+
+def render_list(fl: Feat) -> tuple[str, Content]:
+    """SPEC 4: (suffix, content) of a feature list."""
+    steps: tuple[Feat, ...] = fl.values
+    if fl.items is not None:
+        return ".steps", {name: step_content(name, step) for name, step in fl.items}
+    if (all(s.kind == "int64_list" for s in steps) or all(s.kind == "float_list" for s in steps)
+            or all(_text_step(s) for s in steps)):
+        return ".json", ("[" + ", ".join(json_values(s.kind, s.values) for s in steps) + "]\n").encode()
+    width = len(str(len(steps) - 1))
+    out: dict[str, Content] = {}
+    for i, s in enumerate(steps):
+        suffix, content = render_value(s)
+        out[f"{i:0{width}d}{suffix}"] = content
+    return ".steps", out
+
+
+def step_content(name: str, step: Feat) -> Content:
+    suffix, content = render_value(step)
+    assert name.endswith(suffix), (name, suffix)
+    return content
+
+
+Tree = dict[str, Union[bytes, None]]   # relative path -> file bytes, or None for a folder
+
+
+def _put(tree: Tree, path: str, content: Content) -> None:
+    assert path not in tree, f"the model shows {path} twice"
+    if isinstance(content, bytes):
+        tree[path] = content
+    else:
+        tree[path] = None
+        for name, c in content.items():
+            _put(tree, f"{path}/{name}", c)
+
+
+# --- the dataset's keys -------------------------------------------------------------------------
+
+# Example keys and their one kind: "int", "float", "bytes" (any bytes rendering) or "none".
+# Keys marked new are never in the initial data, so they start out new to the dataset.
+EXAMPLE_KEYS = {
+    "n": "int", "a": "int", "image/label": "int", "a/b/c": "int", "%pct": "int", ".dot": "int",
+    "x": "float", "image/score": "float", "a/b/f": "float", "é/ü": "float", "tab\tkey": "float",
+    "t": "bytes", "image/encoded": "bytes", "blob": "bytes", "frames": "bytes", "tags": "bytes",
+    "a/b/d": "bytes", "": "bytes", "//odd": "bytes", "a/./b": "bytes", "x/.y": "bytes", "del\x7f": "bytes",
+    "void": "none",
+    # new to the dataset (rename targets among them)
+    "m": "int", "y": "float", "note": "bytes", "image/label2": "int", "image/picture": "bytes",
+}
+CONTEXT_KEYS = {"id": "bytes", "video/len": "int", "video/fps": "float", "meta/a/b": "bytes", "lbl": "int",
+                "ctx/new": "bytes", "name": "bytes"}
+# Feature lists: "int", "float", "text" steps (one KEY.json); "image" (single images and blobs) and
+# "mixed" (those and int steps) shown as KEY.steps/. No step is ever several non-text bytes values:
+# removing one item of a step's own nested N.list/ inside KEY.steps/ misbehaves (filed separately).
+LIST_KEYS = {"tokens": "int", "frames/boxes": "float", "words": "text", "frames/jpeg": "image",
+             "mixed": "mixed", "new/ints": "int", "new/shots": "image"}
+NEW_KEYS = {"m", "y", "note", "image/label2", "image/picture", "ctx/new", "name", "new/ints", "new/shots"}
+RENAMES = [("n", "m"), ("m", "n"), ("x", "y"), ("y", "x"), ("t", "note"), ("note", "t"),
+           ("image/label", "image/label2"), ("image/label2", "image/label"),
+           ("image/encoded", "image/picture"), ("image/picture", "image/encoded"), ("id", "name"), ("name", "id")]
+
+EXAMPLE_SHARDS = ("a.tfrecord", "b.tfrecord")
+SEQUENCE_SHARDS = ("s.tfrecord", "t.tfrecord")
+SHARDS = EXAMPLE_SHARDS + SEQUENCE_SHARDS
+NEW_RECORD_NAMES = ("new", "rec-b", "zz", "000001")
+# SPEC 7 "Text": a .txt written with one trailing newline (as echo writes) is stored without it
+# here. Not generated while the mount stores the newline: see
+# test_text_written_with_one_trailing_newline_is_stored_without_it.
+ECHO_NEWLINE = False
+
+
+def _image(fmt: str, size: tuple[int, int], color: tuple[int, int, int]) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", size, color).save(buf, format=fmt)
+    return buf.getvalue()
+
+
+IMAGES = (_image("JPEG", (4, 3), (9, 99, 199)), _image("JPEG", (2, 2), (200, 10, 10)),
+          _image("PNG", (3, 2), (1, 2, 3)), _image("PNG", (1, 1), (250, 250, 0)),
+          _image("GIF", (2, 1), (5, 6, 7)), _image("BMP", (1, 1), (1, 2, 3)),
+          b"RIFF\x24\x00\x00\x00WAVEfmt \x10\x00\x00\x00")
+FAKES = (b"BMc\x00\x00\x00\x00\x01",           # BM, but the length at offset 2 is not the size
+         b"RIFF\x00\x00\x00\x00WEBX\x00")
+assert [single_suffix(b) for b in IMAGES] == [".jpg", ".jpg", ".png", ".png", ".gif", ".bmp", ".wav"]
+assert [single_suffix(b) for b in FAKES] == [".bin", ".bin"]
+
+ints = st.integers(-(2 ** 63), 2 ** 63 - 1)
+f32s = st.floats(width=32, allow_nan=False) | st.sampled_from([math.nan, math.inf, -math.inf, -0.0, 1e-45,
+                                                                3.4028234663852886e38, 0.1])
+# No magic bytes can start these (lowercase), and no text ends in a newline, so a .txt written
+# with one trailing newline is stored without it (SPEC 7 "Text").
+texts = st.text(alphabet="abcxyz é日-\t", max_size=6)
+blobs = (st.binary(max_size=5).map(lambda b: b"\0" + b).filter(lambda b: not b.endswith(b"\n"))
+         | st.sampled_from(FAKES))
+images = st.sampled_from(IMAGES)
+singles = texts.map(str.encode) | images | blobs          # one bytes value of any rendering
+non_text = images | blobs
+
+
+@st.composite
+def bytes_values(draw: Any) -> tuple[bytes, ...]:
+    form = draw(st.sampled_from(["text", "image", "blob", "texts", "list"]))
+    if form == "text":
+        return (draw(texts).encode(),)
+    if form == "image":
+        return (draw(images),)
+    if form == "blob":
+        return (draw(blobs),)
+    if form == "texts":    # zero or several: one text is shown as KEY.txt
+        return tuple(t.encode() for t in draw(st.just([]) | st.lists(texts, min_size=2, max_size=3)))
+    vals = draw(st.lists(singles, min_size=1, max_size=4))
+    return tuple(vals) + (draw(non_text),) if all(is_text(v) for v in vals) else tuple(vals)
+
+
+def value_of(kind: str) -> st.SearchStrategy[Feat]:
+    if kind == "int":
+        return st.lists(ints, max_size=3).map(lambda v: Feat("int64_list", tuple(v)))
+    if kind == "float":
+        return st.lists(f32s, max_size=3).map(lambda v: Feat("float_list", tuple(f32(x) for x in v)))
+    if kind == "none":
+        return st.just(Feat(None))
+    return bytes_values().map(lambda v: Feat("bytes_list", v))
+
+
+def steps_of(kind: str) -> st.SearchStrategy[Feat]:
+    if kind in ("int", "float"):
+        step = value_of(kind)
+    elif kind == "text":
+        step = st.lists(texts, max_size=3).map(lambda v: Feat("bytes_list", tuple(t.encode() for t in v)))
+    elif kind == "image":
+        step = non_text.map(lambda b: Feat("bytes_list", (b,)))
+    else:   # mixed: an image or blob step and an int step at least, in any order
+        image = non_text.map(lambda b: Feat("bytes_list", (b,)))
+        number = st.lists(ints, min_size=1, max_size=2).map(lambda v: Feat("int64_list", tuple(v)))
+        return st.tuples(image, number, st.lists(image | number, max_size=2)).flatmap(
+            lambda t: st.permutations([t[0], t[1], *t[2]])).map(lambda s: Feat("steps", tuple(s)))
+    return st.lists(step, max_size=3).map(lambda s: Feat("steps", tuple(s)))
+
+
+# --- the model ------------------------------------------------------------------------------------
+
+@dataclass
+class Rec:
+    name: str
+    seq: bool
+    feats: dict[str, Feat]                     # an Example's features, or a SequenceExample's context
+    lists: dict[str, Feat] = field(default_factory=dict)   # feature lists (SequenceExample)
+    ghosts: set[str] = field(default_factory=set)          # folders shown though nothing is in them
+    raw: bytes | None = None                   # the stored bytes, while no edit touched the record
+
+
+def record_tree(rec: Rec) -> tuple[Tree, dict[str, tuple[bytes, bytes]]]:
+    """What a record folder shows: path -> bytes or None (folder); the (key, kind) xattrs of feature
+    files and folders (kind b"": not checked)."""
+    tree: Tree = {}
+    attrs: dict[str, tuple[bytes, bytes]] = {}
+    if rec.seq:
+        tree["context"] = tree["feature_lists"] = None
+        sections = [("context/", rec.feats, False), ("feature_lists/", rec.lists, True)]
+    else:
+        sections = [("", rec.feats, False)]
+    for prefix, feats, is_list in sections:
+        for key, v in feats.items():
+            suffix, content = render_list(v) if is_list else render_value(v)
+            path = prefix + key_path(key) + suffix
+            _put(tree, path, content)
+            if isinstance(content, bytes):
+                attrs[path] = (key.encode(), b"" if is_list else (v.kind or "none").encode())
+            else:
+                attrs[path] = (key.encode(), b"")
+            # A folder of a nested key stands for the part of the key it holds (SPEC 3.1).
+            if "/" in key_path(key):
+                parts = key.split("/")
+                for i in range(1, len(parts)):
+                    attrs[prefix + key_path("/".join(parts[:i]))] = ("/".join(parts[:i]).encode(), b"")
+    for g in rec.ghosts:
+        if g in tree:
+            assert tree[g] is None, f"the model shows {g} as a file and a folder"
+        tree[g] = None
+    for path in list(tree):
+        parts = path.split("/")
+        for i in range(1, len(parts)):
+            parent = "/".join(parts[:i])
+            assert tree.setdefault(parent, None) is None, f"the model shows {parent} as a file and a folder"
+    return tree, attrs
+
+
+def item_number(name: str) -> int:
+    return int(name.split(".", 1)[0])
+
+
+def visible_folders(rec: Rec) -> set[str]:
+    return {p for p, c in record_tree(rec)[0].items() if c is None}
 
 
 class Model:
-    """Per shard: the visible records, in listing order, as (name, features)."""
+    def __init__(self, shards: dict[str, list[Rec]]) -> None:
+        self.shards = shards
+        self.added: dict[str, set[str]] = {s: set() for s in shards}
+        self.known = self._known()
 
-    def __init__(self, shards: dict[str, list[Record]]) -> None:
-        self.shards = {s: [(f"{i:06d}", dict(r)) for i, r in enumerate(recs)] for s, recs in shards.items()}
-        self.added: dict[str, set[str]] = {s: set() for s in shards}   # names of records added since the commit
-        self.known = self._keys()
-
-    def _keys(self) -> dict[str, str]:
-        """Kinds of the keys the committed dataset holds (what .tfrfs/schema.json knows)."""
-        out: dict[str, str] = {}
+    def _known(self) -> dict[tuple[str, str], str]:
+        """Kinds of the keys the committed dataset holds (what .tfrfs/schema.json knows): per section
+        ("ex", "ctx", "fl"); a feature list's kind is its steps' kind, or "mixed"."""
+        out: dict[tuple[str, str], str] = {}
+        steps: dict[str, set] = {}
         for recs in self.shards.values():
-            for _, feats in recs:
-                for k, v in feats.items():
-                    out.setdefault(k, v.kind)
+            for r in recs:
+                for k, v in r.feats.items():
+                    out.setdefault(("ctx" if r.seq else "ex", k), v.kind or "none")
+                for k, v in r.lists.items():
+                    steps.setdefault(k, set()).update(s.kind for s in v.values)
+        for k, kinds in steps.items():
+            if kinds:   # a list of no steps anywhere tells no kind
+                out[("fl", k)] = kinds.pop() if len(kinds) == 1 else "mixed"
         return out
 
     def names(self, shard: str) -> list[str]:
-        return [n for n, _ in self.shards[shard]]
+        return [r.name for r in self.shards[shard]]
 
-    def record(self, shard: str, name: str) -> Record:
-        return next(f for n, f in self.shards[shard] if n == name)
+    def record(self, shard: str, name: str) -> Rec:
+        return next(r for r in self.shards[shard] if r.name == name)
 
-    def add(self, shard: str, name: str, feats: Record) -> None:
-        # Added records come after the originals, in the order of their names.
+    def add(self, shard: str, rec: Rec) -> None:
+        # Records added come after the others, in the order of their names (SPEC 7).
         recs = self.shards[shard]
-        originals = [r for r in recs if r[0] not in self.added[shard]]
-        added = sorted([r for r in recs if r[0] in self.added[shard]] + [(name, feats)])
+        originals = [r for r in recs if r.name not in self.added[shard]]
+        added = sorted([r for r in recs if r.name in self.added[shard]] + [rec], key=lambda r: r.name)
         self.shards[shard] = originals + added
-        self.added[shard].add(name)
+        self.added[shard].add(rec.name)
 
-    def remove(self, shard: str, name: str) -> Record:
-        feats = self.record(shard, name)
-        self.shards[shard] = [r for r in self.shards[shard] if r[0] != name]
+    def remove(self, shard: str, name: str) -> Rec:
+        rec = self.record(shard, name)
+        self.shards[shard] = [r for r in self.shards[shard] if r.name != name]
         self.added[shard].discard(name)
-        return feats
+        return rec
 
-    def reparsed(self, key: str, value: codec.Value) -> codec.Value:
-        """The value a feature's file gives when it is written again (copied, or renamed) as ``key``:
-        the dataset's kind if it knows the key, else inferred, so "[]" is an empty bytes_list (SPEC 7)."""
-        if key not in self.known and value.kind in ("int64_list", "float_list") and not value.values:
-            return codec.Value("bytes_list", ())
-        return value
+    @staticmethod
+    def touch(rec: Rec) -> None:
+        """Before a change: every folder shown now stays until rmdir or the commit."""
+        rec.ghosts |= visible_folders(rec)
+        rec.raw = None
 
     def commit(self) -> None:
-        self.shards = {s: [(f"{i:06d}", f) for i, (_, f) in enumerate(recs)] for s, recs in self.shards.items()}
+        for shard, recs in self.shards.items():
+            width = max(6, len(str(len(recs) - 1)))
+            for i, r in enumerate(recs):
+                r.name = f"{i:0{width}d}"
+                r.ghosts = set()
+                for v in (*r.feats.values(), *r.lists.values()):
+                    v.items = None
         self.added = {s: set() for s in self.shards}
-        self.known = self._keys()
+        self.known = self._known()
 
-    @staticmethod
-    def render(feats: Record) -> dict[str, bytes]:
-        views = {k: codec.render(v) for k, v in feats.items()}
-        paths = names.layout([(k, v.suffix) for k, v in views.items()])
-        out = {}
-        for k, view in views.items():
-            assert isinstance(view, codec.FileView)
-            out["/".join(paths[k])] = view.data
-        return out
 
-    @staticmethod
-    def message(feats: Record) -> bytes:
+# --- records as messages ---------------------------------------------------------------------------
+
+def _fill(f: Any, v: Feat) -> None:
+    if v.kind == "int64_list":
+        f.int64_list.value.extend(v.values)
+    elif v.kind == "float_list":
+        f.float_list.value.extend(v.values)
+    elif v.kind == "bytes_list":
+        f.bytes_list.value.extend(v.values)
+
+
+def message(rec: Rec) -> bytes:
+    if not rec.seq:
         ex = proto.Example()
-        for k, v in feats.items():
-            codec.value_to_proto(v, ex.features.feature[k])
+        for k, v in rec.feats.items():
+            _fill(ex.features.feature[k], v)
         return ex.SerializeToString(deterministic=True)
+    seq = proto.SequenceExample()
+    seq.context.SetInParent()
+    seq.feature_lists.SetInParent()
+    for k, v in rec.feats.items():
+        _fill(seq.context.feature[k], v)
+    for k, fl in rec.lists.items():
+        flist = seq.feature_lists.feature_list[k]
+        flist.SetInParent()
+        for step in fl.values:
+            _fill(flist.feature.add(), step)
+    return seq.SerializeToString(deterministic=True)
 
 
-def canon(data: bytes) -> dict:
-    ex = proto.Example.FromString(data)
-    out = {}
-    for k, f in ex.features.feature.items():
-        v = codec.value_from_proto(f)
-        vals = tuple(struct.pack("<f", x) for x in v.values) if v.kind == "float_list" else v.values
-        out[k] = (v.kind, vals)
-    return out
+def _canon_value(kind: str | None, values: Any) -> tuple:
+    if kind == "float_list":
+        return kind, tuple(f32_bits(x) for x in values)
+    return kind, tuple(values)
 
 
-def read_tree(folder: Path) -> dict[str, bytes]:
-    out = {}
+def canon_model(rec: Rec) -> Any:
+    feats = {k: _canon_value(v.kind, v.values) for k, v in rec.feats.items()}
+    if not rec.seq:
+        return feats
+    return ("sequence", feats, {k: [_canon_value(s.kind, s.values) for s in fl.values]
+                                for k, fl in rec.lists.items()})
+
+
+def _canon_proto(f: Any) -> tuple:
+    kind = f.WhichOneof("kind")
+    return _canon_value(kind, getattr(f, kind).value if kind else ())
+
+
+def canon_stored(data: bytes, seq: bool) -> Any:
+    if not seq:
+        ex = proto.Example.FromString(data)
+        return {k: _canon_proto(f) for k, f in ex.features.feature.items()}
+    m = proto.SequenceExample.FromString(data)
+    # A record committed without context/ or feature_lists/ gets them empty (SPEC 4): present.
+    assert m.HasField("context") and m.HasField("feature_lists"), "a SequenceExample without its two parts"
+    return ("sequence", {k: _canon_proto(f) for k, f in m.context.feature.items()},
+            {k: [_canon_proto(s) for s in fl.feature] for k, fl in m.feature_lists.feature_list.items()})
+
+
+def read_mount_tree(folder: Path) -> Tree:
+    out: Tree = {}
     for dirpath, dirs, files in os.walk(folder):
+        rel = Path(dirpath).relative_to(folder)
+        for d in dirs:
+            out[str(rel / d)] = None
         for f in files:
-            p = Path(dirpath) / f
-            out[str(p.relative_to(folder))] = p.read_bytes()
+            out[str(rel / f)] = (Path(dirpath) / f).read_bytes()
     return out
+
+
+# --- what a user writes -----------------------------------------------------------------------------
+
+def float_token(v: float, style: int, ints_ok: bool) -> str:
+    """A float as a user might write it: Python's repr, the shortest float32 form (as the mount
+    shows it, so a copy goes back in), or an integer where the key's kind is kept anyway."""
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "Infinity" if v > 0 else "-Infinity"
+    if ints_ok and style == 2 and v == int(v) and not (v == 0 and math.copysign(1, v) < 0):
+        return str(int(v))
+    return f32_text(v) if style == 1 else repr(v)
+
+
+def json_text(kind: str | None, values: tuple, style: int, ints_ok: bool, bare: bool) -> str:
+    if kind == "float_list":
+        tokens = [float_token(v, style, ints_ok) for v in values]
+    elif kind == "bytes_list":
+        tokens = [json.dumps(v.decode(), ensure_ascii=style == 1) for v in values]
+    else:
+        tokens = [str(v) for v in values]
+    if bare and len(tokens) == 1:
+        return tokens[0]          # a bare scalar means a one-value list (SPEC 7)
+    return "[" + ("," if style == 1 else ", ").join(tokens) + "]"
+
+
+def written_floats(values: tuple) -> tuple:
+    # "NaN" carries no sign or payload: what is written is the plain quiet NaN.
+    return tuple(math.nan if math.isnan(v) else v for v in values)
+
+
+BAD = {
+    "int64_list": ["[1.5]", '["a"]', "[9223372036854775808]", "[-9223372036854775809]", "nonsense", "null",
+                   "[1, 2", "{}", "[true]", "[NaN]"],
+    "float_list": ["[1e39]", "[-1e39]", '[1, "a"]', "{}", "null", "[true]"],
+    "bytes_list": ["[1]", "nonsense", '[["a"]]', "[null]", "{}"],
+    "fl:int64_list": ["[[1.5]]", "nonsense", '[["a"]]', "{}"],
+    "fl:float_list": ["[[1e39]]", '[["a"]]', "nonsense"],
+    "fl:bytes_list": ["[[1]]", "nonsense", "{}"],
+}
+
+
+def fl_kind(fl: Feat) -> str | None:
+    """The one kind of a feature list's steps; None for no steps, "mixed" for several."""
+    kinds = {s.kind for s in fl.values}
+    return (kinds.pop() if len(kinds) == 1 else "mixed") if kinds else None
+
+
+def _kind_of(intended: str) -> str | None:
+    return {"int": "int64_list", "float": "float_list", "none": None, "text": "bytes_list"}.get(intended, "bytes_list")
 
 
 class WritableMount(RuleBasedStateMachine):
@@ -160,25 +620,33 @@ class WritableMount(RuleBasedStateMachine):
         self.src = self.tmp / "src"
         self.mnt = self.tmp / "mnt"
         self.log = self.tmp / "daemon.log"
-        self.model: Model | None = None
+        self.model: Model = Model({})
 
-    @initialize(data=st.lists(st.tuples(int_lists, float_lists, texts), min_size=6, max_size=6))
-    def mount(self, data: list) -> None:
+    # -- set-up and tear-down ---------------------------------------------------------------------
+
+    @initialize(data=st.data())
+    def mount(self, data: st.DataObject) -> None:
         self.src.mkdir()
         self.mnt.mkdir()
-        shards: dict[str, list[Record]] = {}
-        for s, shard in enumerate(SHARDS):
-            recs: list[Record] = []
-            for n, x, t in data[3 * s: 3 * s + 3]:
-                recs.append({"n": codec.Value("int64_list", tuple(n)),
-                             "x": codec.Value("float_list", tuple(_f32(v) for v in x)),
-                             "t": codec.Value("bytes_list", (t.encode(),))})
+        shards: dict[str, list[Rec]] = {}
+        initial = {k: v for k, v in EXAMPLE_KEYS.items() if k not in NEW_KEYS}
+        for shard in SHARDS:
+            seq = shard in SEQUENCE_SHARDS
+            recs = []
+            for i in range(data.draw(st.integers(1, 3), label=f"{shard} records")):
+                if seq:
+                    ctx = {k: data.draw(value_of(kind)) for k, kind in CONTEXT_KEYS.items()
+                           if k not in NEW_KEYS and data.draw(st.booleans())}
+                    lists = {k: data.draw(steps_of(kind)) for k, kind in LIST_KEYS.items()
+                             if k not in NEW_KEYS and data.draw(st.booleans())}
+                    rec = Rec(f"{i:06d}", True, ctx, lists)
+                else:
+                    keys = data.draw(st.lists(st.sampled_from(sorted(initial)), max_size=7, unique=True))
+                    rec = Rec(f"{i:06d}", False, {k: data.draw(value_of(initial[k])) for k in keys})
+                rec.raw = message(rec)
+                recs.append(rec)
             shards[shard] = recs
-            with open(self.src / shard, "wb") as f:
-                w = tfrecord.StreamWriter(f)
-                for r in recs:
-                    w.write(Model.message(r))
-                w.close()
+            (self.src / shard).write_bytes(b"".join(frame(r.raw) for r in recs if r.raw is not None))
         self.model = Model(shards)
         proc = run_tfrfs("mount", str(self.src), str(self.mnt), "--rw", "--cache-dir", str(self.tmp / "cache"),
                          "--log", str(self.log))
@@ -188,220 +656,594 @@ class WritableMount(RuleBasedStateMachine):
         try:
             if is_mounted(self.mnt):
                 run_tfrfs("umount", str(self.mnt))
+        finally:
             force_unmount(self.mnt)
             log = self.log.read_text(errors="replace") if self.log.exists() else ""
-            assert "Traceback" not in log, log[-4000:]
-        finally:
             shutil.rmtree(self.tmp, ignore_errors=True)
+        assert "Traceback" not in log, log[-4000:]
 
-    # -- helpers -------------------------------------------------------------------------------
+    # -- helpers ---------------------------------------------------------------------------------
 
-    def _pick_record(self, data: st.DataObject) -> tuple[str, str] | None:
-        assert self.model is not None
-        choices = [(s, n) for s in SHARDS for n in self.model.names(s)]
-        return data.draw(st.sampled_from(choices)) if choices else None
+    def _records(self) -> list[tuple[str, Rec]]:
+        return [(shard, rec) for shard in SHARDS for rec in self.model.shards[shard]]
 
-    def _write(self, shard: str, name: str, rel: str, content: str) -> None:
-        with open(self.mnt / shard / name / rel, "w", encoding="utf-8") as f:
+    @staticmethod
+    def _sections(rec: Rec) -> list[tuple[str, str, dict[str, Feat], dict[str, str]]]:
+        """(section, path prefix, features, key pool) of each part of a record."""
+        if not rec.seq:
+            return [("ex", "", rec.feats, EXAMPLE_KEYS)]
+        return [("ctx", "context/", rec.feats, CONTEXT_KEYS), ("fl", "feature_lists/", rec.lists, LIST_KEYS)]
+
+    def _section(self, rec: Rec, sec: str) -> tuple[str, str, dict[str, Feat], dict[str, str]]:
+        return next(s for s in self._sections(rec) if s[0] == sec)
+
+    def _dir(self, shard: str, rec: Rec) -> Path:
+        return self.mnt / shard / rec.name
+
+    @staticmethod
+    def _rendered(sec: str, v: Feat) -> tuple[str, Content]:
+        return render_list(v) if sec == "fl" else render_value(v)
+
+    def _draw(self, data: st.DataObject, choices: list[tuple], label: str) -> tuple:
+        """One of ``choices`` (shard, record name, ...), with the record itself in place of its name."""
+        shard, name, *rest = data.draw(st.sampled_from(choices), label=label)
+        return (shard, self.model.record(shard, name), *rest)
+
+    def _errors(self) -> list[dict]:
+        return [json.loads(line) for line in (self.mnt / ".tfrfs" / "errors").read_bytes().splitlines()]
+
+    def _write(self, path: Path, content: bytes) -> None:
+        """open/write/close: close() is where a writable mount judges the content."""
+        with open(path, "wb") as f:
             f.write(content)
 
-    def _set(self, shard: str, name: str, key: str, value: codec.Value, content: str) -> None:
-        """Write a feature file (int and float keys as .json, text keys as .txt) and the model."""
-        assert self.model is not None
-        feats = self.model.record(shard, name)
-        self._write(shard, name, key + ".json" if value.kind != "bytes_list" or key not in TEXT_KEYS
-                    else key + ".txt", content)
-        feats[key] = value
+    def _mkdirs(self, shard: str, rec: Rec, rel: str) -> None:
+        """Make the folders of ``rel`` (a record-relative path) as mkdir -p; they stay until rmdir."""
+        parts = rel.split("/")
+        for i in range(1, len(parts) + 1):
+            sub = "/".join(parts[:i])
+            os.makedirs(self._dir(shard, rec) / sub, exist_ok=True)
+            rec.ghosts.add(sub)
 
-    # -- rules ---------------------------------------------------------------------------------
+    # What each rule can do now: every step does something.
 
-    @precondition(lambda self: self.model is not None)
-    @rule(data=st.data(), key=st.sampled_from(INT_KEYS), values=st.lists(ints, max_size=3))
-    def set_int(self, data: st.DataObject, key: str, values: list[int]) -> None:
-        assert self.model is not None
-        where = self._pick_record(data)
-        if where is None:
-            return
-        feats = self.model.record(*where)
-        if key in feats and feats[key].kind != "int64_list":
-            return
-        known = self.model.known.get(key)
-        if known not in (None, "int64_list") or (not values and known is None):
-            return   # [] for a key new to the dataset means bytes_list (SPEC 7): kept out of int keys
-        self._set(*where, key, codec.Value("int64_list", tuple(values)), json.dumps(values))
+    def _writable(self) -> list[tuple]:
+        """(shard, record, section, key): keys whose feature file can be written (not a folder)."""
+        out = []
+        for shard, rec in self._records():
+            for sec, _, feats, pool in self._sections(rec):
+                for key in sorted(pool):
+                    if key in feats:
+                        if not isinstance(self._rendered(sec, feats[key])[1], bytes):
+                            continue    # a folder: its items are written by write_item
+                        if sec == "fl" and pool[key] in ("image", "mixed"):
+                            continue    # shown as KEY.steps/ when made here; not written as JSON
+                    out.append((shard, rec.name, sec, key))
+        return out
 
-    @precondition(lambda self: self.model is not None)
-    @rule(data=st.data(), key=st.sampled_from(FLOAT_KEYS), values=st.lists(f32s, max_size=3))
-    def set_float(self, data: st.DataObject, key: str, values: list[float]) -> None:
-        assert self.model is not None
-        where = self._pick_record(data)
-        if where is None:
-            return
-        feats = self.model.record(*where)
-        if key in feats and feats[key].kind != "float_list":
-            return
-        known = self.model.known.get(key)
-        present = key in feats
-        if known not in (None, "float_list") or (not values and known is None and not present):
-            return
-        # A known float key (or one the record holds) keeps its kind: integers may be written.
-        text = float_json(values, ints_ok=known == "float_list" or present)
-        # "NaN" in JSON carries no sign or payload: what is written is the plain quiet NaN.
-        written = tuple(math.nan if math.isnan(v) else v for v in values)
-        self._set(*where, key, codec.Value("float_list", tuple(_f32(v) for v in written)), text)
+    def _refusable(self) -> list[tuple]:
+        """(shard, record, section, key): .json files that content can fail, and new keys whose
+        folder is there (see invalid_write)."""
+        out = []
+        for shard, rec in self._records():
+            tree = record_tree(rec)[0]
+            for sec, prefix, feats, pool in self._sections(rec):
+                for key in sorted(pool):
+                    if key in feats:
+                        suffix, content = self._rendered(sec, feats[key])
+                        kind = fl_kind(feats[key]) if sec == "fl" else feats[key].kind
+                        if suffix == ".json" and isinstance(content, bytes) and kind not in (None, "mixed"):
+                            out.append((shard, rec.name, sec, key))
+                    else:
+                        path = prefix + key_path(key)
+                        if "/" not in path or path.rsplit("/", 1)[0] in tree:
+                            out.append((shard, rec.name, sec, key))
+        return out
 
-    @precondition(lambda self: self.model is not None)
-    @rule(data=st.data(), key=st.sampled_from(TEXT_KEYS), text=texts)
-    def set_text(self, data: st.DataObject, key: str, text: str) -> None:
-        assert self.model is not None
-        where = self._pick_record(data)
-        if where is None:
-            return
-        feats = self.model.record(*where)
-        if key in feats and codec.render(feats[key]).suffix != ".txt":
-            return
-        if self.model.known.get(key) not in (None, "bytes_list"):
-            return
-        self._set(*where, key, codec.Value("bytes_list", (text.encode(),)), text)
+    def _features(self) -> list[tuple]:
+        return [(shard, rec.name, sec, key) for shard, rec in self._records()
+                for sec, _, feats, _ in self._sections(rec) for key in sorted(feats)]
 
-    @precondition(lambda self: self.model is not None)
+    def _folders(self, *, emptied: bool) -> list[tuple]:
+        """(shard, record, section, key, suffix) of the .list/ and .steps/ folders: shown by a value,
+        or (``emptied``) left empty by removed items, the key then having no other file."""
+        out = []
+        for shard, rec in self._records():
+            for sec, prefix, feats, pool in self._sections(rec):
+                folder = ".steps" if sec == "fl" else ".list"
+                for key in sorted(pool):
+                    if key in feats:
+                        suffix, content = self._rendered(sec, feats[key])
+                        if not isinstance(content, bytes):
+                            out.append((shard, rec.name, sec, key, suffix))
+                    elif emptied and prefix + key_path(key) + folder in rec.ghosts:
+                        out.append((shard, rec.name, sec, key, folder))
+        return out
+
+    def _empty_folders(self) -> list[tuple]:
+        out = []
+        for shard, rec in self._records():
+            tree = record_tree(rec)[0]
+            for p, c in sorted(tree.items()):
+                if c is None and p not in ("context", "feature_lists") and not any(q.startswith(p + "/") for q in tree):
+                    out.append((shard, rec.name, p))
+        return out
+
+    def _renames(self) -> list[tuple]:
+        """(shard, record, old key, new key): a feature file renamed within its folder, onto a free
+        name or over a feature shown with the same suffix."""
+        out = []
+        for shard, rec in self._records():
+            sec, _, feats, pool = self._sections(rec)[0]
+            for old, new in RENAMES:
+                if old not in pool or new not in pool or old not in feats:
+                    continue
+                suffix, content = render_value(feats[old])
+                if not isinstance(content, bytes):
+                    continue
+                v = feats[old]
+                if (sec, new) not in self.model.known and v.kind in ("int64_list", "float_list") and not v.values:
+                    continue    # "[]" of a key new to the dataset is an empty bytes_list: two kinds for one key
+                if new in feats and render_value(feats[new])[0] != suffix:
+                    continue    # mv would leave the other file of that key: two files for one key
+                out.append((shard, rec.name, old, new))
+        return out
+
+    def _moves(self) -> list[tuple]:
+        out = []
+        for shard, rec in self._records():
+            if rec.seq and len(self.model.shards[shard]) == 1:
+                continue    # an empty shard has no kind: the sequence shards keep a record
+            if any(v.items is not None for v in (*rec.feats.values(), *rec.lists.values())):
+                continue    # its items would be renumbered: test_a_moved_record_keeps_its_names
+            for dest in (SEQUENCE_SHARDS if rec.seq else EXAMPLE_SHARDS):
+                out += [(shard, rec.name, dest, n) for n in NEW_RECORD_NAMES if n not in self.model.names(dest)]
+        return out
+
+    def _copyable(self, rec: Rec) -> bool:
+        sec = "ctx" if rec.seq else "ex"
+        for key, v in rec.feats.items():
+            if (sec, key) not in self.model.known and v.kind in ("int64_list", "float_list") and not v.values:
+                return False    # would come back as an empty bytes_list (SPEC 7): two kinds for one key
+        for key, fl in rec.lists.items():
+            if ("fl", key) not in self.model.known and fl.values and not any(s.values for s in fl.values):
+                return False
+            if fl_kind(fl) == "mixed":
+                return False    # refused step by step: test_steps_of_mixed_kinds_can_be_written_one_by_one
+        return True
+
+    def _copies(self) -> list[tuple]:
+        out = []
+        for shard, rec in self._records():
+            if self._copyable(rec):
+                for dest in (SEQUENCE_SHARDS if rec.seq else EXAMPLE_SHARDS):
+                    out += [(shard, rec.name, dest, n) for n in NEW_RECORD_NAMES if n not in self.model.names(dest)]
+        return out
+
+    def _removable_records(self) -> list[tuple]:
+        # An empty shard has no kind: the sequence shards keep a record.
+        return [(shard, rec.name) for shard, rec in self._records()
+                if not (rec.seq and len(self.model.shards[shard]) == 1)]
+
+    def _new_records(self) -> list[tuple[str, str]]:
+        return [(s, n) for s in SHARDS for n in NEW_RECORD_NAMES if n not in self.model.names(s)]
+
+    # -- feature rules ---------------------------------------------------------------------------
+
+    @precondition(lambda self: self._writable())
     @rule(data=st.data())
-    def delete_feature(self, data: st.DataObject) -> None:
-        assert self.model is not None
-        where = self._pick_record(data)
-        if where is None:
+    def write_feature(self, data: st.DataObject) -> None:
+        """Write a feature file, replacing a value or adding a key (with the folders of a nested key)."""
+        shard, rec, sec, key = self._draw(data, self._writable(), "feature")
+        _, prefix, feats, pool = self._section(rec, sec)
+        intended = pool[key]
+        known = self.model.known.get((sec, key))
+        present = key in feats
+        # A kind keeps itself where the dataset knows the key or the value replaced has it; only
+        # there may content be written that does not tell the kind ([] or integral floats).
+        if sec == "fl":
+            kept = known == _kind_of(intended) or (present and fl_kind(feats[key]) == _kind_of(intended))
+        else:
+            kept = known is not None or present
+        style = data.draw(st.integers(0, 2), label="style")
+        bare = data.draw(st.booleans(), label="bare")
+        name = key_path(key)
+        suffix = self._rendered(sec, feats[key])[0] if present else ""
+        if sec == "fl":
+            if intended in ("image", "mixed"):
+                # A new .steps/ folder, its steps written one by one.
+                steps = data.draw(st.lists(non_text, min_size=1, max_size=3), label="steps")
+                folder = prefix + name + ".steps"
+                event("write_feature: a new .steps/ folder")
+                self.model.touch(rec)
+                self._mkdirs(shard, rec, folder)
+                items = [(f"{i}{single_suffix(b)}", Feat("bytes_list", (b,))) for i, b in enumerate(steps)]
+                for item, step in items:
+                    self._write(self._dir(shard, rec) / folder / item, step.values[0])
+                feats[key] = Feat("steps", tuple(s for _, s in items), items)
+                return
+            kind = _kind_of(intended)
+            new = data.draw(steps_of(intended), label="steps")
+            if intended == "float":
+                new = Feat("steps", tuple(Feat(kind, written_floats(s.values)) for s in new.values))
+            if not kept and not any(s.values for s in new.values):
+                return     # [] or [[]] for a key new to the dataset tell no kind
+            text = "[" + ", ".join(json_text(kind, s.values, style, kept, False) for s in new.values) + "]"
+            path = prefix + name + ".json"
+        elif intended in ("int", "float", "none"):
+            kind = _kind_of(intended)
+            if kind is None:
+                new, text = Feat(None), "null"
+            else:
+                new = data.draw(value_of(intended), label="value")
+                if kind == "float_list":
+                    new = Feat(kind, written_floats(new.values))
+                if not kept and not new.values:
+                    return     # [] for a key new to the dataset is an empty bytes_list (SPEC 7)
+                text = json_text(kind, new.values, style, kept, bare)
+            path = prefix + name + ".json"
+        elif suffix == ".json" or (not present and data.draw(st.booleans(), label="as json")):
+            # Strings in a .json: one string is one text value, shown as KEY.txt by the rules.
+            values = tuple(t.encode() for t in data.draw(st.lists(texts, max_size=3), label="strings"))
+            new = Feat("bytes_list", values)
+            text = json_text("bytes_list", values, style, kept, bare)
+            path = prefix + name + ".json"
+        elif not present and data.draw(st.booleans(), label="as list"):
+            # A new KEY.list/ folder: its items keep the names written (SPEC 7, README).
+            listed = data.draw(st.lists(singles, min_size=1, max_size=3), label="items")
+            folder = prefix + name + ".list"
+            event("write_feature: a new .list/ folder")
+            self.model.touch(rec)
+            self._mkdirs(shard, rec, folder)
+            named: list[tuple[str, Any]] = [(f"{i}{single_suffix(b)}", b) for i, b in enumerate(listed)]
+            for item_name, item_value in named:
+                self._write(self._dir(shard, rec) / folder / item_name, item_value)
+            feats[key] = Feat("bytes_list", tuple(listed), named)
             return
-        feats = self.model.record(*where)
-        if not feats:
+        else:
+            # One bytes value into KEY.txt/.jpg/.bin/...; it is then shown by the rules for what it is.
+            one = data.draw(singles, label="bytes")
+            if present:
+                path = prefix + name + suffix
+            else:
+                path = prefix + name + data.draw(st.sampled_from([single_suffix(one), ".bin", ".txt"]), label="suffix")
+            raw = one
+            if ECHO_NEWLINE and path.endswith(".txt") and is_text(one) and data.draw(st.booleans(), label="echo"):
+                raw = one + b"\n"     # as echo writes; stored without it (no value of the key ends in one)
+            event(f"write_feature: {'replace' if present else 'add'} {suffix or 'new'} with {single_suffix(one)}")
+            self.model.touch(rec)
+            if "/" in path:
+                self._mkdirs(shard, rec, path.rsplit("/", 1)[0])
+            self._write(self._dir(shard, rec) / path, raw)
+            feats[key] = Feat("bytes_list", (one,))
             return
-        key = data.draw(st.sampled_from(sorted(feats)))
-        os.unlink(self.mnt / where[0] / where[1] / (key + codec.render(feats[key]).suffix))
+        event(f"write_feature: {'replace' if present else 'add'} {sec} {intended} .json")
+        self.model.touch(rec)
+        if "/" in path:
+            self._mkdirs(shard, rec, path.rsplit("/", 1)[0])
+        self._write(self._dir(shard, rec) / path, text.encode())
+        feats[key] = new
+
+    @precondition(lambda self: self._refusable())
+    @rule(data=st.data())
+    def invalid_write(self, data: st.DataObject) -> None:
+        """Content that does not fit the key's kind: close() fails with EINVAL, the old value stays,
+        and the reason goes to .tfrfs/errors. For a new key, the file is not made. (Only where the
+        folder of a new key is there already: made for nothing, it would stay after the commit,
+        test_scratch_files_and_empty_folders_go_at_every_commit.)"""
+        shard, rec, sec, key = self._draw(data, self._refusable(), "feature")
+        _, prefix, feats, _ = self._section(rec, sec)
+        path = prefix + key_path(key) + ".json"
+        if key in feats:
+            v = feats[key]
+            bad = BAD["fl:" + str(fl_kind(v))] if sec == "fl" else BAD[str(v.kind)]
+        else:
+            bad = ["nonsense", "{}", "[1, 2"]
+        content = data.draw(st.sampled_from(bad), label="content")
+        event(f"invalid_write: {'replace' if key in feats else 'add'} {sec}")
+        with pytest.raises(OSError) as info:
+            self._write(self._dir(shard, rec) / path, content.encode())
+        assert info.value.errno == errno.EINVAL, f"{path} <- {content!r}: {info.value}"
+        # The reason is listed (once: the same problem again adds no line).
+        assert any(e.get("shard") == shard and e.get("path") == path for e in self._errors()), \
+            f"{path} <- {content!r}: no reason in .tfrfs/errors"
+        # The model does not change: the invariant checks the old value is still shown.
+
+    @precondition(lambda self: self._features())
+    @rule(data=st.data())
+    def remove_feature(self, data: st.DataObject) -> None:
+        """rm a feature file, or rm -r a KEY.list/ or KEY.steps/ folder."""
+        shard, rec, sec, key = self._draw(data, self._features(), "feature")
+        _, prefix, feats, _ = self._section(rec, sec)
+        suffix, content = self._rendered(sec, feats[key])
+        path = prefix + key_path(key) + suffix
+        event(f"remove_feature: {sec} {'file' if isinstance(content, bytes) else 'folder'}")
+        self.model.touch(rec)
+        if isinstance(content, bytes):
+            os.unlink(self._dir(shard, rec) / path)
+        else:
+            subprocess.run(["rm", "-r", str(self._dir(shard, rec) / path)], check=True)
+            rec.ghosts.discard(path)
         del feats[key]
 
-    @precondition(lambda self: self.model is not None)
-    @rule(data=st.data(), shard=st.sampled_from(SHARDS), name=st.sampled_from(NEW_RECORD_NAMES),
-          n=st.none() | int_lists, t=st.none() | texts)
-    def add_record(self, data: st.DataObject, shard: str, name: str, n: list[int] | None, t: str | None) -> None:
-        assert self.model is not None
-        if name in self.model.names(shard):
-            return
-        os.mkdir(self.mnt / shard / name)
-        feats: Record = {}
-        self.model.add(shard, name, feats)
-        if n is not None and self.model.known.get("n") in (None, "int64_list"):
-            self._set(shard, name, "n", codec.Value("int64_list", tuple(n)), json.dumps(n))
-        if t is not None and self.model.known.get("t") in (None, "bytes_list"):
-            self._set(shard, name, "t", codec.Value("bytes_list", (t.encode(),)), t)
+    @staticmethod
+    def _pin(sec: str, v: Feat) -> list[tuple[str, Any]]:
+        """The items of a folder as now named; from now on they keep these names."""
+        if v.items is None:
+            suffix, content = render_list(v) if sec == "fl" else render_value(v)
+            assert isinstance(content, dict)
+            v.items = list(zip(sorted(content, key=item_number), v.values))
+        return v.items
 
-    @precondition(lambda self: self.model is not None)
+    @staticmethod
+    def _resort(v: Feat) -> None:
+        assert v.items is not None
+        v.items.sort(key=lambda it: item_number(it[0]))
+        v.values = tuple(x for _, x in v.items)
+
+    @precondition(lambda self: self._folders(emptied=False))
     @rule(data=st.data())
-    def delete_record(self, data: st.DataObject) -> None:
-        assert self.model is not None
-        where = self._pick_record(data)
-        if where is None:
-            return
-        subprocess.run(["rm", "-r", str(self.mnt / where[0] / where[1])], check=True)
-        self.model.remove(*where)
+    def remove_item(self, data: st.DataObject) -> None:
+        """rm one item of a KEY.list/ or one step of a KEY.steps/: the others keep their names."""
+        shard, rec, sec, key, suffix = self._draw(data, self._folders(emptied=False), "folder")
+        _, prefix, feats, _ = self._section(rec, sec)
+        v = feats[key]
+        items = self._pin(sec, v)
+        name = data.draw(st.sampled_from([n for n, _ in items]), label="item")
+        event(f"remove_item: {suffix}{' (the last)' if len(items) == 1 else ''}")
+        self.model.touch(rec)
+        os.unlink(self._dir(shard, rec) / (prefix + key_path(key) + suffix) / name)
+        v.items = [it for it in items if it[0] != name]
+        self._resort(v)
+        if not v.items:
+            del feats[key]     # the feature is gone with its last file; the folder stays until rmdir
 
-    @precondition(lambda self: self.model is not None)
-    @rule(data=st.data(), name=st.sampled_from(NEW_RECORD_NAMES))
-    def move_record(self, data: st.DataObject, name: str) -> None:
-        assert self.model is not None
-        where = self._pick_record(data)
-        if where is None:
-            return
-        dest = SHARDS[1 - SHARDS.index(where[0])]
-        if name in self.model.names(dest):
-            return
-        os.rename(self.mnt / where[0] / where[1], self.mnt / dest / name)
-        self.model.add(dest, name, self.model.remove(*where))
+    @precondition(lambda self: self._folders(emptied=True))
+    @rule(data=st.data())
+    def write_item(self, data: st.DataObject) -> None:
+        """Write a file into a KEY.list/ or KEY.steps/ folder: an existing number replaces that item,
+        a new one goes among the others in number order; every name stays as written."""
+        shard, rec, sec, key, suffix = self._draw(data, self._folders(emptied=True), "folder")
+        _, prefix, feats, _ = self._section(rec, sec)
+        v = feats.get(key)
+        items = self._pin(sec, v) if v is not None else []
+        b = data.draw(singles, label="bytes")
+        width = len(items[0][0].split(".")[0]) if items else 1
+        used = {item_number(n) for n, _ in items}
+        free = [i for i in range(0, min(10 ** width, max(used, default=-1) + 3)) if i not in used]
+        same = [n for n, x in items
+                if n.endswith(single_suffix(b)) and (sec != "fl" or (x.kind == "bytes_list" and len(x.values) == 1))]
+        choices = same + [f"{i:0{width}d}{single_suffix(b)}" for i in free]
+        name = data.draw(st.sampled_from(choices), label="name")
+        if sec == "fl" and {x.kind for n, x in items if n != name} - {"bytes_list"}:
+            return     # refused beside steps of another kind: test_steps_of_mixed_kinds_can_be_written_one_by_one
+        event(f"write_item: {suffix} {'replace' if name in same else 'new'}{'' if v else ' into an emptied folder'}")
+        self.model.touch(rec)
+        self._write(self._dir(shard, rec) / (prefix + key_path(key) + suffix) / name, b)
+        item = Feat("bytes_list", (b,)) if sec == "fl" else b
+        if v is None:
+            v = feats[key] = Feat("steps" if sec == "fl" else "bytes_list", (), [])
+        assert v.items is not None
+        v.items = [it for it in v.items if it[0] != name] + [(name, item)]
+        self._resort(v)
 
-    @precondition(lambda self: self.model is not None)
-    @rule(data=st.data(), name=st.sampled_from(NEW_RECORD_NAMES), shard=st.sampled_from(SHARDS))
-    def copy_record(self, data: st.DataObject, name: str, shard: str) -> None:
-        """shutil.copytree: cp -a, file by file, xattrs included."""
-        assert self.model is not None
-        where = self._pick_record(data)
-        if where is None or name in self.model.names(shard):
-            return
-        shutil.copytree(self.mnt / where[0] / where[1], self.mnt / shard / name)
-        feats = self.model.record(*where)
-        self.model.add(shard, name, {k: self.model.reparsed(k, v) for k, v in feats.items()})
+    @precondition(lambda self: self._empty_folders())
+    @rule(data=st.data())
+    def remove_empty_folder(self, data: st.DataObject) -> None:
+        shard, rec, path = self._draw(data, self._empty_folders(), "folder")
+        event("remove_empty_folder")
+        self.model.touch(rec)
+        os.rmdir(self._dir(shard, rec) / path)
+        rec.ghosts.discard(path)
 
-    @precondition(lambda self: self.model is not None)
-    @rule(data=st.data(), pair=st.sampled_from([INT_KEYS, INT_KEYS[::-1], TEXT_KEYS, TEXT_KEYS[::-1],
-                                                FLOAT_KEYS, FLOAT_KEYS[::-1]]))
-    def rename_feature(self, data: st.DataObject, pair: tuple[str, str]) -> None:
-        """mv of a feature file within its record, onto a free name or over another feature."""
-        assert self.model is not None
-        old, new = pair
-        where = self._pick_record(data)
-        if where is None:
-            return
-        feats = self.model.record(*where)
-        if old not in feats:
-            return
-        value = self.model.reparsed(new, feats[old])
-        if self.model.known.get(new, value.kind) != value.kind:
-            return
-        suffix = codec.render(feats[old]).suffix
-        folder = self.mnt / where[0] / where[1]
-        if new in feats and codec.render(feats[new]).suffix != suffix:
-            return   # mv would leave the other file of that key: two files for one key
-        os.rename(folder / (old + suffix), folder / (new + suffix))
-        del feats[old]
-        feats[new] = value
+    @precondition(lambda self: self._renames())
+    @rule(data=st.data())
+    def rename_feature(self, data: st.DataObject) -> None:
+        """mv of a feature file within its folder, onto a free name or over another feature."""
+        shard, rec, old, new = self._draw(data, self._renames(), "rename")
+        prefix = "context/" if rec.seq else ""
+        suffix = render_value(rec.feats[old])[0]
+        event(f"rename_feature{' over another' if new in rec.feats else ''}")
+        self.model.touch(rec)
+        os.rename(self._dir(shard, rec) / (prefix + key_path(old) + suffix),
+                  self._dir(shard, rec) / (prefix + key_path(new) + suffix))
+        rec.feats[new] = replace(rec.feats.pop(old))
 
-    @precondition(lambda self: self.model is not None)
-    @rule(data=st.data(), bad=st.sampled_from([
-        ("int64_list", "[1.5]"), ("int64_list", '["a"]'), ("int64_list", "[9223372036854775808]"),
-        ("int64_list", "nonsense"), ("float_list", "[1e39]"), ("float_list", '[1, "a"]'), ("float_list", "{}"),
-        ("int64_list", "null")]))
-    def invalid_write(self, data: st.DataObject, bad: tuple[str, str]) -> None:
-        assert self.model is not None
-        kind, content = bad
-        where = self._pick_record(data)
-        if where is None:
-            return
-        feats = self.model.record(*where)
-        keys = sorted(k for k, v in feats.items() if v.kind == kind)
-        if not keys:
-            return
-        key = data.draw(st.sampled_from(keys))
-        with pytest.raises(OSError) as info:
-            self._write(*where, key + ".json", content)
-        assert info.value.errno == errno.EINVAL
-        # The model does not change: the invariants check the old value is still shown.
+    # -- record rules ----------------------------------------------------------------------------
 
-    @precondition(lambda self: self.model is not None)
+    @precondition(lambda self: self._new_records())
+    @rule(data=st.data())
+    def add_record(self, data: st.DataObject) -> None:
+        shard, name = data.draw(st.sampled_from(self._new_records()), label="record")
+        event("add_record")
+        os.mkdir(self.mnt / shard / name)
+        if shard in SEQUENCE_SHARDS:
+            # As cp -r and rsync make them. (A new record should start empty, SPEC 4 and 7; see
+            # test_new_sequence_record_starts_empty.)
+            os.makedirs(self.mnt / shard / name / "context", exist_ok=True)
+            os.makedirs(self.mnt / shard / name / "feature_lists", exist_ok=True)
+        self.model.add(shard, Rec(name, shard in SEQUENCE_SHARDS, {}))
+
+    @precondition(lambda self: self._removable_records())
+    @rule(data=st.data())
+    def remove_record(self, data: st.DataObject) -> None:
+        shard, rec = self._draw(data, self._removable_records(), "record")
+        event("remove_record")
+        subprocess.run(["rm", "-r", str(self._dir(shard, rec))], check=True)
+        self.model.remove(shard, rec.name)
+
+    @precondition(lambda self: self._moves())
+    @rule(data=st.data())
+    def move_record(self, data: st.DataObject) -> None:
+        """mv of a record folder into another shard of its kind, or to a new name in its own."""
+        shard, rec, dest, name = self._draw(data, self._moves(), "move")
+        event(f"move_record{' within its shard' if dest == shard else ''}")
+        os.rename(self._dir(shard, rec), self.mnt / dest / name)
+        self.model.remove(shard, rec.name)
+        rec.name = name
+        rec.raw = None
+        self.model.add(dest, rec)
+
+    @precondition(lambda self: self._copies())
+    @rule(data=st.data())
+    def copy_record(self, data: st.DataObject) -> None:
+        """shutil.copytree (cp -a, file by file, xattrs included) into a shard of the record's kind."""
+        shard, rec, dest, name = self._draw(data, self._copies(), "copy")
+        copy = Rec(name, rec.seq, {}, {}, ghosts=visible_folders(rec))
+        for key, v in rec.feats.items():
+            values = written_floats(v.values) if v.kind == "float_list" else v.values
+            content = render_value(v)[1]
+            items = None if isinstance(content, bytes) else sorted(content.items(), key=lambda it: item_number(it[0]))
+            copy.feats[key] = Feat(v.kind, values, items)
+        for key, fl in rec.lists.items():
+            steps = tuple(Feat(s.kind, written_floats(s.values) if s.kind == "float_list" else s.values)
+                          for s in fl.values)
+            content = render_list(fl)[1]
+            items = None if isinstance(content, bytes) else list(zip(sorted(content, key=item_number), steps))
+            copy.lists[key] = Feat("steps", steps, items)
+        event(f"copy_record{' (sequence)' if rec.seq else ''}")
+        # The folders context/ and feature_lists/ of a new SequenceExample record may be there
+        # already (see test_new_sequence_record_starts_empty): copy into them.
+        shutil.copytree(self._dir(shard, rec), self.mnt / dest / name, dirs_exist_ok=True)
+        self.model.add(dest, copy)
+
     @rule()
     def commit(self) -> None:
-        assert self.model is not None
         run_tfrfs("commit", str(self.mnt), check=True)
         self.model.commit()
         for shard in SHARDS:
-            got = [canon(r) for r in tfrecord.iter_records(self.src / shard)]
-            want = [canon(Model.message(f)) for _, f in self.model.shards[shard]]
-            assert got == want, f"{shard} after commit"
+            stored = read_frames(self.src / shard)
+            recs = self.model.shards[shard]
+            assert [canon_stored(d, shard in SEQUENCE_SHARDS) for d in stored] == [canon_model(r) for r in recs], \
+                f"{shard} after commit"
+            for i, (r, d) in enumerate(zip(recs, stored)):
+                assert r.raw is None or r.raw == d, f"{shard} record {i}: unchanged, but not copied byte for byte"
+                r.raw = d
 
-    # -- invariants ----------------------------------------------------------------------------
+    # -- invariants ------------------------------------------------------------------------------
 
     @invariant()
     def tree_matches_model(self) -> None:
-        if self.model is None:
+        if not self.model.shards:
             return
+        assert sorted(os.listdir(self.mnt)) == sorted(SHARDS)
         for shard in SHARDS:
+            # Records in file order, then the added ones in name order (SPEC 2, 7).
             assert os.listdir(self.mnt / shard) == self.model.names(shard), shard
-            for name, feats in self.model.shards[shard]:
-                assert read_tree(self.mnt / shard / name) == Model.render(feats), f"{shard}/{name}"
+            for rec in self.model.shards[shard]:
+                want, attrs = record_tree(rec)
+                folder = self.mnt / shard / rec.name
+                got = read_mount_tree(folder)
+                assert got == want, f"{shard}/{rec.name}: {_diff(got, want)}"
+                for path, (key, kind) in attrs.items():
+                    assert os.getxattr(folder / path, "user.tfrfs.key") == key, f"{shard}/{rec.name}/{path}"
+                    if kind:
+                        assert os.getxattr(folder / path, "user.tfrfs.kind") == kind, f"{shard}/{rec.name}/{path}"
 
 
-# Each example mounts and unmounts (~0.5 s); TFRFS_MODEL_EXAMPLES=150 searches harder (~2.5 min).
-WritableMount.TestCase.settings = settings(max_examples=int(os.environ.get("TFRFS_MODEL_EXAMPLES", 20)),
-                                           stateful_step_count=20, deadline=None,
+def _diff(got: Tree, want: Tree) -> str:
+    lines = []
+    for p in sorted(set(got) | set(want)):
+        g, w = got.get(p, "absent"), want.get(p, "absent")
+        if g != w:
+            show = lambda x: "folder" if x is None else x if x == "absent" else repr(x[:60])  # noqa: E731
+            lines.append(f"{p}: mount {show(g)}, model {show(w)}")
+    return "; ".join(lines)
+
+
+# Each example mounts and unmounts. derandomize and no database: CI runs the same examples every
+# time. To search harder: TFRFS_MODEL_EXAMPLES=200 (more examples), TFRFS_MODEL_STEPS (longer
+# runs), TFRFS_MODEL_RANDOM=1 (new examples each run), TFRFS_MODEL_SHRINK=0 (report unshrunk).
+WritableMount.TestCase.settings = settings(max_examples=int(os.environ.get("TFRFS_MODEL_EXAMPLES", 10)),
+                                           stateful_step_count=int(os.environ.get("TFRFS_MODEL_STEPS", 40)),
+                                           deadline=None, database=None,
+                                           derandomize=os.environ.get("TFRFS_MODEL_RANDOM") != "1",
+                                           phases=[p for p in Phase if p != Phase.shrink
+                                                   or os.environ.get("TFRFS_MODEL_SHRINK", "1") == "1"],
                                            suppress_health_check=list(HealthCheck))
 
+TestWritableMount = WritableMount.TestCase
 
-@pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="no /dev/fuse")
-def test_writable_mount_matches_model() -> None:
-    WritableMount.TestCase().runTest()
+
+# --- differences from the contract the model found, each as the smallest test -----------------------
+
+JPG = IMAGES[0]
+
+
+def _sequence_source(tmp_path: Path, lists: dict[str, Feat]) -> Path:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "s.tfrecord").write_bytes(frame(message(Rec("000000", True, {}, lists))))
+    return src
+
+
+@pytest.mark.xfail(strict=True, reason="a new record in a sequence shard shows context/ and feature_lists/ at once; "
+                                       "SPEC 4 and 7: it starts empty, and they appear when made (as cp -r makes "
+                                       "them, which fails with EEXIST now)")
+def test_new_sequence_record_starts_empty(tmp_path: Path, tfrfs_mount: Any) -> None:
+    src = _sequence_source(tmp_path, {"n": Feat("steps", (Feat("int64_list", (1,)),))})
+    mnt = tfrfs_mount(src, "--rw")
+    os.mkdir(mnt / "s.tfrecord" / "new")
+    assert os.listdir(mnt / "s.tfrecord" / "new") == []
+
+
+@pytest.mark.xfail(strict=True, reason="a step written into a KEY.steps/ folder must be of the kind of the steps "
+                                       "already there: a .jpg beside .json int steps fails with EINVAL ('this key "
+                                       "holds int64_list'), so a feature list of mixed steps, which SPEC 4 shows as "
+                                       "KEY.steps/, cannot be written step by step, and cp -r of its record fails "
+                                       "(SPEC 7: it comes back equal)")
+def test_steps_of_mixed_kinds_can_be_written_one_by_one(tmp_path: Path, tfrfs_mount: Any) -> None:
+    mixed = Feat("steps", (Feat("int64_list", (1,)), Feat("bytes_list", (JPG,))))
+    src = _sequence_source(tmp_path, {"mixed": mixed})
+    mnt = tfrfs_mount(src, "--rw")
+    shown = mnt / "s.tfrecord" / "000000" / "feature_lists" / "mixed.steps"
+    assert sorted(os.listdir(shown)) == ["0.json", "1.jpg"]
+    os.mkdir(mnt / "s.tfrecord" / "new")
+    shutil.copytree(mnt / "s.tfrecord" / "000000", mnt / "s.tfrecord" / "new", dirs_exist_ok=True)
+    run_tfrfs("commit", str(mnt), check=True)
+    stored = read_frames(src / "s.tfrecord")
+    assert canon_stored(stored[1], True) == canon_stored(stored[0], True)
+
+
+def _example_source(tmp_path: Path, feats: dict[str, Feat]) -> Path:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "e.tfrecord").write_bytes(frame(message(Rec("000000", False, feats))))
+    return src
+
+
+@pytest.mark.xfail(strict=True, reason="scratch files and empty folders made in a record survive a commit when "
+                                       "their shard has nothing else to commit (README: they do not survive a "
+                                       "commit; with any other change to the shard they go)")
+def test_scratch_files_and_empty_folders_go_at_every_commit(tmp_path: Path, tfrfs_mount: Any) -> None:
+    src = _example_source(tmp_path, {"n": Feat("int64_list", (1,))})
+    mnt = tfrfs_mount(src, "--rw")
+    rec = mnt / "e.tfrecord" / "000000"
+    os.mkdir(rec / "empty")
+    (rec / ".scratch").write_text("notes")
+    run_tfrfs("commit", str(mnt), check=True)
+    assert sorted(os.listdir(rec)) == ["n.json"]
+
+
+@pytest.mark.xfail(strict=True, reason="mv of a record folder renumbers the items of its KEY.list/ (and steps of "
+                                       "KEY.steps/) whose names were kept after an item was removed: README, names "
+                                       "inside a record stay stable until a commit")
+def test_a_moved_record_keeps_its_names(tmp_path: Path, tfrfs_mount: Any) -> None:
+    src = _example_source(tmp_path, {"items": Feat("bytes_list", (JPG, b"\0one", b"\0two"))})
+    (src / "f.tfrecord").write_bytes(frame(message(Rec("000000", False, {"n": Feat("int64_list", (1,))}))))
+    mnt = tfrfs_mount(src, "--rw")
+    os.unlink(mnt / "e.tfrecord" / "000000" / "items.list" / "0.jpg")
+    assert sorted(os.listdir(mnt / "e.tfrecord" / "000000" / "items.list")) == ["1.bin", "2.bin"]
+    os.rename(mnt / "e.tfrecord" / "000000", mnt / "f.tfrecord" / "moved")
+    assert sorted(os.listdir(mnt / "f.tfrecord" / "moved" / "items.list")) == ["1.bin", "2.bin"]
+
+
+@pytest.mark.xfail(strict=True, reason="SPEC 7 'Text': a KEY.txt written with one trailing newline (echo) is stored "
+                                       "without it when the value it replaces has none, or for a new feature when no "
+                                       "value of the key ends in one; the mount stores the newline")
+def test_text_written_with_one_trailing_newline_is_stored_without_it(tmp_path: Path, tfrfs_mount: Any) -> None:
+    src = _example_source(tmp_path, {"t": Feat("bytes_list", (b"dog",))})
+    mnt = tfrfs_mount(src, "--rw")
+    rec = mnt / "e.tfrecord" / "000000"
+    subprocess.run(f"echo cat > {rec}/t.txt && echo new > {rec}/u.txt", shell=True, check=True)
+    assert [(rec / "t.txt").read_bytes(), (rec / "u.txt").read_bytes()] == [b"cat", b"new"]
