@@ -244,8 +244,8 @@ class Operations(_Edge):
             conn.want = (conn.want | _CAP_ATOMIC_O_TRUNC) & ~(_CAP_READDIRPLUS | _CAP_READDIRPLUS_AUTO)
             return
         # Every listing carries attributes, not only its first page ("auto"). No splicing of
-        # replies (FUSE_CAP_SPLICE_WRITE): most large images are served from memory (see
-        # Tree.read_held), which libfuse would copy into a pipe first and then out of it.
+        # replies (FUSE_CAP_SPLICE_WRITE): most large images are served from memory (the local
+        # shard reader's serve), which libfuse would copy into a pipe first and then out of it.
         conn.want = (conn.want | _CAP_READDIRPLUS) & ~_CAP_READDIRPLUS_AUTO
         invalidator = fuse_loop.MetaInvalidator(_LIBFUSE)
         invalidator.bind()

@@ -2,7 +2,7 @@
 
 A protobuf runtime copies a 2 MB image twice before anyone sees it: into the parsed
 message, then out of it into a Python ``bytes``. A read-only mount instead shows such a
-value as a span of the record it has already read and checked (see ``Tree._view_in_place``).
+value as a span of the record it has already read and checked (see ``render.render_in_shard``).
 
 Only the encoding that protobuf serializers write is followed: an ``Example`` whose one
 field is ``features``, whose entries are each a key then a value, with no key twice.
