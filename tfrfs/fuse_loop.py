@@ -206,7 +206,10 @@ class MetaInvalidator:
     def __init__(self, libfuse: int) -> None:
         self._libfuse = libfuse
         self._session: int | None = None
-        self._wake = threading.Event()
+        self._changed = threading.Condition()
+        self._asked = 0        # changes poked so far
+        self._sent = 0         # of those, the ones the kernel has been told of
+        self._stopped = True   # no thread sends notices (until bind starts one)
         self._notify = _libfuse_function(libfuse, "fuse_lowlevel_notify_inval_entry", "FUSE_3.0", ctypes.c_int,
                                          ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t)
 
@@ -222,21 +225,38 @@ class MetaInvalidator:
         if not self._session:
             log.warning("no FUSE session found: .tfrfs/errors may show an old size until remount")
             return
+        self._stopped = False
         threading.Thread(target=self._run, name="tfrfs-notify", daemon=True).start()
 
     def poke(self) -> None:
-        self._wake.set()
+        with self._changed:
+            self._asked += 1
+            self._changed.notify_all()
+
+    def settle(self, timeout: float) -> None:
+        """Wait, at most ``timeout`` seconds, until the kernel has been told of every change poked
+        so far. Call it only while answering a request that holds no folder's lock (a read): the
+        notice needs the lock of the mount's root, and the kernel would wait for us."""
+        with self._changed:
+            asked = self._asked
+            self._changed.wait_for(lambda: self._sent >= asked or self._stopped, timeout)
 
     def _run(self) -> None:
         notify = self._notify
         while True:
-            self._wake.wait()
-            self._wake.clear()
+            with self._changed:
+                self._changed.wait_for(lambda: self._asked > self._sent)
+                asked = self._asked
             rc = notify(self._session, self._PARENT, self._NAME, len(self._NAME))
+            gone = rc in (-errno.ENODEV, -errno.EBADF)   # unmounted
             if rc not in (0, -errno.ENOENT):   # ENOENT: the kernel holds no such name, nothing to do
                 log.debug("kernel notification for .tfrfs failed: %s", os.strerror(-rc))
-                if rc in (-errno.ENODEV, -errno.EBADF):
-                    return   # unmounted
+            with self._changed:
+                self._sent = asked
+                self._stopped = gone
+                self._changed.notify_all()
+            if gone:
+                return
 
 
 def fill_read_buf(bufpp: Any, where: tuple[int, int, int] | None, data: bytes | memoryview) -> int:

@@ -44,7 +44,7 @@ if fuse.fuse_version_major != 3:
     raise ImportError(f"tfrfs needs libfuse3, but {fuse._libfuse_path} is libfuse{fuse.fuse_version_major}")
 
 from . import fuse_loop
-from .errors import NoAttr, TfrfsError
+from .errors import DataLoss, NoAttr, TfrfsError
 from .mount import Mount
 from .nodes import FILE_NODES, FileHandle, MetaFile, Stat
 from .tree import Tree
@@ -58,6 +58,7 @@ _CAP_READDIRPLUS_AUTO = 1 << 14
 _READDIR_PLUS = 1 << 0        # readdir flag: the kernel wants attributes too
 _FILL_DIR_PLUS = 1 << 1       # filler flag: this entry's attributes are complete
 _RENAME_NOREPLACE = 1 << 0
+_SETTLE_S = 0.25   # the most a read answered EIO waits for .tfrfs/errors to be made fresh
 
 _LIBFUSE = fuse._libfuse._handle   # the libfuse the binding loaded, for what fuse_loop does below it
 
@@ -212,6 +213,7 @@ class Operations(_Edge):
         self._handles: dict[int, FileHandle] = {}
         self._next_fh = 1
         self._fh_lock = threading.Lock()   # not "lock": that would register a lock operation
+        self._invalidator: fuse_loop.MetaInvalidator | None = None   # read-only mounts, from init on
 
     # -- helpers --------------------------------------------------------------
 
@@ -250,6 +252,7 @@ class Operations(_Edge):
         invalidator = fuse_loop.MetaInvalidator(_LIBFUSE)
         invalidator.bind()
         self.tree.errors.on_change = invalidator.poke
+        self._invalidator = invalidator
         if self.mountpoint:
             threading.Thread(target=fuse_loop.widen_readahead, args=(self.mountpoint,),
                              name="tfrfs-readahead", daemon=True).start()
@@ -311,7 +314,14 @@ class Operations(_Edge):
         """A read of a read-only mount: ((descriptor, position, count), b"") when the bytes lie
         in a file the tree holds open, else (None, the bytes, or a view of the memory the tree
         holds them in)."""
-        served = self.tree.serve(self.tree.lookup(path), size, offset)
+        try:
+            served = self.tree.serve(self.tree.lookup(path), size, offset)
+        except DataLoss:
+            # The damage may have been found a moment ago, when the file was looked up: let the
+            # kernel forget the .tfrfs/errors it holds before the reader, told EIO, looks there.
+            if self._invalidator is not None:
+                self._invalidator.settle(_SETTLE_S)
+            raise
         if isinstance(served, tuple):
             return served, b""
         return None, served
