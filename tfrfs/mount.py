@@ -91,7 +91,6 @@ class Mount:
     """A mounted (or mountable) dataset: its records, its namespace and, writable, its editors."""
 
     discovery: Discovery
-    store: RecordStore
     tree: Tree
     cache: IndexCache
     staging: Staging | None = None
@@ -99,6 +98,10 @@ class Mount:
     folders: FolderEditor | None = None
     renames: Renamer | None = None
     last_commit: CommitResult | None = field(default=None)
+
+    @property
+    def store(self) -> RecordStore:
+        return self.tree.store
 
     @property
     def writable(self) -> bool:
@@ -181,7 +184,7 @@ def open_mount(source: str, *, writable: bool = False, records: str | None = Non
         store = RecordStore(indexes, readers, records=records, decode_raw=decode_raw, writable=writable,
                             staging=staging, on_bad=cache.save)
         tree = Tree(disc, store, Schema(store))
-        mount = Mount(disc, store, tree, cache, staging)
+        mount = Mount(disc, tree, cache, staging)
         if staging is not None:
             # Imported here: a read-only mount (and every command but mount --rw) does without them.
             from .edit import FileEditor

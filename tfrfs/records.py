@@ -336,6 +336,3 @@ class CostLRU(Generic[K, V]):
         for key in [k for k in self._entries if doomed(k)]:
             self.pop(key)
 
-    def __len__(self) -> int:
-        return len(self._entries)
-

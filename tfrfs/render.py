@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from . import codec, names, proto, tfrecord, wire
+from . import codec, names, proto, wire
 from .nodes import DataFile, Dir, InShard, Loc, Node
 from .pins import NamePin, PinKey, Shown, apply_pinned_paths
 
@@ -94,11 +94,6 @@ def render_in_shard(data: memoryview, options: Options, *, shard: int, data_offs
     except Exception:  # noqa: BLE001 - a feature that does not parse: render() reports it
         return None
     return RecordView(root, 256 + _bytes_held(root))
-
-
-def record_data_offset(header_offset: int) -> int:
-    """Where a record's data starts in its stream, given where its header is."""
-    return header_offset + tfrecord.HEADER
 
 
 # --- inside ------------------------------------------------------------------------
