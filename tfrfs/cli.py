@@ -21,7 +21,9 @@ from typing import Callable, Sequence
 
 from . import __version__, mounttab
 from .errors import TfrfsError, UsageError
-from .index import Discovery, ShardIndex, default_cache_dir, discover, index_source
+from .index import IndexCache, ShardIndex, default_cache_dir
+from .remote import is_url, parse_options
+from .sources import Source, index_source, open_source
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 FSTYPE = mounttab.TFRFS_FSTYPE
@@ -58,7 +60,13 @@ class Progress:
         sys.stderr.flush()
 
 
-def open_dataset(source: str, cache_dir: str | None, *, quiet: bool = False) -> tuple[Discovery, list[ShardIndex]]:
+def open_args(args: argparse.Namespace) -> Source:
+    """SOURCE as the command's arguments name it (with ``-o`` store options, cache folder and size)."""
+    return open_source(args.source, options=parse_options(getattr(args, "options", None) or []),
+                       cache_dir=getattr(args, "cache_dir", None), cache_size=getattr(args, "cache_size", None))
+
+
+def open_dataset(args: argparse.Namespace, *, quiet: bool = False) -> tuple[Source, list[ShardIndex], IndexCache]:
     """SOURCE's shards, indexed, with progress on stderr unless ``quiet``."""
     progress = Progress("indexing")
 
@@ -66,7 +74,13 @@ def open_dataset(source: str, cache_dir: str | None, *, quiet: bool = False) -> 
         progress.update(f"{done}/{total} shards, {records:,} records, "
                         f"{done_bytes / 2**20:,.0f}/{total_bytes / 2**20:,.0f} MiB", final=done == total)
 
-    return index_source(source, cache_dir, None if quiet else report)
+    src = open_args(args)
+    try:
+        indexes, cache = index_source(src, None if quiet else report, getattr(args, "index_dir", None))
+    except BaseException:
+        src.close()
+        raise
+    return src, indexes, cache
 
 
 # --- mount ---------------------------------------------------------------------
@@ -103,6 +117,8 @@ def _setup_logging(log_path: Path, *, also_stderr: bool) -> None:
 
 
 def cmd_mount(args: argparse.Namespace) -> int:
+    if args.rw and is_url(args.source):
+        raise UsageError(f"{args.source}: a remote source is read-only (SPEC 1.1); mount it without --rw")
     _check_mountpoint(args.mountpoint)
     # libfuse changes the daemon's working folder to /: every path it keeps must be absolute.
     args.mountpoint = os.path.abspath(args.mountpoint)
@@ -110,14 +126,17 @@ def cmd_mount(args: argparse.Namespace) -> int:
         args.cache_dir = os.path.abspath(args.cache_dir)
     if args.log:
         args.log = os.path.abspath(args.log)
+    if args.index_dir:
+        args.index_dir = os.path.abspath(args.index_dir)
     log_path = Path(args.log) if args.log else _default_log(args.cache_dir, args.mountpoint)
     if not args.foreground:
         return _spawn_daemon(args, log_path)
     _setup_logging(log_path, also_stderr=not args.daemon)
     _raise_fd_limit()
     from .mount import open_mount
-    m = open_mount(args.source, writable=args.rw, records=args.records, decode_raw=not args.no_decode_raw,
-                   cache_dir=args.cache_dir, indexed=open_dataset(args.source, args.cache_dir, quiet=args.daemon))
+    src, indexes, cache = open_dataset(args, quiet=args.daemon)
+    m = open_mount(src, writable=args.rw, records=args.records, decode_raw=not args.no_decode_raw,
+                   indexed=(indexes, cache))
     try:
         pending = m.status().pending
         if pending:
@@ -149,7 +168,9 @@ def _raise_fd_limit() -> None:
 
 def _spawn_daemon(args: argparse.Namespace, log_path: Path) -> int:
     # Index here, with progress on the user's terminal; the daemon then loads it from the cache.
-    disc, indexes = open_dataset(args.source, args.cache_dir)
+    src, indexes, _ = open_dataset(args)
+    src.close()
+    disc = src.discovery
     if args.rw:
         from .staging import Staging
         if not os.access(disc.root, os.W_OK):
@@ -168,6 +189,12 @@ def _spawn_daemon(args: argparse.Namespace, log_path: Path) -> int:
         cmd.append("--no-decode-raw")
     if args.cache_dir:
         cmd += ["--cache-dir", args.cache_dir]
+    if args.cache_size is not None:
+        cmd += ["--cache-size", str(args.cache_size)]
+    if args.index_dir:
+        cmd += ["--index-dir", args.index_dir]
+    for opt in args.options or []:
+        cmd += ["-o", opt]
     cmd += ["--poll-us", str(args.poll_us)]
     with open(log_path, "ab") as logf:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True)
@@ -346,7 +373,9 @@ def cmd_discard(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from .verify import verify_dataset
-    disc = discover(args.source)
+    src = open_args(args)
+    src.close()
+    disc = src.discovery
     progress = Progress("verifying")
     total = 0
     problems = 0
@@ -362,8 +391,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from .mount import open_mount
-    m = open_mount(args.source, records=args.records, decode_raw=not args.no_decode_raw, cache_dir=args.cache_dir,
-                   indexed=open_dataset(args.source, args.cache_dir))
+    src, indexes, cache = open_dataset(args)
+    m = open_mount(src, records=args.records, decode_raw=not args.no_decode_raw, indexed=(indexes, cache))
     try:
         schema = m.tree.schema.summary()
         problems = len(m.tree.errors)
@@ -389,6 +418,32 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_index(args: argparse.Namespace) -> int:
+    from .sources import ship_indexes
+    started = time.monotonic()
+    src, indexes, cache = open_dataset(args)
+    try:
+        write = args.beside or args.out_dir or args.format == "dali"
+        shipped = ship_indexes(src, indexes, cache, fmt=args.format, out_dir=args.out_dir) if write else []
+    finally:
+        src.close()
+    for s in shipped:
+        if s.skipped:
+            print(f"{s.shard}: no index file written: {s.skipped}", file=sys.stderr)
+    records = sum(i.count for i in indexes)
+    problems = sum(len(i.problems) for i in indexes)
+    reused = len(indexes) - cache.scans
+    print(f"{len(indexes)} shards, {records:,} records indexed in {time.monotonic() - started:.1f}s "
+          f"({cache.scans} scanned, {reused} from the cache or index files)")
+    written = [s for s in shipped if s.path]
+    if written:
+        where = args.out_dir or "beside the shards"
+        print(f"wrote {len(written)} {args.format} index file(s) {where}")
+    if problems:
+        print(f"{problems} problem(s) found; run `tfrfs verify {args.source}` for details", file=sys.stderr)
+    return EXIT_PROBLEMS if problems or any(s.skipped for s in shipped) else EXIT_OK
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
     for row in (header, *rows):
@@ -396,6 +451,36 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
 
 
 # --- parser ------------------------------------------------------------------------
+
+def _size(text: str) -> int:
+    """A size in bytes: a whole number with an optional K, M, G or T (powers of 1024)."""
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1:] if t[-1:] in units else ""
+    try:
+        value = float(t[:len(t) - len(unit)])
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (like 500M or 20G)")
+    return int(value * units[unit])
+
+
+def _add_source_options(p: argparse.ArgumentParser, *, index_dir: bool = True) -> None:
+    """Options of every command that reads a SOURCE, local or remote."""
+    p.add_argument("-o", dest="options", action="append", metavar="KEY=VALUE[,...]",
+                   help="store options for a URL source, passed to its fsspec file system (for example "
+                        "-o anon=true, -o endpoint_url=http://host:9000, -o requester_pays=true), plus "
+                        "retries=N and timeout=SECONDS for each request")
+    p.add_argument("--cache-dir", metavar="DIR", help="where indexes, fetched blocks and logs are kept "
+                                                      "(default: $XDG_CACHE_HOME/tfrfs or ~/.cache/tfrfs)")
+    p.add_argument("--cache-size", metavar="SIZE", type=_size,
+                   help="bytes of fetched blocks of remote shards kept on disk, least recently used out "
+                        "first (default 4G)")
+    if index_dir:
+        p.add_argument("--index-dir", metavar="DIR",
+                       help="also look for shard index files here (NAME.tfrfs-idx, DALI NAME.idx, NAME.tfindex)")
+
 
 def _add_read_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--records", choices=("example", "sequence", "raw"),
@@ -414,15 +499,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("mount", help="mount SOURCE at MOUNTPOINT",
-                       description="Mount SOURCE (a shard file, a folder, or a quoted glob) at MOUNTPOINT. "
-                                   "Returns once the mount is usable; the daemon logs to the file it names.")
+                       description="Mount SOURCE (a shard file, a folder, or a quoted glob; or a URL: "
+                                   "s3://bucket/prefix, gs://bucket/prefix, https://host/path) at MOUNTPOINT. "
+                                   "Returns once the mount is usable; the daemon logs to the file it names. "
+                                   "Remote sources are read-only.")
     p.add_argument("source", metavar="SOURCE")
     p.add_argument("mountpoint", metavar="MOUNTPOINT")
     p.add_argument("--rw", action="store_true", help="allow edits; they are staged and written at commit")
     p.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground, logging to stderr too")
     _add_read_options(p)
-    p.add_argument("--cache-dir", metavar="DIR", help="where indexes and logs are kept "
-                                                      "(default: $XDG_CACHE_HOME/tfrfs or ~/.cache/tfrfs)")
+    _add_source_options(p)
     p.add_argument("--log", metavar="FILE", help="daemon log file (default: CACHE_DIR/logs/NAME-HASH.log)")
     p.add_argument("--poll-us", metavar="N", type=_non_negative_int, default=POLL_US,
                    help="after each request, watch N microseconds for the next before sleeping "
@@ -460,15 +546,32 @@ def build_parser() -> argparse.ArgumentParser:
                                    "Prints each problem; exit status 1 if there are any.")
     p.add_argument("source", metavar="SOURCE")
     p.add_argument("--records", choices=("example", "sequence", "raw"), help="check records as this kind")
+    _add_source_options(p, index_dir=False)
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("inspect", help="list shards, record counts and the schema, without mounting",
                        description="Print SOURCE's shards, record counts and feature schema.")
     p.add_argument("source", metavar="SOURCE")
     _add_read_options(p)
-    p.add_argument("--cache-dir", metavar="DIR", help="index cache folder")
+    _add_source_options(p)
     p.add_argument("--json", action="store_true", help="print the schema as JSON (as .tfrfs/schema.json)")
     p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("index", help="index SOURCE's shards, and ship the indexes beside them",
+                       description="Index every shard of SOURCE into the local cache (reusing index files "
+                                   "found beside the shards or in --index-dir when they match). With --beside, "
+                                   "write each shard's index next to it (NAME.tfrfs-idx: small, with the "
+                                   "shard's size and identity inside), so that every later mount of the "
+                                   "dataset, anywhere, needs no scan. --format dali writes the `OFFSET LENGTH` "
+                                   "text indexes of DALI's tfrecord2idx and the tfrecord package instead "
+                                   "(NAME.idx; uncompressed shards only).")
+    p.add_argument("source", metavar="SOURCE")
+    p.add_argument("--beside", action="store_true", help="write each shard's index file next to the shard")
+    p.add_argument("--format", choices=("tfrfs", "dali"), default="tfrfs",
+                   help="index file format to write (default tfrfs; dali implies writing them)")
+    p.add_argument("--out-dir", metavar="DIR", help="write the index files into DIR instead of beside the shards")
+    _add_source_options(p)
+    p.set_defaults(func=cmd_index)
     return parser
 
 

@@ -83,3 +83,10 @@ class UsageError(TfrfsError, ValueError):
 
 class Busy(TfrfsError, OSError):
     errno = _errno.EBUSY
+
+
+class Unreachable(TfrfsError, OSError):
+    """A request to a store (a remote shard) failed after its retries: that read fails, the
+    mount goes on."""
+
+    errno = _errno.EIO

@@ -1,10 +1,11 @@
 """Shard discovery and the compact record index.
 
 A shard's index is the header offset of every record (plus the end of the
-last one) in an ``array('Q')``: 8 bytes a record, so ten million records need
-80 MB. It is found from record headers alone and persisted in a cache
-directory, keyed by the shard's absolute path and validated against its size
-and mtime, so mounting an already-indexed dataset only reads the cache.
+last one) in an ``array('Q')``: 8 bytes a record in memory, 4 in its file
+(``idxfile``). It is found from record headers alone and persisted in a cache
+directory, keyed by the shard's absolute path or URL and validated against its
+size and identity, so mounting an already-indexed dataset only reads the cache;
+an index file shipped beside a shard that matches it saves the scan too.
 GZIP and ZLIB shards are decompressed once into the cache, because a deflate
 stream cannot be read at an offset; offsets then refer to that plain stream,
 as SPEC 5 asks.
@@ -15,29 +16,27 @@ from __future__ import annotations
 import fnmatch
 import glob as _glob
 import hashlib
-import itertools
-import json
+import logging
 import os
 import stat
-import struct
 import tempfile
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator
 
-from . import proto, tfrecord
+from . import idxfile, proto, tfrecord
 from .errors import DataLoss, UsageError
 from .readers import Readers, ShardReader, default_readers
 from .tfrecord import Problem
 
-INDEX_VERSION = 2
+log = logging.getLogger("tfrfs")
+
 STAGING_DIR = ".tfrfs-staging"
 SNIFF_BYTES = 4096
 KIND_SAMPLE = 16
 RECORD_KINDS = ("example", "sequence", "raw")
 _SHARD_NAME_PATTERNS = ("*.tfrecord*", "*.tfrecords*", "*.record*", "*-of-*")
-_MAGIC = b"TFRFSIDX"
 
 
 def default_cache_dir() -> Path:
@@ -58,6 +57,53 @@ class ShardFile:
     compression: str
     size: int
     mtime_ns: int
+    identity: str = ""                 # what an index of it is validated against (with the size)
+    shipped: tuple[str, ...] = ()      # index files found beside it (paths or URLs), best first
+
+
+class SourceFiles:
+    """The files of a local SOURCE other than the shards' records: plain files, folders' times,
+    index files beside shards. A remote source has its own (``sources.RemoteFiles``)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def dir_mtime_ns(self, rel: str) -> int:
+        try:
+            return os.stat(os.path.join(self.root, rel)).st_mtime_ns
+        except OSError:
+            return 0
+
+    def plain_stat(self, rel: str) -> tuple[int, int]:
+        """(size, mtime_ns) of a plain file."""
+        st = os.stat(os.path.join(self.root, rel))
+        return st.st_size, st.st_mtime_ns
+
+    def plain_path(self, rel: str) -> str:
+        """A local file with the plain file's bytes."""
+        return os.path.join(self.root, rel)
+
+    def read_bytes(self, path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Write a whole file atomically (temporary file, fsync, rename)."""
+        from . import durable
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        durable.fsync_dir(os.path.dirname(path) or ".")
+
+    def open_stream(self, path: str) -> BinaryIO:
+        return open(path, "rb")
+
+    def local_folder(self) -> str:
+        """A local folder whose file system's figures ``statfs`` reports."""
+        return self.root
 
 
 @dataclass(frozen=True)
@@ -69,28 +115,44 @@ class Discovery:
     plain_files: tuple[str, ...]   # relative paths of non-shard regular files
     dirs: tuple[str, ...]          # relative paths of mirrored sub-folders ("" is the root)
     mirrors_dir: bool              # SOURCE is a folder (new shards may be made in it)
+    files: SourceFiles | None = None   # None: the local files under ``root``
+    remote: bool = False
+
+    @property
+    def access(self) -> SourceFiles:
+        return self.files if self.files is not None else SourceFiles(self.root)
 
 
 def sniff_file(path: str, *, named_as_source: bool = False) -> str | None:
     """The compression of the shard at ``path``, or None when it is not a shard."""
     with open(path, "rb") as f:
         head = f.read(SNIFF_BYTES)
+    return judge_head(head, os.path.basename(path), named_as_source=named_as_source,
+                      stream=lambda: open(path, "rb"))
+
+
+def judge_head(head: bytes, name: str, *, named_as_source: bool,
+               stream: Callable[[], BinaryIO]) -> str | None:
+    """SPEC 1: the compression of the file that starts with ``head`` (its first ``SNIFF_BYTES``)
+    and is called ``name``, or None when it is not a shard; ``stream`` opens the whole file, for
+    the rare compressed file whose first bytes inflate to nothing."""
+    named = named_as_source or named_like_shard(name)
     if not head:
-        return tfrecord.NONE if named_as_source or named_like_shard(os.path.basename(path)) else None
+        return tfrecord.NONE if named else None
     comp = tfrecord.sniff(head)
-    if comp in (tfrecord.GZIP, tfrecord.ZLIB):
+    if comp in (tfrecord.GZIP, tfrecord.ZLIB) and not named:
         # A compressed stream of zero records is an empty shard: judge it by name like an empty file.
-        if _decompresses_empty(path, comp) and not (named_as_source or named_like_shard(os.path.basename(path))):
+        if _decompresses_empty(stream, comp):
             return None
     return comp
 
 
-def _decompresses_empty(path: str, comp: str) -> bool:
+def _decompresses_empty(stream: Callable[[], BinaryIO], comp: str) -> bool:
     """Whether a GZIP/ZLIB file inflates to nothing; stops at the first byte it yields."""
     import zlib
     wbits = 16 + zlib.MAX_WBITS if comp == tfrecord.GZIP else zlib.MAX_WBITS
     d = zlib.decompressobj(wbits)
-    with open(path, "rb") as f:
+    with stream() as f:
         while block := f.read(1 << 16):
             try:
                 if d.decompress(block, 1):
@@ -102,10 +164,30 @@ def _decompresses_empty(path: str, comp: str) -> bool:
     return True
 
 
-def _shard_file(path: str, relpath: str, comp: str) -> ShardFile:
+def _shard_file(path: str, relpath: str, comp: str, beside: Iterable[str] | None = None) -> ShardFile:
+    """A local shard; ``beside``: the names of the files in its folder (listed when None)."""
     st = os.stat(path)
+    folder, name = os.path.split(os.path.abspath(path))
+    if beside is None:
+        try:
+            beside = os.listdir(folder)
+        except OSError:
+            beside = ()
     return ShardFile(path=os.path.abspath(path), relpath=relpath, compression=comp, size=st.st_size,
-                     mtime_ns=st.st_mtime_ns)
+                     mtime_ns=st.st_mtime_ns, identity=local_identity(st),
+                     shipped=tuple(os.path.join(folder, n) for n in shipped_names(name, set(beside))))
+
+
+def local_identity(st: os.stat_result) -> str:
+    return f"mtime:{st.st_mtime_ns}:{st.st_size}"
+
+
+def shipped_names(shard_name: str, present: set[str]) -> list[str]:
+    """Index files for ``shard_name`` among the names ``present`` beside it, best first: tfrfs's
+    own, then the common loaders' text indexes."""
+    from . import loaderidx
+    wanted = [shard_name + idxfile.SUFFIX, *loaderidx.candidate_names(shard_name)]
+    return [n for n in wanted if n in present]
 
 
 def discover(source: str) -> Discovery:
@@ -177,7 +259,7 @@ def _discover_dir(source: str) -> Discovery:
             if comp is None:
                 plain.append(rel)
             else:
-                shards.append(_shard_file(full, rel, comp))
+                shards.append(_shard_file(full, rel, comp, filenames))
     if not shards:
         raise UsageError(f"{source}: no TFRecord shard in this folder")
     return Discovery(root=root, shards=tuple(shards), plain_files=tuple(plain), dirs=tuple(dirs),
@@ -262,81 +344,176 @@ def _sample_records(reader: ShardReader, offsets: array, problems: list[Problem]
 
 
 class IndexCache:
-    """Persists shard indexes (and decompressed streams) in a cache directory; builds them
-    through the shard readers of ``readers`` (the local ones by default)."""
+    """Shard indexes: loaded from the local cache (keyed by the shard's path or URL, validated
+    against its size and identity), else from an index file shipped beside it (``shipped``) when
+    that matches, else built from the shard's headers. Built and shipped ones are saved to the
+    cache. Shards are read through ``readers``; other files (shipped indexes, compressed streams)
+    through ``files``."""
 
-    def __init__(self, cache_dir: Path | str | None = None, readers: Readers | None = None) -> None:
+    def __init__(self, cache_dir: Path | str | None = None, readers: Readers | None = None,
+                 files: SourceFiles | None = None, index_dir: str | None = None) -> None:
         self.dir = Path(cache_dir) if cache_dir else default_cache_dir()
         self.readers = readers or default_readers()
+        self.files = files or SourceFiles("/")
+        self.index_dir = index_dir
+        self.scans = 0       # shards indexed from their headers (not from a cache or shipped index)
 
     def _paths(self, shard: ShardFile) -> tuple[Path, Path]:
         key = _cache_key(shard)
         return self.dir / "index" / f"{key}.idx", self.dir / "streams" / f"{key}.raw"
 
     def load(self, shard: ShardFile) -> ShardIndex | None:
-        idx_path, raw_path = self._paths(shard)
+        idx_path, _ = self._paths(shard)
         try:
-            with open(idx_path, "rb") as f:
-                if f.read(len(_MAGIC)) != _MAGIC:
-                    return None
-                (hlen,) = struct.unpack("<I", f.read(4))
-                meta = json.loads(f.read(hlen))
-                if (meta.get("version") != INDEX_VERSION or meta["path"] != shard.path
-                        or meta["size"] != shard.size or meta["mtime_ns"] != shard.mtime_ns
-                        or meta["compression"] != shard.compression):
-                    return None
-                offsets = array("Q")
-                offsets.frombytes(f.read())
-        except (OSError, ValueError, KeyError, struct.error):
+            meta, offsets = idxfile.load(idx_path.read_bytes())
+        except (OSError, idxfile.IndexFileError):
             return None
-        if len(offsets) != meta["count"] + 1:
+        if meta.get("path") != shard.path or not _matches(meta, shard):
             return None
+        return self._from_meta(shard, meta, offsets)
+
+    def _from_meta(self, shard: ShardFile, meta: dict, offsets: array) -> ShardIndex | None:
         data_path = shard.path
         if shard.compression != tfrecord.NONE:
+            _, raw_path = self._paths(shard)
+            data_path = str(raw_path)
             try:
                 if os.path.getsize(raw_path) != meta["stream_size"]:
                     return None
             except OSError:
                 return None
-            data_path = str(raw_path)
-        problems = [Problem(p["offset"], p["reason"], p["index"]) for p in meta["problems"]]
-        return ShardIndex(shard, data_path, offsets, meta["kind"], problems, set(meta["bad"]))
+        try:
+            problems = [Problem(p["offset"], p["reason"], p["index"]) for p in meta["problems"]]
+            return ShardIndex(shard, data_path, offsets, meta["kind"], problems, set(meta["bad"]))
+        except (KeyError, TypeError):
+            return None
 
-    def save(self, idx: ShardIndex) -> None:
-        idx_path, _ = self._paths(idx.shard)
-        meta = {
-            "version": INDEX_VERSION, "path": idx.shard.path, "size": idx.shard.size,
-            "mtime_ns": idx.shard.mtime_ns, "compression": idx.shard.compression, "count": idx.count,
-            "kind": idx.detected_kind, "stream_size": os.path.getsize(idx.data_path),
+    def meta(self, idx: ShardIndex) -> dict:
+        return {
+            "shard": os.path.basename(idx.shard.relpath), "size": idx.shard.size, "identity": idx.shard.identity,
+            "compression": idx.shard.compression, "kind": idx.detected_kind,
+            "stream_size": idx.shard.size if idx.shard.compression == tfrecord.NONE else
+            os.path.getsize(idx.data_path),
             "problems": [{"offset": p.offset, "reason": p.reason, "index": p.index} for p in idx.problems],
             "bad": sorted(idx.bad),
         }
-        head = json.dumps(meta).encode()
+
+    def save(self, idx: ShardIndex) -> None:
+        idx_path, _ = self._paths(idx.shard)
         try:
+            data = idxfile.dump(dict(self.meta(idx), path=idx.shard.path), idx.offsets)
             idx_path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=idx_path.parent, prefix=".tmp-")
             with os.fdopen(fd, "wb") as f:
-                f.write(_MAGIC + struct.pack("<I", len(head)) + head)
-                idx.offsets.tofile(f)
+                f.write(data)
             os.replace(tmp, idx_path)
         except OSError:
             # The cache only saves time; a mount works without it.
             pass
 
+    def shipped_bytes(self, idx: ShardIndex) -> bytes:
+        """The ``NAME.tfrfs-idx`` file to ship beside the shard."""
+        return idxfile.dump(self.meta(idx), idx.offsets)
+
+    # -- shipped indexes -------------------------------------------------------------
+
+    def _candidates(self, shard: ShardFile) -> list[str]:
+        found = list(shard.shipped)
+        if self.index_dir:
+            name = os.path.basename(shard.relpath)
+            try:
+                present = set(os.listdir(self.index_dir))
+            except OSError:
+                present = set()
+            found += [os.path.join(self.index_dir, n) for n in shipped_names(name, present)]
+        return found
+
+    def from_shipped(self, shard: ShardFile) -> ShardIndex | None:
+        """The index of an index file beside the shard (or in ``index_dir``) that matches it."""
+        from . import loaderidx
+        for path in self._candidates(shard):
+            try:
+                data = self.files.read_bytes(path)
+            except OSError as exc:
+                log.info("%s: cannot read index file %s: %s", shard.relpath, path, exc)
+                continue
+            try:
+                if data.startswith(idxfile.MAGIC):
+                    meta, offsets = idxfile.load(data)
+                    if not _matches(meta, shard):
+                        log.info("%s: index file %s is of another version of the shard; ignored", shard.relpath, path)
+                        continue
+                    idx = self._shipped_stream(shard, meta, offsets)
+                elif shard.compression == tfrecord.NONE:
+                    idx = self._from_loader(shard, loaderidx.parse(data, stream_size=shard.size))
+                else:
+                    continue   # the loaders' indexes are of uncompressed shards
+            except (ValueError, OSError) as exc:
+                log.info("%s: index file %s does not fit the shard (%s); ignored", shard.relpath, path, exc)
+                continue
+            if idx is not None:
+                log.info("%s: using the index file %s", shard.relpath, path)
+                return idx
+        return None
+
+    def _shipped_stream(self, shard: ShardFile, meta: dict, offsets: array) -> ShardIndex | None:
+        if shard.compression != tfrecord.NONE:
+            self._decompress(shard)   # the offsets are of the plain stream
+        idx = self._from_meta(shard, meta, offsets)
+        if idx is not None and not self._sample_holds(idx):
+            raise ValueError("a record header at an indexed offset does not check")
+        return idx
+
+    def _from_loader(self, shard: ShardFile, offsets: array) -> ShardIndex:
+        idx = ShardIndex(shard, shard.path, offsets, "example")
+        if not self._sample_holds(idx):
+            raise ValueError("a record header at an indexed offset does not check")
+        reader = self.readers.open(shard.path)
+        try:
+            idx.detected_kind = detect_kind(_sample_records(reader, offsets, idx.problems, idx.bad))
+        finally:
+            reader.close()
+        return idx
+
+    def _sample_holds(self, idx: ShardIndex) -> bool:
+        """Whether the last indexed record's header checks and gives the indexed length."""
+        if idx.count == 0:
+            return True
+        reader = self.readers.open(idx.data_path)
+        try:
+            offset, length = idx.span(idx.count - 1)
+            return tfrecord.parse_header(reader.pread(tfrecord.HEADER, offset)) == length
+        finally:
+            reader.close()
+
+    # -- building ----------------------------------------------------------------------
+
+    def _decompress(self, shard: ShardFile) -> tuple[str, Problem | None]:
+        """Inflate a GZIP/ZLIB shard into the cache: (the stream's path, the problem that ended it)."""
+        _, raw_path = self._paths(shard)
+        raw_path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=raw_path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as out, self.files.open_stream(shard.path) as src:
+                problem = tfrecord.decompress_stream(src, out, shard.compression)
+            os.replace(tmp, raw_path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        return str(raw_path), problem
+
     def build(self, shard: ShardFile) -> ShardIndex:
         """Index ``shard`` from its headers (decompressing it into the cache first if needed)."""
         problems: list[Problem] = []
         data_path = shard.path
+        self.scans += 1
         if shard.compression != tfrecord.NONE:
-            _, raw_path = self._paths(shard)
-            raw_path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=raw_path.parent, prefix=".tmp-")
-            with os.fdopen(fd, "wb") as out, open(shard.path, "rb") as src:
-                problem = tfrecord.decompress_stream(src, out, shard.compression)
-            os.replace(tmp, raw_path)
+            data_path, problem = self._decompress(shard)
             if problem:
                 problems.append(problem)
-            data_path = str(raw_path)
         reader = self.readers.open(data_path)
         try:
             offsets_list, problem = tfrecord.scan_offsets(reader.pread, reader.size)
@@ -352,43 +529,54 @@ class IndexCache:
         return ShardIndex(shard, data_path, offsets, kind, problems, bad)
 
     def get(self, shard: ShardFile) -> tuple[ShardIndex, bool]:
-        """The index of ``shard`` and whether it came from the cache."""
+        """The index of ``shard`` and whether it came from the cache or a shipped index file."""
         idx = self.load(shard)
         if idx is not None:
+            return idx, True
+        idx = self.from_shipped(shard)
+        if idx is not None:
+            self.save(idx)
             return idx, True
         idx = self.build(shard)
         self.save(idx)
         return idx, False
 
 
+def _matches(meta: dict, shard: ShardFile) -> bool:
+    return (meta.get("size") == shard.size and meta.get("identity") == shard.identity
+            and meta.get("compression") == shard.compression)
+
+
 ProgressFn = Callable[[int, int, int], None]   # (shards done, shards total, records so far)
 
 
 def index_all(shards: Iterable[ShardFile], cache: IndexCache,
-              progress: ProgressFn | None = None) -> list[ShardIndex]:
+              progress: ProgressFn | None = None, workers: int = 1) -> list[ShardIndex]:
+    """Every shard's index, in order; ``workers`` shards at a time (remote shards: the requests
+    of many shards overlap)."""
     shards = list(shards)
-    out: list[ShardIndex] = []
     records = 0
-    for n, shard in enumerate(shards, 1):
-        idx, _ = cache.get(shard)
-        out.append(idx)
-        records += idx.count
-        if progress:
-            progress(n, len(shards), records)
-    return out
+    if workers <= 1 or len(shards) <= 1:
+        out: list[ShardIndex] = []
+        for n, shard in enumerate(shards, 1):
+            idx, _ = cache.get(shard)
+            out.append(idx)
+            records += idx.count
+            if progress:
+                progress(n, len(shards), records)
+        return out
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+    found: dict[int, ShardIndex] = {}
+    with ThreadPoolExecutor(min(workers, len(shards)), thread_name_prefix="tfrfs-index") as pool:
+        futures = {pool.submit(cache.get, shard): n for n, shard in enumerate(shards)}
+        for done, fut in enumerate(as_completed(futures), 1):
+            idx, _ = fut.result()
+            found[futures[fut]] = idx
+            records += idx.count
+            if progress:
+                progress(done, len(shards), records)
+    return [found[n] for n in range(len(shards))]
 
 
 # (shards done, shards in all, records so far, bytes of the shards done, bytes in all)
 IndexProgress = Callable[[int, int, int, int, int], None]
-
-
-def index_source(source: str, cache_dir: str | None, progress: IndexProgress | None = None,
-                 readers: Readers | None = None) -> tuple[Discovery, list[ShardIndex]]:
-    """SOURCE's shards and their indexes (from the cache, or built now). Raises UsageError."""
-    disc = discover(source)
-    upto = [0, *itertools.accumulate(s.size for s in disc.shards)]   # bytes of the first n shards
-
-    def report(done: int, total: int, records: int) -> None:
-        if progress is not None:
-            progress(done, total, records, upto[done], upto[-1])
-    return disc, index_all(disc.shards, IndexCache(cache_dir, readers), report)

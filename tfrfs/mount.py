@@ -18,12 +18,14 @@ from typing import TYPE_CHECKING
 
 from . import repack
 from .errors import UsageError
-from .index import Discovery, IndexCache, IndexProgress, ShardFile, ShardIndex, discover, index_source
+from .remote import is_url
+from .index import Discovery, IndexCache, IndexProgress, ShardFile, ShardIndex, discover, local_identity
 from .nodes import MetaFile
 from .readers import Readers, default_readers
 from .records import RecordStore
 from .repack import CommitFailed, ShardResult
 from .schema import Schema
+from .sources import Source, index_source, open_source
 from .staging import ShardChanges, Staging
 from .tree import Tree
 
@@ -93,6 +95,7 @@ class Mount:
     discovery: Discovery
     tree: Tree
     cache: IndexCache
+    source: Source
     staging: Staging | None = None
     files: FileEditor | None = None
     folders: FolderEditor | None = None
@@ -151,26 +154,30 @@ class Mount:
         st = os.stat(path)
         old = self.store.shards[n].shard
         shard = ShardFile(path=os.path.abspath(path), relpath=relpath, compression=old.compression,
-                          size=st.st_size, mtime_ns=st.st_mtime_ns)
+                          size=st.st_size, mtime_ns=st.st_mtime_ns, identity=local_identity(st))
         idx, _ = self.cache.get(shard)
         self.tree.replace_shard(n, idx)
 
     def close(self) -> None:
-        self.tree.close()
+        self.tree.close()   # and with it the record store and its shard readers
         if self.staging is not None:
             self.staging.release()
 
 
-def open_mount(source: str, *, writable: bool = False, records: str | None = None, decode_raw: bool = True,
+def open_mount(source: str | Source, *, writable: bool = False, records: str | None = None, decode_raw: bool = True,
                cache_dir: str | None = None, readers: Readers | None = None,
-               progress: IndexProgress | None = None,
-               indexed: tuple[Discovery, list[ShardIndex]] | None = None) -> Mount:
-    """Assemble a mount of ``source`` (``indexed``: its shards, already indexed). Raises UsageError
-    (bad SOURCE) or Busy (another writable mount holds the source)."""
-    readers = readers or default_readers()
+               progress: IndexProgress | None = None, index_dir: str | None = None,
+               indexed: tuple[list[ShardIndex], IndexCache] | None = None) -> Mount:
+    """Assemble a mount of ``source`` (a path, glob or URL, or a ``Source`` already opened;
+    ``indexed``: its shards, already indexed). Raises UsageError (bad SOURCE, ``writable`` with a
+    remote one) or Busy (another writable mount holds the source)."""
+    src = source if isinstance(source, Source) else open_source(source, cache_dir=cache_dir, readers=readers)
+    if writable and src.remote:
+        raise UsageError(f"{src.name}: a remote source is read-only; mount it without --rw")
+    readers = src.readers
     log.info("shards are read through the %s shard reader", readers.name)
-    disc, indexes = indexed or index_source(source, cache_dir, progress, readers)
-    cache = IndexCache(cache_dir, readers)
+    indexes, cache = indexed or index_source(src, progress, index_dir)
+    disc = src.discovery
     staging = None
     if writable:
         staging = Staging(disc.root)
@@ -184,7 +191,7 @@ def open_mount(source: str, *, writable: bool = False, records: str | None = Non
         store = RecordStore(indexes, readers, records=records, decode_raw=decode_raw, writable=writable,
                             staging=staging, on_bad=cache.save)
         tree = Tree(disc, store, Schema(store))
-        mount = Mount(disc, tree, cache, staging)
+        mount = Mount(disc, tree, cache, src, staging)
         if staging is not None:
             # Imported here: a read-only mount (and every command but mount --rw) does without them.
             from .edit import FileEditor
@@ -237,6 +244,8 @@ def staged_in(source: str) -> tuple[PendingShard, ...]:
 
 def source_root(source: str) -> str:
     """The folder a SOURCE's staged changes live in."""
+    if is_url(source):
+        raise UsageError(f"{source}: a remote source is read-only: nothing is ever staged for it")
     if os.path.isdir(source):
         return os.path.abspath(source)
     return discover(source).root

@@ -106,7 +106,9 @@ class ScratchFile:
 
 @dataclass(frozen=True)
 class PlainFile:
-    path: str
+    """A file of SOURCE that is not a shard, shown as it is."""
+
+    path: str          # relative to SOURCE
     size: int
     mtime_ns: int
 

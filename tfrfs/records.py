@@ -9,13 +9,14 @@ Views come from the pure renderer (``render``); bytes come through the shard rea
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Generic, Hashable, TypeVar
+from typing import Any, Callable, Generic, Hashable, Iterator, TypeVar
 
 from . import proto, tfrecord
-from .errors import DataLoss
+from .errors import DataLoss, Unreachable
 from .index import ShardIndex
 from .nodes import Dir, InShard, RecordId
 from .pins import NamePin, pin_from_shown
@@ -111,7 +112,8 @@ class RecordStore:
         reader = self._readers[shard]
         assert reader is not None
         try:
-            return reader.record(offset, length), None
+            with self._reporting(shard, index, offset):
+                return reader.record(offset, length), None
         except DataLoss as exc:
             self.errors.add(idx.shard.relpath, index, offset, str(exc))
             try:
@@ -165,7 +167,18 @@ class RecordStore:
         """``size`` bytes at ``offset`` of an image left in its shard."""
         reader = self._readers[where.shard]
         assert reader is not None
-        return reader.serve(where.offset + offset, max(0, min(size, where.length - offset)))
+        with self._reporting(where.shard, None, where.offset + offset):
+            return reader.serve(where.offset + offset, max(0, min(size, where.length - offset)))
+
+    @contextlib.contextmanager
+    def _reporting(self, shard: int, index: int | None, offset: int) -> Iterator[None]:
+        """Report a read that failed for want of the store (a remote shard): the read fails with
+        EIO, the record is not marked bad, and a later read may succeed."""
+        try:
+            yield
+        except Unreachable as exc:
+            self.errors.add(self.shards[shard].shard.relpath, index, offset, str(exc))
+            raise
 
     # -- views ---------------------------------------------------------------
 
@@ -220,8 +233,9 @@ class RecordStore:
         if length < IN_SHARD_MIN or reader is None or rid in idx.bad:
             return None
         try:
-            lent = reader.borrow(rid, offset, length, following=functools.partial(self._large_span, shard),
-                                 prepare=functools.partial(self._prepare, shard))
+            with self._reporting(shard, rid, offset):
+                lent = reader.borrow(rid, offset, length, following=functools.partial(self._large_span, shard),
+                                     prepare=functools.partial(self._prepare, shard))
         except DataLoss:
             return None
         view = None

@@ -59,20 +59,20 @@ class Tree:
 
     def _build_static(self) -> Dir:
         d = self.discovery
-        root_mtime = _mtime_ns(d.root)
+        files = d.access
+        root_mtime = files.dir_mtime_ns("")
         root = Dir(mtime_ns=root_mtime)
         self.meta.mtime_ns = root_mtime
         self.dirs = {"": root}
         for rel in d.dirs:
             if rel:
                 parent = self.dirs[os.path.dirname(rel)]
-                sub = Dir(mtime_ns=_mtime_ns(os.path.join(d.root, rel)))
+                sub = Dir(mtime_ns=files.dir_mtime_ns(rel))
                 parent.children[os.path.basename(rel)] = sub
                 self.dirs[rel] = sub
         for rel in d.plain_files:
-            full = os.path.join(d.root, rel)
-            st = os.stat(full)
-            self.dirs[os.path.dirname(rel)].children[os.path.basename(rel)] = PlainFile(full, st.st_size, st.st_mtime_ns)
+            size, mtime_ns = files.plain_stat(rel)
+            self.dirs[os.path.dirname(rel)].children[os.path.basename(rel)] = PlainFile(rel, size, mtime_ns)
         for n in range(len(self.store.shards)):
             self.show_shard(n)
         return root
@@ -263,7 +263,9 @@ class Tree:
         if isinstance(node, RecordBin):
             data, damaged = self.store.record_bytes(node.shard, node.rid)
             return ReadHandle(data, damaged=damaged)
-        if isinstance(node, (PlainFile, ScratchFile)):
+        if isinstance(node, PlainFile):
+            return ReadHandle(fd=os.open(self.discovery.access.plain_path(node.path), os.O_RDONLY))
+        if isinstance(node, ScratchFile):
             return ReadHandle(fd=os.open(node.path, os.O_RDONLY))
         if isinstance(node, MetaFile):
             return ReadHandle(node.render())
@@ -301,12 +303,18 @@ class Tree:
         return as_bytes(self.serve(node, size, offset))
 
     def _plain_fd(self, path: str) -> int:
+        """A descriptor of the plain file at ``path`` (relative to SOURCE), kept open for reads."""
         with self._lock:
             fd = self._plain_fds.get(path)
             if fd is not None:
                 self._plain_fds.move_to_end(path)
                 return fd
-            fd = os.open(path, os.O_RDONLY)
+        local = self.discovery.access.plain_path(path)   # a remote one is fetched on first use
+        fd = os.open(local, os.O_RDONLY)
+        with self._lock:
+            if path in self._plain_fds:   # opened meanwhile by another read
+                os.close(fd)
+                return self._plain_fds[path]
             self._plain_fds[path] = fd
             while len(self._plain_fds) > _PLAIN_FDS:
                 os.close(self._plain_fds.popitem(last=False)[1])
@@ -377,10 +385,3 @@ def _merge_scratch(root: Dir, real: str) -> None:
             _merge_scratch(sub, e.path)
         elif e.name not in root.children:
             root.children[e.name] = ScratchFile(e.path)
-
-
-def _mtime_ns(path: str) -> int:
-    try:
-        return os.stat(path).st_mtime_ns
-    except OSError:
-        return 0

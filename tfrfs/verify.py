@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Iterator
 
 from . import tfrecord
-from .index import Discovery, ShardFile, detect_kind, parse_problem
+from .index import Discovery, ShardFile, SourceFiles, detect_kind, parse_problem
 from .tfrecord import Problem
 
 
@@ -39,14 +39,15 @@ def _records(f: BinaryIO, size: int, problems: list[Problem]) -> Iterator[tuple[
         pos += tfrecord.OVERHEAD + length
 
 
-def verify_shard(shard: ShardFile, records: str | None = None) -> ShardReport:
+def verify_shard(shard: ShardFile, records: str | None = None, files: SourceFiles | None = None) -> ShardReport:
     """Check framing, both checksums and parsing of every record of one shard.
 
     Memory stays flat: records are read one at a time, and a compressed shard
     is first inflated into an anonymous temporary file.
     """
     report = ShardReport(shard)
-    with open(shard.path, "rb") as src, tempfile.TemporaryFile() as tmp:
+    files = files or SourceFiles("/")
+    with files.open_stream(shard.path) as src, tempfile.TemporaryFile() as tmp:
         f: BinaryIO = src
         if shard.compression != tfrecord.NONE:
             problem = tfrecord.decompress_stream(src, tmp, shard.compression)
@@ -75,4 +76,4 @@ def verify_dataset(disc: Discovery, records: str | None = None,
     for n, shard in enumerate(disc.shards, 1):
         if progress:
             progress(f"{n}/{len(disc.shards)} shards: {shard.relpath}")
-        yield verify_shard(shard, records)
+        yield verify_shard(shard, records, disc.access)

@@ -1,0 +1,70 @@
+"""The index file: one shard's record offsets and what indexing learned, in one small file.
+
+The same bytes are the local cache entry (``CACHE/index/KEY.idx``) and the index shipped beside a
+shard (``NAME.tfrfs-idx``, SPEC 1.1/1.2): ``TFRFSIDX``, a little-endian u32 length, a JSON header,
+then the offsets (every record's header offset plus the end of the last record) as u32 when the
+stream is under 4 GiB, else u64: 4 bytes a record for almost every shard. The header holds the
+shard's size, identity and compression, the record count and kind, the problems found and a
+CRC-32C of the offsets, so a file that does not belong to the shard, or is damaged, is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from array import array
+from typing import Any
+
+import crc32c
+
+MAGIC = b"TFRFSIDX"
+VERSION = 3
+SUFFIX = ".tfrfs-idx"
+_U32_LIMIT = 1 << 32
+
+
+class IndexFileError(ValueError):
+    """Not an index file of this version, or damaged."""
+
+
+def dump(meta: dict[str, Any], offsets: array) -> bytes:
+    """The file's bytes; ``meta`` gets ``version``, ``count``, ``width`` and ``crc`` added."""
+    if array("I").itemsize != 4 or array("Q").itemsize != 8 or struct.pack("=I", 1) != struct.pack("<I", 1):
+        raise RuntimeError("index files are written on little-endian hosts with 4- and 8-byte arrays only")
+    wide = len(offsets) > 0 and offsets[-1] >= _U32_LIMIT
+    body = array("Q" if wide else "I", offsets).tobytes()
+    head = dict(meta, version=VERSION, count=max(0, len(offsets) - 1), width=8 if wide else 4,
+                crc=crc32c.crc32c(body))
+    blob = json.dumps(head, sort_keys=True).encode()
+    return MAGIC + struct.pack("<I", len(blob)) + blob + body
+
+
+def load(data: bytes | memoryview) -> tuple[dict[str, Any], array]:
+    """(header, offsets as u64) of an index file. Raises IndexFileError."""
+    view = memoryview(data)
+    if bytes(view[:len(MAGIC)]) != MAGIC or len(view) < len(MAGIC) + 4:
+        raise IndexFileError("not a tfrfs index file")
+    (hlen,) = struct.unpack_from("<I", view, len(MAGIC))
+    start = len(MAGIC) + 4
+    try:
+        meta = json.loads(bytes(view[start:start + hlen]))
+    except ValueError as exc:
+        raise IndexFileError(f"damaged header: {exc}") from exc
+    if not isinstance(meta, dict) or meta.get("version") != VERSION:
+        raise IndexFileError(f"index file version {meta.get('version') if isinstance(meta, dict) else '?'}, "
+                             f"not {VERSION}")
+    body = view[start + hlen:]
+    width = meta.get("width")
+    count = meta.get("count")
+    if width not in (4, 8) or not isinstance(count, int) or len(body) != (count + 1) * width:
+        raise IndexFileError("the offsets do not match the header")
+    if crc32c.crc32c(body) != meta.get("crc"):
+        raise IndexFileError("the offsets' checksum fails")
+    offsets = array("Q")
+    if width == 8:
+        offsets.frombytes(body)
+    else:
+        narrow = array("I")
+        narrow.frombytes(body)
+        offsets = array("Q", narrow)
+    return meta, offsets

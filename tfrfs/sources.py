@@ -1,0 +1,223 @@
+"""SOURCE as the user names it — a local path or glob, or a URL (SPEC 1, 1.1) — opened into what
+every command works from: the ``Discovery`` of its shards, plain files and folders, and the shard
+readers to read them with. ``index_source`` then indexes its shards (from the cache, a shipped
+index file, or a scan).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import posixpath
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from . import idxfile
+from .errors import UsageError
+from .index import (SNIFF_BYTES, Discovery, IndexCache, IndexProgress, ShardFile, ShardIndex, SourceFiles,
+                    default_cache_dir, discover, index_all, judge_head, shipped_names)
+from .readers import Readers, default_readers
+from .remote import Listing, ObjectInfo, Store, describe, heads, is_url, list_source, plain_file_path
+
+log = logging.getLogger("tfrfs")
+
+REMOTE_INDEX_WORKERS = 8    # remote shards indexed at a time (their requests overlap)
+_HIDDEN_PREFIXES = (".tfrfs-commit-",)
+_HIDDEN_NAMES = (".tfrfs-manifest",)
+
+
+@dataclass(eq=False)
+class Source:
+    """An opened SOURCE."""
+
+    name: str                  # as the user gave it
+    discovery: Discovery
+    readers: Readers
+    cache_dir: Path
+    store: Store | None = None
+
+    @property
+    def remote(self) -> bool:
+        return self.store is not None
+
+    def close(self) -> None:
+        self.readers.close()
+
+
+def open_source(source: str, *, options: dict[str, Any] | None = None, cache_dir: str | Path | None = None,
+                cache_size: int | None = None, readers: Readers | None = None) -> Source:
+    """Find SOURCE's shards. Raises UsageError (bad SOURCE, bad options, the store unreachable)."""
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    if not is_url(source):
+        if options:
+            raise UsageError(f"store options (-o {', '.join(options)}) apply to URL sources only")
+        return Source(source, discover(source), readers or default_readers(), cache)
+    from .readers.remote import DEFAULT_CACHE_SIZE, RemoteReaders
+    store = Store(source, options)
+    remote_readers = RemoteReaders(store, cache, DEFAULT_CACHE_SIZE if cache_size is None else cache_size)
+    try:
+        disc = discover_remote(store, source, cache)
+    except BaseException:
+        remote_readers.close()
+        raise
+    remote_readers.know([ObjectInfo(s.path, s.size, s.identity, s.mtime_ns) for s in disc.shards])
+    return Source(source, disc, remote_readers, cache, store)
+
+
+def index_source(source: Source, progress: IndexProgress | None = None,
+                 index_dir: str | None = None) -> tuple[list[ShardIndex], IndexCache]:
+    """The indexes of SOURCE's shards (cached, shipped or built now), and the cache that gave them."""
+    disc = source.discovery
+    cache = IndexCache(source.cache_dir, source.readers, disc.access, index_dir)
+    upto = [0, *itertools.accumulate(s.size for s in disc.shards)]   # bytes of the first n shards
+
+    def report(done: int, total: int, records: int) -> None:
+        if progress is not None:
+            progress(done, total, records, upto[done], upto[-1])
+    workers = REMOTE_INDEX_WORKERS if source.remote else 1
+    return index_all(disc.shards, cache, report, workers), cache
+
+
+# --- remote ------------------------------------------------------------------------
+
+class RemoteFiles(SourceFiles):
+    """A remote SOURCE's plain files (fetched into the cache when first read), folder times (the
+    newest object's in each) and the index files beside its shards."""
+
+    def __init__(self, store: Store, listing: Listing, cache_dir: Path) -> None:
+        super().__init__(listing.root)
+        self.store = store
+        self.cache_dir = cache_dir
+        self.objects = {rel: obj for rel, obj in listing.files}
+        self.dir_times: dict[str, int] = {}
+        for rel, obj in listing.files:
+            d = posixpath.dirname(rel)
+            while True:
+                self.dir_times[d] = max(self.dir_times.get(d, 0), obj.mtime_ns)
+                if not d:
+                    break
+                d = posixpath.dirname(d)
+
+    def dir_mtime_ns(self, rel: str) -> int:
+        return self.dir_times.get(rel, 0)
+
+    def plain_stat(self, rel: str) -> tuple[int, int]:
+        obj = self.objects[rel]
+        return obj.size, obj.mtime_ns
+
+    def plain_path(self, rel: str) -> str:
+        obj = self.objects[rel]
+        return plain_file_path(self.store, obj.url, obj.identity, self.cache_dir)
+
+    def read_bytes(self, path: str) -> bytes:
+        return self.store.read_all(path)
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        self.store.write_all(path, data)
+
+    def open_stream(self, path: str) -> BinaryIO:
+        return self.store.open_stream(path)
+
+    def local_folder(self) -> str:
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        return str(self.cache_dir)
+
+
+def _hidden(rel: str) -> bool:
+    name = posixpath.basename(rel)
+    return name in _HIDDEN_NAMES or name.startswith(_HIDDEN_PREFIXES)
+
+
+def discover_remote(store: Store, url: str, cache_dir: Path) -> Discovery:
+    """What a URL source holds, judged by content as a local folder is (SPEC 1): the first bytes
+    of every object are fetched in parallel."""
+    listing = list_source(store, url)
+    files = [(rel, obj) for rel, obj in listing.files if not _hidden(rel)]
+    present: dict[str, set[str]] = {}
+    for rel, _ in files:
+        present.setdefault(posixpath.dirname(rel), set()).add(posixpath.basename(rel))
+    if listing.named:
+        present[""] |= _names_beside(store, listing.root)
+    shards: list[ShardFile] = []
+    plain: list[str] = []
+    for (rel, obj), head in zip(files, heads(store, [o for _, o in files], SNIFF_BYTES)):
+        name = posixpath.basename(rel)
+        if isinstance(head, BaseException):
+            if listing.named:
+                raise UsageError(f"{obj.url}: cannot read: {describe(head)}")
+            log.warning("%s: cannot read, left out: %s", obj.url, describe(head))
+            continue
+        comp = judge_head(head, name, named_as_source=listing.named,
+                          stream=lambda u=obj.url: store.open_stream(u))   # type: ignore[misc]
+        if comp is None:
+            if listing.named:
+                raise UsageError(f"{obj.url}: not a TFRecord file (its first record header has no valid checksum, "
+                                 "plain or after GZIP/ZLIB decompression)")
+            plain.append(rel)
+            continue
+        folder = posixpath.dirname(rel)
+        beside = shipped_names(name, present.get(folder, set()))
+        shards.append(ShardFile(path=obj.url, relpath=rel, compression=comp, size=obj.size, mtime_ns=obj.mtime_ns,
+                                identity=obj.identity,
+                                shipped=tuple(posixpath.join(listing.root, folder, n) if folder
+                                              else posixpath.join(listing.root, n) for n in beside)))
+    if not shards:
+        raise UsageError(f"{url}: no TFRecord shard there")
+    return Discovery(root=listing.root, shards=tuple(shards), plain_files=tuple(plain), dirs=listing.dirs,
+                     mirrors_dir=not listing.named, files=RemoteFiles(store, listing, cache_dir), remote=True)
+
+
+def _names_beside(store: Store, folder_url: str) -> set[str]:
+    """Names of the objects in the folder of a single-object SOURCE (where index files may be)."""
+    try:
+        found = store.call("list", folder_url, lambda: store.fs.ls(store.path_of(folder_url), detail=False))
+    except Exception as exc:  # noqa: BLE001 - a server without listings: no shipped index then
+        log.debug("cannot list %s for index files: %s", folder_url, describe(exc))
+        return set()
+    return {posixpath.basename(str(p).rstrip("/")) for p in found}
+
+
+def beside_path(shard: ShardFile, suffix: str = idxfile.SUFFIX) -> str:
+    """Where a shard's shipped index goes: ``NAME.tfrfs-idx`` in the shard's folder."""
+    if is_url(shard.path):
+        return shard.path + suffix
+    return os.fspath(shard.path) + suffix
+
+
+@dataclass(frozen=True)
+class Shipped:
+    """One index file written by ``ship_indexes``: where, or why not."""
+
+    shard: str
+    path: str | None
+    skipped: str | None = None
+
+
+def ship_indexes(source: Source, indexes: list[ShardIndex], cache: IndexCache, *, fmt: str = "tfrfs",
+                 out_dir: str | None = None) -> list[Shipped]:
+    """Write each shard's index file next to it (or into ``out_dir``): ``NAME.tfrfs-idx``, or with
+    ``fmt="dali"`` the loaders' ``NAME.idx`` text index (uncompressed shards only)."""
+    from . import loaderidx
+    from .tfrecord import NONE
+    done: list[Shipped] = []
+    files = source.discovery.access
+    for idx in indexes:
+        shard = idx.shard
+        if fmt == "dali":
+            if shard.compression != NONE:
+                done.append(Shipped(shard.relpath, None, f"{shard.compression} shard: the loaders' text "
+                                                         "indexes are of uncompressed shards"))
+                continue
+            data, suffix = loaderidx.format_lines(idx.offsets), loaderidx.CANDIDATE_SUFFIXES[0]
+        else:
+            data, suffix = cache.shipped_bytes(idx), idxfile.SUFFIX
+        if out_dir:
+            path = os.path.join(out_dir, posixpath.basename(shard.relpath) + suffix)
+            SourceFiles(out_dir).write_bytes(path, data)
+        else:
+            path = beside_path(shard, suffix)
+            files.write_bytes(path, data)
+        done.append(Shipped(shard.relpath, path))
+    return done
