@@ -18,6 +18,7 @@ import os
 import posixpath
 import threading
 import time
+import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -191,7 +192,7 @@ def _filesystem(protocol: str, scheme: str, options: dict[str, Any], timeout: fl
     kwargs: dict[str, Any] = {"skip_instance_cache": True}
     if protocol == "s3":
         config = dict(options.pop("config_kwargs", {}) or {})
-        config.setdefault("retries", {"max_attempts": 1, "mode": "standard"})
+        config.setdefault("retries", {"total_max_attempts": 1, "mode": "standard"})
         config.setdefault("connect_timeout", min(timeout, 10.0))
         config.setdefault("read_timeout", timeout)
         kwargs["config_kwargs"] = config
@@ -331,6 +332,8 @@ def _list(store: Store, url: str) -> Listing:
         if not rel:
             continue
         rel = rel.rstrip("/")
+        if http:
+            rel = urllib.parse.unquote(rel)   # links are url-quoted; the mount shows names
         parts = rel.split("/")
         if any(p in (".tfrfs-staging",) for p in parts[:-1]) or parts[0] == ".tfrfs-staging":
             continue
@@ -342,8 +345,20 @@ def _list(store: Store, url: str) -> Listing:
             files.append((rel, object_info(store, entry)))
     if not files:
         raise UsageError(f"{url}: no such bucket, object or prefix, or nothing in it")
+    if any(entry.size == 0 and http for _, entry in files):
+        files = _with_sizes(store, files)   # an HTTP listing is links only: sizes come from HEAD
     files.sort()
     return Listing(root, tuple(files), tuple(sorted(dirs)), False)
+
+
+def _with_sizes(store: Store, files: list[tuple[str, ObjectInfo]]) -> list[tuple[str, ObjectInfo]]:
+    def one(item: tuple[str, ObjectInfo]) -> tuple[str, ObjectInfo]:
+        rel, obj = item
+        info = store.info(obj.url)
+        got = object_info(store, {**info, "name": obj.url})
+        return rel, ObjectInfo(obj.url, got.size, got.identity, got.mtime_ns)
+    with ThreadPoolExecutor(min(SNIFF_WORKERS, len(files))) as pool:
+        return list(pool.map(one, files))
 
 
 def heads(store: Store, objects: list[ObjectInfo], size: int) -> list[bytes | BaseException]:
