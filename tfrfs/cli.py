@@ -479,7 +479,7 @@ def _add_source_options(p: argparse.ArgumentParser, *, index_dir: bool = True) -
                         "first (default 4G)")
     if index_dir:
         p.add_argument("--index-dir", metavar="DIR",
-                       help="also look for shard index files here (NAME.tfrfs-idx, DALI NAME.idx, NAME.tfindex)")
+                       help="also look for shard index files here (NAME.tfrfs-idx, DALI NAME.idx, NAME.tfindex; in the source's folders or flat)")
 
 
 def _add_read_options(p: argparse.ArgumentParser) -> None:
@@ -569,7 +569,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--beside", action="store_true", help="write each shard's index file next to the shard")
     p.add_argument("--format", choices=("tfrfs", "dali"), default="tfrfs",
                    help="index file format to write (default tfrfs; dali implies writing them)")
-    p.add_argument("--out-dir", metavar="DIR", help="write the index files into DIR instead of beside the shards")
+    p.add_argument("--out-dir", metavar="DIR", help="write the index files into DIR (the source's folders mirrored) instead of beside the shards; mount with --index-dir DIR to use them")
     _add_source_options(p)
     p.set_defaults(func=cmd_index)
     return parser

@@ -214,7 +214,8 @@ def ship_indexes(source: Source, indexes: list[ShardIndex], cache: IndexCache, *
         else:
             data, suffix = cache.shipped_bytes(idx), idxfile.SUFFIX
         if out_dir:
-            path = os.path.join(out_dir, posixpath.basename(shard.relpath) + suffix)
+            path = os.path.join(out_dir, shard.relpath + suffix)   # the source's folders, mirrored
+            os.makedirs(os.path.dirname(path), exist_ok=True)
             SourceFiles(out_dir).write_bytes(path, data)
         else:
             path = beside_path(shard, suffix)

@@ -20,10 +20,11 @@ import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable
 
-from ..errors import Unreachable
-from ..remote import ObjectInfo, Store, cache_key, is_url
-from . import ShardReader
+from ..errors import DataLoss, Unreachable
+from ..remote import ObjectInfo, Store, cache_key, describe, is_url
+from . import Borrowed, Prepare, Served, ShardReader, Spans
 from .local import LocalReaders
 
 log = logging.getLogger("tfrfs")
@@ -154,14 +155,23 @@ class RemoteReaders:
         self.pool = ThreadPoolExecutor(AHEAD_WORKERS, thread_name_prefix="tfrfs-fetch")
         self._inflight: dict[tuple[str, int], Future[bytes]] = {}
         self._lock = threading.Lock()
+        self._deferred: dict[str, tuple[int, Callable[[], object]]] = {}
 
     def know(self, objects: list[ObjectInfo]) -> None:
         """Objects whose size and identity a listing already gave (no look-up when opened)."""
         for obj in objects:
             self.objects[obj.url] = obj
 
+    def defer(self, path: str, size: int, make: Callable[[], object]) -> None:
+        """The local file ``path`` (a compressed shard's plain stream, ``size`` bytes) is made by
+        ``make`` when it is first read."""
+        self._deferred[path] = (size, make)
+
     def open(self, path: str) -> ShardReader:
         if not is_url(path):
+            if path in self._deferred and not os.path.exists(path):
+                size, make = self._deferred[path]
+                return DeferredReader(self, path, size, make)
             return self.local.open(path)
         obj = self.objects.get(path)
         if obj is None:
@@ -254,6 +264,60 @@ class RemoteReaders:
             self.fetch(reader, lo, hi)
         except Exception as exc:  # noqa: BLE001 - the read that needs the block reports it
             log.debug("read-ahead of %s blocks %d-%d failed: %s", reader.url, lo, hi, exc)
+
+
+class DeferredReader(ShardReader):
+    """A compressed remote shard's plain stream, fetched and inflated into the cache when first
+    read (a shipped index told its offsets at mount, with no download)."""
+
+    def __init__(self, owner: RemoteReaders, path: str, size: int, make: Callable[[], object]) -> None:
+        self.owner = owner
+        self.path = path
+        self.size = size
+        self.identity = f"deferred:{path}"
+        self._make = make
+        self._real: ShardReader | None = None
+        self._lock = threading.Lock()
+
+    def _stream(self) -> ShardReader:
+        with self._lock:
+            if self._real is None:
+                if not os.path.exists(self.path):
+                    log.info("fetching and inflating %s", self.path)
+                    try:
+                        self._make()
+                    except (DataLoss, Unreachable):
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - the store's own errors
+                        raise Unreachable(f"cannot fetch the compressed shard: {describe(exc)}") from exc
+                real = self.owner.local.open(self.path)
+                if real.size != self.size:
+                    real.close()
+                    raise DataLoss(f"the inflated shard has {real.size} bytes, its index says {self.size}")
+                self._real = real
+            return self._real
+
+    def pread(self, size: int, offset: int) -> bytes:
+        return self._stream().pread(size, offset)
+
+    def fileno(self) -> int | None:
+        return self._stream().fileno()
+
+    def record(self, offset: int, length: int, *, verify: bool = True) -> bytes:
+        return self._stream().record(offset, length, verify=verify)
+
+    def borrow(self, index: int, offset: int, length: int, *, following: Spans | None = None,
+               prepare: Prepare | None = None) -> Borrowed:
+        return self._stream().borrow(index, offset, length, following=following, prepare=prepare)
+
+    def serve(self, offset: int, size: int) -> Served:
+        return self._stream().serve(offset, size)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._real is not None:
+                self._real.close()
+                self._real = None
 
 
 class RemoteReader(ShardReader):
