@@ -178,8 +178,7 @@ class RemoteReaders:
             from ..remote import object_info
             info = self.store.info(path)
             obj = object_info(self.store, {**info, "name": info.get("name", self.store.path_of(path))})
-            obj = ObjectInfo(path, obj.size, obj.identity, obj.mtime_ns)
-            self.objects[path] = obj
+            obj = ObjectInfo(path, obj.size, obj.identity, obj.mtime_ns)   # asked anew each time
         return RemoteReader(self, obj)
 
     def close(self) -> None:
