@@ -44,7 +44,12 @@ def default_cache_dir() -> Path:
     return Path(base) / "tfrfs"
 
 
+INDEX_SUFFIXES = (".tfrfs-idx", ".idx", ".tfindex", ".index")   # index files are never shards (SPEC 1)
+
+
 def named_like_shard(name: str) -> bool:
+    if name.endswith(INDEX_SUFFIXES):
+        return False
     return any(fnmatch.fnmatchcase(name, p) for p in _SHARD_NAME_PATTERNS)
 
 
@@ -253,7 +258,7 @@ def _discover_dir(source: str) -> Discovery:
             try:
                 if not stat.S_ISREG(os.stat(full).st_mode):
                     continue
-                comp = sniff_file(full)
+                comp = None if name.endswith(INDEX_SUFFIXES) else sniff_file(full)
             except OSError:
                 continue  # unreadable files are left out of the mirror
             if comp is None:
