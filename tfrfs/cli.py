@@ -107,12 +107,12 @@ def _default_log(cache_dir: str | None, mnt: str) -> Path:
     return base / "logs" / f"{os.path.basename(real) or 'root'}-{tag}.log"
 
 
-def _setup_logging(log_path: Path, *, also_stderr: bool) -> None:
+def _setup_logging(log_path: Path, *, also_stderr: bool, debug: bool = False) -> None:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     handlers: list[logging.Handler] = [logging.FileHandler(log_path)]
     if also_stderr:
         handlers.append(logging.StreamHandler(sys.stderr))
-    logging.basicConfig(level=logging.INFO, handlers=handlers, force=True,
+    logging.basicConfig(level=logging.DEBUG if debug else logging.INFO, handlers=handlers, force=True,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
@@ -131,7 +131,9 @@ def cmd_mount(args: argparse.Namespace) -> int:
     log_path = Path(args.log) if args.log else _default_log(args.cache_dir, args.mountpoint)
     if not args.foreground:
         return _spawn_daemon(args, log_path)
-    _setup_logging(log_path, also_stderr=not args.daemon)
+    _setup_logging(log_path, also_stderr=not args.daemon, debug=args.debug)
+    for noisy in ("botocore", "aiobotocore", "s3fs", "fsspec", "gcsfs", "urllib3", "asyncio", "google"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)   # the requests are tfrfs's own lines
     _raise_fd_limit()
     from .mount import open_mount
     src, indexes, cache = open_dataset(args, quiet=args.daemon)
@@ -191,6 +193,8 @@ def _spawn_daemon(args: argparse.Namespace, log_path: Path) -> int:
         cmd += ["--cache-dir", args.cache_dir]
     if args.cache_size is not None:
         cmd += ["--cache-size", str(args.cache_size)]
+    if args.debug:
+        cmd.append("--debug")
     if args.index_dir:
         cmd += ["--index-dir", args.index_dir]
     for opt in args.options or []:
@@ -514,6 +518,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="after each request, watch N microseconds for the next before sleeping "
                         f"(default {POLL_US}; 0: sleep at once). Waking a sleeping daemon is slow on "
                         "virtual machines; once requests stop, it sleeps after N microseconds")
+    p.add_argument("--debug", action="store_true",
+                   help="log at debug level: among others, every request to a remote store, with its "
+                        "byte range and time")
     p.add_argument("--daemon", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_mount)
 

@@ -200,6 +200,7 @@ def _filesystem(protocol: str, scheme: str, options: dict[str, Any], timeout: fl
         config.setdefault("retries", {"total_max_attempts": 1, "mode": "standard"})
         config.setdefault("connect_timeout", min(timeout, 10.0))
         config.setdefault("read_timeout", timeout)
+        config.setdefault("max_pool_connections", 32)   # as many as requests in flight (sniffing, read-ahead)
         kwargs["config_kwargs"] = config
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         if endpoint and "endpoint_url" not in options:
