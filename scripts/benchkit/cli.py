@@ -1,6 +1,7 @@
-"""The command line: parse_args (the flags and their defaults, --quick among them) and main, which
-runs the read side (read_phases: datasets, mounts, the scheduled runs, the tables) and then the
-write-back side, and writes --json."""
+"""The command line: parse_args (the flags and their defaults, --quick and --remote among them)
+and main, which runs the read side (read_phases: datasets, mounts, the scheduled runs, the
+tables) and then the write-back side, or with --remote the remote mode alone (remote.py), and
+writes --json."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from typing import Any
 from tfrfs.mounttab import fstype_holding
 
 from .common import OUT, REPO, WORK, progress
-from .datasets import build_dataset, file_lists, make_tar
+from .datasets import build_dataset, derived_paths, file_lists, make_tar
 from .report import (REF, check_entries, compare, fmt_load, machine_info, print_ceiling, print_read_notes,
                      print_table)
+from .remote import remote_phases
 from .schedule import measure_reads, summarize, unmount_all
 from .tools import PlainFiles, Profiler, Ratarmount, Tfrfs, Tool
 from .workloads import ReadInputs
@@ -55,23 +57,42 @@ Then the write-back side (--rw mounts; --no-write skips it, --only-write runs it
   1 GiB dataset (4 shards) with one changed label (MiB/s of the rewritten shard) against cp +
   sync of the same shard file, with the daemon's peak memory in each.
 
+--remote runs the read side against S3 instead: moto's S3 server on loopback
+behind a proxy that adds --latency-ms (20) to every request and counts them,
+both running in this process. The bucket gets the shards (once bare, once with
+the index files of `tfrfs index --beside` next to them) and the same tar, which
+ratarmount mounts as s3://... (with s3fs, installed into its venv); a plain
+s3fs copy of one large shard is the ceiling. One table: mount time without and
+with a shipped index (empty caches), `ls -lR`, reading every small file by
+walking the tree, the ~2 MB files, random record latency, requests and bytes
+per random record, a second pass on the same mount and after a remount
+(requests and files/s), and a cold copy of a large shard against the s3fs copy.
+Its dataset is smaller by default (--small 5000, --large 150) and --random is
+200; --repeat is 1 unless given.
+
 ratarmount is installed into its own venv, bench-out/ratarmount-venv, on first use.
 Progress goes to stderr; the tables to stdout; --json FILE writes all numbers.
 """
+
+# --remote's defaults: a run of about six minutes on two cores
+REMOTE_SMALL, REMOTE_LARGE, REMOTE_RANDOM = 5000, 150, 200
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="scripts/bench", description=ABOUT,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--small", type=int, default=None, help="small records (default 20000)")
-    p.add_argument("--large", type=int, default=None, help="~2 MB records (default 200)")
+    p.add_argument("--small", type=int, default=None,
+                   help=f"small records (default 20000, --quick 2000, --remote {REMOTE_SMALL})")
+    p.add_argument("--large", type=int, default=None,
+                   help=f"~2 MB records, 100 to a shard (default 200, --quick 20, --remote {REMOTE_LARGE})")
     p.add_argument("--shards", type=int, default=8, help="shards of the small part (default 8)")
     p.add_argument("--quick", action="store_true", help="a smoke run: 2000 small, 20 large records")
-    p.add_argument("--random", type=int, default=500, help="records for the random-access phase (default 500)")
+    p.add_argument("--random", type=int, default=None,
+                   help=f"records for the random-access phase (default 500, --remote {REMOTE_RANDOM})")
     p.add_argument("--seed", type=int, default=1, help="seed for the random-access sample")
     p.add_argument("--repeat", type=int, default=None, metavar="N",
                    help="runs of each read phase per tool, interleaved with the other tool's; the table "
-                        "shows medians (default 3, --quick 1)")
+                        "shows medians (default 3, --quick or --remote 1)")
     p.add_argument("--no-ratarmount", action="store_true", help="measure tfrfs only (ratios vs reference figures)")
     p.add_argument("--ratarmount-fuse", default="", metavar="OPTS",
                    help="extra FUSE options for ratarmount's -o (default: none, its defaults)")
@@ -89,17 +110,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--commit-mib", type=int, default=None,
                    help="size of the commit dataset (default 1024, --quick 100)")
     p.add_argument("--commit-shards", type=int, default=4, help="shards of the commit dataset (default 4)")
+    p.add_argument("--remote", action="store_true",
+                   help="read the dataset from a loopback S3 server with injected latency instead (see above)")
+    p.add_argument("--latency-ms", type=float, default=20.0, metavar="MS",
+                   help="with --remote: latency the proxy adds to every request (default 20)")
     a = p.parse_args(argv)
     if a.small is None:
-        a.small = 2000 if a.quick else 20000
+        a.small = REMOTE_SMALL if a.remote else 2000 if a.quick else 20000
     if a.large is None:
-        a.large = 20 if a.quick else 200
+        a.large = REMOTE_LARGE if a.remote else 20 if a.quick else 200
+    if a.random is None:
+        a.random = REMOTE_RANDOM if a.remote else 500
     if a.write_mib is None:
         a.write_mib = 20 if a.quick else 100
     if a.commit_mib is None:
         a.commit_mib = 100 if a.quick else 1024
     if a.repeat is None:
-        a.repeat = 1 if a.quick else 3
+        a.repeat = 1 if a.quick or a.remote else 3
     if a.repeat < 1:
         p.error("--repeat must be at least 1")
     if a.small < 1 or a.large < 1 or a.shards < 1:
@@ -108,6 +135,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--write-mib, --commit-mib and --commit-shards must be at least 1")
     if a.no_write and a.only_write:
         p.error("--no-write and --only-write exclude each other")
+    if a.remote and (a.only_write or a.keep):
+        p.error("--remote measures the read side only, and its mounts end with its servers (no --only-write, "
+                "no --keep)")
+    if a.random < 1 or a.latency_ms < 0:
+        p.error("--random must be at least 1 and --latency-ms not negative")
     return a
 
 
@@ -130,11 +162,14 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"warning: load average {results['loadavg_start'][0]:.2f} before starting; other work on this "
                  f"machine skews the numbers")
     profiler = Profiler(OUT / "profile") if args.profile else None
-    if not args.only_write:
-        read_phases(args, results, profiler)
-    if not args.no_write:
-        results["writeback"] = measure_writeback(args, profiler)
-        print_writeback(results["writeback"])
+    if args.remote:
+        remote_phases(args, results, profiler)
+    else:
+        if not args.only_write:
+            read_phases(args, results, profiler)
+        if not args.no_write:
+            results["writeback"] = measure_writeback(args, profiler)
+            print_writeback(results["writeback"])
     results["loadavg_end"] = os.getloadavg()
     wb_load = ""
     if results["tools"] and "writeback" in results:
@@ -154,12 +189,7 @@ def read_phases(args: argparse.Namespace, results: dict[str, Any], profiler: Pro
     if not args.no_ratarmount:
         rat_version = Ratarmount.ensure_installed()
     src, meta = build_dataset(args.small, args.large, args.shards, args.rebuild)
-    tar = OUT / "data" / f"{meta['name']}.tar"
-    list_path = OUT / "data" / f"{meta['name']}.files.json"
-    if args.rebuild:
-        for stale in (tar, list_path):
-            if stale.exists():
-                stale.unlink()
+    tar, list_path = derived_paths(meta, args.rebuild)
 
     tf = Tfrfs(WORK / "mnt-tfrfs", src, WORK / "tfrfs-cache")
     rat = Ratarmount(WORK / "mnt-ratarmount", tar, WORK / "ratarmount.index.sqlite", args.ratarmount_fuse)

@@ -147,6 +147,18 @@ def build_dataset(small: int, large: int, shards: int, rebuild: bool) -> tuple[P
 
 # --- file lists and the tar ------------------------------------------------------
 
+def derived_paths(meta: dict[str, Any], rebuild: bool) -> tuple[Path, Path]:
+    """Where the tar of a dataset's mounted tree and the lists of its files are cached (both are
+    made from a tfrfs mount on first use); with ``rebuild`` the cached ones are removed."""
+    tar = OUT / "data" / f"{meta['name']}.tar"
+    list_path = OUT / "data" / f"{meta['name']}.files.json"
+    if rebuild:
+        for stale in (tar, list_path):
+            if stale.exists():
+                stale.unlink()
+    return tar, list_path
+
+
 def file_lists(mnt: Path, meta: dict[str, Any], list_path: Path) -> dict[str, list[str]]:
     if list_path.exists():
         return json.loads(list_path.read_text())

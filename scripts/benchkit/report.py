@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from .common import progress
-from .workloads import INDEX, READ_PHASES, Phase
+from .workloads import INDEX, READ_PHASES
 
 # Reference figures for ratarmount on the issue's machine (used when --no-ratarmount).
 # ("ls -lR of 20,000 files in ~4 s": scaled by the number of small files listed.)
@@ -118,10 +118,10 @@ def check_entries(tools: dict[str, dict[str, Any]]) -> None:
         progress(f"warning: find saw different numbers of entries: {seen}")
 
 
-def _samples_of(r: dict[str, Any], phase: Phase, key: str, mark: bool) -> str:
-    """The samples of one figure in repetition order; with ``mark``, '*' on those that ran first
-    of their pair."""
-    firsts = r["first_in_pair"].get(phase.name, [])
+def samples_of(r: dict[str, Any], phase: str, key: str, mark: bool) -> str:
+    """The samples of one figure (measured in ``phase``) in repetition order; with ``mark``, '*'
+    on those that ran first of their pair."""
+    firsts = r["first_in_pair"].get(phase, [])
     return " ".join(fmt(v) + ("*" if mark and f else "") for v, f in zip(r["samples"].get(key, []), firsts))
 
 
@@ -137,7 +137,7 @@ def print_read_notes(results: dict[str, Any], repeat: int) -> None:
     print("samples in repetition order" + (" (* ran first of its pair):" if two else ":"))
     for phase in [INDEX] + READ_PHASES:
         for key in phase.shown:
-            print(f"  {labels[key]}: " + " | ".join(f"{name} {_samples_of(r, phase, key, two)}" for name, r in tools.items()))
+            print(f"  {labels[key]}: " + " | ".join(f"{name} {samples_of(r, phase.name, key, two)}" for name, r in tools.items()))
     for phase in READ_PHASES:
         print(f"  daemon CPU (s), {phase.name}: "
               + " | ".join(f"{name} " + " ".join(f"{v:.2f}" for v in r["daemon_cpu_samples_s"].get(phase.name, []))

@@ -127,9 +127,11 @@ class Tool:
 class Tfrfs(Tool):
     name = "tfrfs"
 
-    def __init__(self, mnt: Path, source: Path, cache_dir: Path, *, rw: bool = False) -> None:
+    def __init__(self, mnt: Path, source: Path | str, cache_dir: Path, *, rw: bool = False,
+                 env: dict[str, str] | None = None) -> None:
         super().__init__(mnt)
         self.source, self.cache_dir, self.rw = source, cache_dir, rw
+        self.env = env   # the mount command's whole environment (None: this process's)
         self.log = WORK / "tfrfs.log"
 
     def _needle(self) -> str:
@@ -137,7 +139,8 @@ class Tfrfs(Tool):
 
     def _mount(self) -> None:
         run([sys.executable, "-m", "tfrfs", "mount", str(self.source), str(self.mnt),
-             "--cache-dir", str(self.cache_dir), "--log", str(self.log)] + (["--rw"] if self.rw else []))
+             "--cache-dir", str(self.cache_dir), "--log", str(self.log)] + (["--rw"] if self.rw else []),
+            env=self.env)
 
     def _umount(self) -> None:
         run([sys.executable, "-m", "tfrfs", "umount", str(self.mnt)])
@@ -151,7 +154,7 @@ class Ratarmount(Tool):
     name = "ratarmount"
     VENV = OUT / "ratarmount-venv"
 
-    def __init__(self, mnt: Path, tar: Path, index: Path, fuse_opts: str) -> None:
+    def __init__(self, mnt: Path, tar: Path | str, index: Path, fuse_opts: str) -> None:
         super().__init__(mnt)
         self.tar, self.index, self.fuse_opts = tar, index, fuse_opts
         self.bin = self.VENV / "bin" / "ratarmount"
