@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from . import __version__, mounttab
 from .errors import TfrfsError, UsageError
@@ -66,13 +66,20 @@ def open_args(args: argparse.Namespace) -> Source:
                        cache_dir=getattr(args, "cache_dir", None), cache_size=getattr(args, "cache_size", None))
 
 
-def open_dataset(args: argparse.Namespace, *, quiet: bool = False) -> tuple[Source, list[ShardIndex], IndexCache]:
-    """SOURCE's shards, indexed, with progress on stderr unless ``quiet``."""
+def open_dataset(args: argparse.Namespace, *, quiet: bool = False,
+                 on_progress: Callable[[str, bool], None] | None = None) -> tuple[Source, list[ShardIndex], IndexCache]:
+    """SOURCE's shards, indexed, with progress on stderr (or to ``on_progress``) unless ``quiet``."""
     progress = Progress("indexing")
+    show = on_progress or (lambda text, final: progress.update(text, final=final))
+    sent = [0.0]
 
     def report(done: int, total: int, records: int, done_bytes: int, total_bytes: int) -> None:
-        progress.update(f"{done}/{total} shards, {records:,} records, "
-                        f"{done_bytes / 2**20:,.0f}/{total_bytes / 2**20:,.0f} MiB", final=done == total)
+        now = time.monotonic()
+        if on_progress is not None and done != total and now - sent[0] < 0.1:
+            return   # the command that shows it paces itself too
+        sent[0] = now
+        show(f"{done}/{total} shards, {records:,} records, "
+             f"{done_bytes / 2**20:,.0f}/{total_bytes / 2**20:,.0f} MiB", done == total)
 
     src = open_args(args)
     try:
@@ -135,10 +142,18 @@ def cmd_mount(args: argparse.Namespace) -> int:
     for noisy in ("botocore", "aiobotocore", "s3fs", "fsspec", "gcsfs", "urllib3", "asyncio", "google"):
         logging.getLogger(noisy).setLevel(logging.WARNING)   # the requests are tfrfs's own lines
     _raise_fd_limit()
-    from .mount import open_mount
-    src, indexes, cache = open_dataset(args, quiet=args.daemon)
-    m = open_mount(src, writable=args.rw, records=args.records, decode_raw=not args.no_decode_raw,
-                   indexed=(indexes, cache))
+    report = Report(args.report_fd)
+    try:
+        m = _open_for_mount(args, report)
+    except BaseException as exc:
+        if isinstance(exc, TfrfsError):
+            report.send(error=str(exc), status=EXIT_USAGE if isinstance(exc, UsageError) else EXIT_PROBLEMS)
+        report.close()
+        raise
+    indexes = m.store.shards
+    report.send(indexed={"shards": len(indexes), "records": sum(i.count for i in indexes),
+                         "problems": sum(len(i.problems) for i in indexes)})
+    report.close()
     try:
         pending = m.status().pending
         if pending:
@@ -162,24 +177,62 @@ def cmd_mount(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _open_for_mount(args: argparse.Namespace, report: Report) -> Any:
+    """The daemon's mount: SOURCE found and indexed, with progress sent to the command that
+    started it (or shown on stderr with -f)."""
+    from .errors import Busy
+    from .mount import open_mount
+    if args.report_fd is None:
+        src, indexes, cache = open_dataset(args)
+    else:
+        src, indexes, cache = open_dataset(args, on_progress=lambda text, final: report.send(progress=text,
+                                                                                              final=final))
+    try:
+        if args.rw and not os.access(src.discovery.root, os.W_OK):
+            raise UsageError(f"{src.discovery.root}: not writable, so edits cannot be staged there "
+                             "(mount without --rw)")
+        return open_mount(src, writable=args.rw, records=args.records, decode_raw=not args.no_decode_raw,
+                          indexed=(indexes, cache))
+    except Busy as exc:
+        src.close()
+        raise UsageError(f"{args.source} is already mounted writable by another tfrfs process; "
+                         "only one writable mount of a source at a time") from exc
+    except BaseException:
+        src.close()
+        raise
+
+
 def _raise_fd_limit() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+class Report:
+    """The daemon's messages to the command that started it, while it sets up (JSON lines on a
+    pipe): progress, what it indexed, or why it stopped. Without a pipe (``-f``), nothing."""
+
+    def __init__(self, fd: int | None) -> None:
+        self.fd = fd
+
+    def send(self, **message: object) -> None:
+        if self.fd is None:
+            return
+        try:
+            os.write(self.fd, (json.dumps(message) + "\n").encode())
+        except OSError:
+            self.fd = None   # the command is gone (interrupted): the daemon goes on
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
 def _spawn_daemon(args: argparse.Namespace, log_path: Path) -> int:
-    # Index here, with progress on the user's terminal; the daemon then loads it from the cache.
-    src, indexes, _ = open_dataset(args)
-    src.close()
-    disc = src.discovery
-    if args.rw:
-        from .staging import Staging
-        if not os.access(disc.root, os.W_OK):
-            raise UsageError(f"{disc.root}: not writable, so edits cannot be staged there (mount without --rw)")
-        if Staging(disc.root).is_locked():
-            raise UsageError(f"{args.source} is already mounted writable by another tfrfs process; "
-                             "only one writable mount of a source at a time")
+    """Start the daemon, show its progress, and return once the mount is usable. The daemon
+    finds and indexes the shards itself (once: a remote source is listed once), telling this
+    command how it goes through a pipe."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "tfrfs", "mount", args.source, args.mountpoint, "-f", "--daemon",
            "--log", str(log_path)]
@@ -200,28 +253,81 @@ def _spawn_daemon(args: argparse.Namespace, log_path: Path) -> int:
     for opt in args.options or []:
         cmd += ["-o", opt]
     cmd += ["--poll-us", str(args.poll_us)]
+    read_end, write_end = os.pipe()
+    cmd += ["--report-fd", str(write_end)]
     with open(log_path, "ab") as logf:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True)
-    deadline = time.monotonic() + MOUNT_WAIT_S
-    while time.monotonic() < deadline:
-        if mounttab.fstype_at(args.mountpoint) == FSTYPE and _serving(args.mountpoint, deadline):
-            records = sum(i.count for i in indexes)
-            print(f"mounted {args.source} at {args.mountpoint} ({len(indexes)} shards, {records:,} records, "
-                  f"{'read-write' if args.rw else 'read-only'}); log: {log_path}")
-            problems = sum(len(i.problems) for i in indexes)
-            if problems:
-                print(f"warning: {problems} problem(s) found in the data; see {args.mountpoint}/.tfrfs/errors",
-                      file=sys.stderr)
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True,
+                                pass_fds=(write_end,))
+    os.close(write_end)
+    try:
+        return _await_mount(args, log_path, proc, read_end)
+    finally:
+        os.close(read_end)
+
+
+def _await_mount(args: argparse.Namespace, log_path: Path, proc: subprocess.Popen, reports: int) -> int:
+    import select
+    progress = Progress("indexing")
+    indexed: dict | None = None
+    failure: dict | None = None
+    pending = b""
+    deadline: float | None = None   # set once indexing is done: then the mount must come up
+    while True:
+        if select.select([reports], [], [], 0.02)[0]:
+            chunk = os.read(reports, 65536)
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if "progress" in msg:
+                    progress.update(msg["progress"], final=bool(msg.get("final")))
+                elif "indexed" in msg:
+                    indexed = msg["indexed"]
+                    deadline = time.monotonic() + MOUNT_WAIT_S
+                elif "error" in msg:
+                    failure = msg
+        if indexed is not None and deadline is not None and mounttab.fstype_at(args.mountpoint) == FSTYPE \
+                and _serving(args.mountpoint, deadline):
+            print(f"mounted {args.source} at {args.mountpoint} ({indexed['shards']} shards, "
+                  f"{indexed['records']:,} records, {'read-write' if args.rw else 'read-only'}); log: {log_path}")
+            if indexed["problems"]:
+                print(f"warning: {indexed['problems']} problem(s) found in the data; "
+                      f"see {args.mountpoint}/.tfrfs/errors", file=sys.stderr)
             return EXIT_OK
         if proc.poll() is not None:
-            tail = _tail(log_path)
-            print(f"tfrfs: mount failed (daemon exited with status {proc.returncode}); log: {log_path}\n{tail}",
-                  file=sys.stderr)
+            if failure is None:
+                rest = pending + _drain(reports)
+                for line in rest.split(b"\n"):
+                    try:
+                        msg = json.loads(line)
+                    except ValueError:
+                        continue
+                    if "error" in msg:
+                        failure = msg
+            if failure is not None:
+                print(f"tfrfs: {failure['error']}", file=sys.stderr)
+                return int(failure.get("status", EXIT_PROBLEMS))
+            print(f"tfrfs: mount failed (daemon exited with status {proc.returncode}); log: {log_path}\n"
+                  f"{_tail(log_path)}", file=sys.stderr)
             return EXIT_PROBLEMS
-        time.sleep(0.02)
-    proc.terminate()
-    print(f"tfrfs: mount did not become ready within {MOUNT_WAIT_S:.0f}s; log: {log_path}", file=sys.stderr)
-    return EXIT_PROBLEMS
+        if deadline is not None and time.monotonic() > deadline:
+            proc.terminate()
+            print(f"tfrfs: mount did not become ready within {MOUNT_WAIT_S:.0f}s; log: {log_path}", file=sys.stderr)
+            return EXIT_PROBLEMS
+
+
+def _drain(fd: int) -> bytes:
+    out = b""
+    import select
+    while select.select([fd], [], [], 0)[0]:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        out += chunk
+    return out
 
 
 def _serving(mnt: str, deadline: float) -> bool:
@@ -522,6 +628,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="log at debug level: among others, every request to a remote store, with its "
                         "byte range and time")
     p.add_argument("--daemon", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--report-fd", type=int, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_mount)
 
     p = sub.add_parser("umount", help="unmount a tfrfs mount (committing staged edits first)",
