@@ -135,3 +135,12 @@ def test_gzip_shards_list_and_read_like_local_and_are_fetched_once(realdata: Pat
         if sizes[s] > SNIFF and s != EVAL_GZ.removeprefix("tfx/tfx/"):
             whole = [r for r in at_mount[s] if span(r, sizes[s]) == (0, sizes[s] - 1)]
             assert len(whole) == 1, f"{s}: expected one download at mount, got\n{show(at_mount[s])}"
+
+
+def test_http_glob_url_equals_local_glob(realdata: Path, http_server, tfrfs_mount, tmp_path: Path) -> None:
+    server = http_server(realdata)
+    local = tfrfs_mount(str(realdata / "tfrecord_lite" / "tests" / "*.tfrecord"),
+                        "--cache-dir", str(tmp_path / "local-cache"))
+    remote = tfrfs_mount(f"{server.url}/tfrecord_lite/tests/*.tfrecord")
+    assert sorted(os.listdir(remote)) == ["images.tfrecord", "test.tfrecord"]
+    assert_same(local, remote, ["images.tfrecord", "test.tfrecord"], every_record)
