@@ -107,12 +107,12 @@ def _default_log(cache_dir: str | None, mnt: str) -> Path:
     return base / "logs" / f"{os.path.basename(real) or 'root'}-{tag}.log"
 
 
-def _setup_logging(log_path: Path, *, also_stderr: bool) -> None:
+def _setup_logging(log_path: Path, *, also_stderr: bool, debug: bool = False) -> None:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     handlers: list[logging.Handler] = [logging.FileHandler(log_path)]
     if also_stderr:
         handlers.append(logging.StreamHandler(sys.stderr))
-    logging.basicConfig(level=logging.INFO, handlers=handlers, force=True,
+    logging.basicConfig(level=logging.DEBUG if debug else logging.INFO, handlers=handlers, force=True,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
@@ -131,7 +131,9 @@ def cmd_mount(args: argparse.Namespace) -> int:
     log_path = Path(args.log) if args.log else _default_log(args.cache_dir, args.mountpoint)
     if not args.foreground:
         return _spawn_daemon(args, log_path)
-    _setup_logging(log_path, also_stderr=not args.daemon)
+    _setup_logging(log_path, also_stderr=not args.daemon, debug=args.debug)
+    for noisy in ("botocore", "aiobotocore", "s3fs", "fsspec", "gcsfs", "urllib3", "asyncio", "google"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)   # the requests are tfrfs's own lines
     _raise_fd_limit()
     from .mount import open_mount
     src, indexes, cache = open_dataset(args, quiet=args.daemon)
@@ -191,6 +193,8 @@ def _spawn_daemon(args: argparse.Namespace, log_path: Path) -> int:
         cmd += ["--cache-dir", args.cache_dir]
     if args.cache_size is not None:
         cmd += ["--cache-size", str(args.cache_size)]
+    if args.debug:
+        cmd.append("--debug")
     if args.index_dir:
         cmd += ["--index-dir", args.index_dir]
     for opt in args.options or []:
@@ -479,7 +483,7 @@ def _add_source_options(p: argparse.ArgumentParser, *, index_dir: bool = True) -
                         "first (default 4G)")
     if index_dir:
         p.add_argument("--index-dir", metavar="DIR",
-                       help="also look for shard index files here (NAME.tfrfs-idx, DALI NAME.idx, NAME.tfindex)")
+                       help="also look for shard index files here (NAME.tfrfs-idx, DALI NAME.idx, NAME.tfindex; in the source's folders or flat)")
 
 
 def _add_read_options(p: argparse.ArgumentParser) -> None:
@@ -514,6 +518,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="after each request, watch N microseconds for the next before sleeping "
                         f"(default {POLL_US}; 0: sleep at once). Waking a sleeping daemon is slow on "
                         "virtual machines; once requests stop, it sleeps after N microseconds")
+    p.add_argument("--debug", action="store_true",
+                   help="log at debug level: among others, every request to a remote store, with its "
+                        "byte range and time")
     p.add_argument("--daemon", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_mount)
 
@@ -569,7 +576,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--beside", action="store_true", help="write each shard's index file next to the shard")
     p.add_argument("--format", choices=("tfrfs", "dali"), default="tfrfs",
                    help="index file format to write (default tfrfs; dali implies writing them)")
-    p.add_argument("--out-dir", metavar="DIR", help="write the index files into DIR instead of beside the shards")
+    p.add_argument("--out-dir", metavar="DIR", help="write the index files into DIR (the source's folders mirrored) instead of beside the shards; mount with --index-dir DIR to use them")
     _add_source_options(p)
     p.set_defaults(func=cmd_index)
     return parser

@@ -46,7 +46,7 @@ if fuse.fuse_version_major != 3:
 from . import fuse_loop
 from .errors import DataLoss, NoAttr, TfrfsError
 from .mount import Mount
-from .nodes import FILE_NODES, FileHandle, MetaFile, Stat
+from .nodes import FILE_NODES, FileHandle, MetaFile, RecordBin, RecordDir, ShardDir, Stat
 from .tree import Tree
 
 log = logging.getLogger("tfrfs")
@@ -63,7 +63,9 @@ _SETTLE_S = 0.25   # the most a read answered EIO waits for .tfrfs/errors to be 
 _LIBFUSE = fuse._libfuse._handle   # the libfuse the binding loaded, for what fuse_loop does below it
 
 
-_INO_BITS = (1 << 63) - 1
+_INO_BITS = (1 << 62) - 1          # inode numbers from a path's hash
+_RECORD_INO = 1 << 62               # a record's: this bit, its shard's number, its index + 1
+_RECORD_INO_INDEX = 34              # bits of the index (records a shard may hold: 2**34 - 1)
 
 
 def _ino(path: str) -> int:
@@ -76,6 +78,23 @@ def _ino(path: str) -> int:
     if path == "/":
         return 1   # the kernel numbers the root 1 (FUSE_ROOT_ID)
     return (hash(path) & _INO_BITS) or 2
+
+
+def _node_ino(path: str, node: object) -> int:
+    """``_ino``, except that a record's folder (or ``.bin``) is numbered in record order.
+
+    cp -r reads a folder's entries in inode order (coreutils sorts them so, to spare a disk's
+    seeks): numbered by hash, a shard's records would be read in a random order, and a remote
+    shard would cost a request for each; numbered in order, they are read in order, and the
+    remote reader reads ahead.
+    """
+    if isinstance(node, (RecordDir, RecordBin)) and isinstance(node.rid, int):
+        return _record_ino(node.shard, node.rid)
+    return _ino(path)
+
+
+def _record_ino(shard: int, index: int) -> int:
+    return _RECORD_INO | (shard << _RECORD_INO_INDEX) | (index + 1)
 
 
 def errno_of(exc: Exception, op: str, args: tuple) -> int:
@@ -217,10 +236,10 @@ class Operations(_Edge):
 
     # -- helpers --------------------------------------------------------------
 
-    def _attrs(self, st: Stat, path: str) -> dict[str, int]:
+    def _attrs(self, st: Stat, path: str, node: object = None) -> dict[str, int]:
         mode = (_stat.S_IFDIR | self.tree.dir_mode) if st.is_dir else (_stat.S_IFREG | self.tree.file_mode)
         return {
-            "st_ino": _ino(path),
+            "st_ino": _node_ino(path, node),
             "st_mode": mode, "st_nlink": st.nlink, "st_size": st.size,
             "st_uid": self.tree.uid, "st_gid": self.tree.gid,
             "st_mtime": st.mtime_ns, "st_ctime": st.mtime_ns, "st_atime": st.mtime_ns,
@@ -258,7 +277,8 @@ class Operations(_Edge):
                              name="tfrfs-readahead", daemon=True).start()
 
     def getattr(self, path: str, fh: Any = None) -> dict[str, int]:
-        return self._attrs(self.tree.stat(self.tree.lookup(path)), path)
+        node = self.tree.lookup(path)
+        return self._attrs(self.tree.stat(node), path, node)
 
     def access(self, path: str, amode: int) -> int:
         self.tree.lookup(path)
@@ -290,7 +310,12 @@ class Operations(_Edge):
         tree = self.tree
         if plus:
             for pos, name, child in tree.entries(node, max(0, offset - 2)):
-                yield pos + 3, name, self._attrs(tree.stat(child), prefix + name)
+                yield pos + 3, name, self._attrs(tree.stat(child), prefix + name, child)
+            return
+        if isinstance(node, ShardDir):
+            for _, name, child in tree.entries(node):
+                mode = _stat.S_IFDIR if isinstance(child, RecordDir) else _stat.S_IFREG
+                yield 0, name, {"st_mode": mode, "st_ino": _node_ino(prefix + name, child)}
             return
         for name, is_dir in tree.names(node):
             yield 0, name, {"st_mode": _stat.S_IFDIR if is_dir else _stat.S_IFREG, "st_ino": _ino(prefix + name)}
@@ -474,7 +499,7 @@ class WritableOperations(Operations):
         return True
 
     def statfs(self, path: str) -> dict[str, int]:
-        st = os.statvfs(self.tree.discovery.root)
+        st = os.statvfs(self.tree.discovery.access.local_folder())
         return {k: getattr(st, k) for k in ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail",
                                             "f_files", "f_ffree", "f_favail", "f_namemax")}
 

@@ -44,7 +44,12 @@ def default_cache_dir() -> Path:
     return Path(base) / "tfrfs"
 
 
+INDEX_SUFFIXES = (".tfrfs-idx", ".idx", ".tfindex", ".index")   # index files are never shards (SPEC 1)
+
+
 def named_like_shard(name: str) -> bool:
+    if name.endswith(INDEX_SUFFIXES):
+        return False
     return any(fnmatch.fnmatchcase(name, p) for p in _SHARD_NAME_PATTERNS)
 
 
@@ -253,7 +258,7 @@ def _discover_dir(source: str) -> Discovery:
             try:
                 if not stat.S_ISREG(os.stat(full).st_mode):
                     continue
-                comp = sniff_file(full)
+                comp = None if name.endswith(INDEX_SUFFIXES) else sniff_file(full)
             except OSError:
                 continue  # unreadable files are left out of the mirror
             if comp is None:
@@ -381,7 +386,11 @@ class IndexCache:
                 if os.path.getsize(raw_path) != meta["stream_size"]:
                     return None
             except OSError:
-                return None
+                defer = getattr(self.readers, "defer", None)
+                if defer is None:
+                    return None
+                # A remote shard: fetched and inflated when one of its records is first read.
+                defer(data_path, meta["stream_size"], lambda: self._decompress(shard))
         try:
             problems = [Problem(p["offset"], p["reason"], p["index"]) for p in meta["problems"]]
             return ShardIndex(shard, data_path, offsets, meta["kind"], problems, set(meta["bad"]))
@@ -420,12 +429,15 @@ class IndexCache:
     def _candidates(self, shard: ShardFile) -> list[str]:
         found = list(shard.shipped)
         if self.index_dir:
+            # As ``tfrfs index --out-dir`` writes them: the source's folders mirrored, or flat.
             name = os.path.basename(shard.relpath)
-            try:
-                present = set(os.listdir(self.index_dir))
-            except OSError:
-                present = set()
-            found += [os.path.join(self.index_dir, n) for n in shipped_names(name, present)]
+            for folder in dict.fromkeys((os.path.join(self.index_dir, os.path.dirname(shard.relpath)),
+                                         self.index_dir)):
+                try:
+                    present = set(os.listdir(folder))
+                except OSError:
+                    continue
+                found += [os.path.join(folder, n) for n in shipped_names(name, present)]
         return found
 
     def from_shipped(self, shard: ShardFile) -> ShardIndex | None:
@@ -457,10 +469,11 @@ class IndexCache:
         return None
 
     def _shipped_stream(self, shard: ShardFile, meta: dict, offsets: array) -> ShardIndex | None:
-        if shard.compression != tfrecord.NONE:
+        if shard.compression != tfrecord.NONE and not hasattr(self.readers, "defer"):
             self._decompress(shard)   # the offsets are of the plain stream
         idx = self._from_meta(shard, meta, offsets)
-        if idx is not None and not self._sample_holds(idx):
+        # (A compressed shard's sample is checked when its stream is made: see readers.remote.)
+        if idx is not None and shard.compression == tfrecord.NONE and not self._sample_holds(idx):
             raise ValueError("a record header at an indexed offset does not check")
         return idx
 

@@ -5,8 +5,10 @@ package's ``tfrecord.tools.tfrecord2idx.create_index`` write the same text: one 
 per record, ``OFFSET LENGTH\\n`` in plain decimal, OFFSET being where the record's
 8-byte length header starts and LENGTH the whole framed record (8 + 4 + data + 4).
 The separator is one space, every line (the last too) ends with a newline, and an
-empty shard gives an empty file. Both open the file in text mode, so on Windows the
-lines end with ``\\r\\n``; :func:`parse` accepts that, and a last line without newline.
+empty shard gives an empty file. Both write through a Python text-mode file, so on
+Windows the lines end with ``\\r\\n``; :func:`parse` accepts that, and a last line
+without newline. DALI's script has no default index name; the tfrecord package's
+directory mode writes STEM.tfindex (see :func:`candidate_names`).
 
 tfrfs keeps a shard's index as the header offset of every record plus the end of
 the last one; :func:`format_lines` and :func:`parse` convert between that and the
@@ -47,8 +49,8 @@ _REPLACEABLE_EXTENSIONS = (".tfrecord", ".tfrecords", ".record", ".records")
 MIN_RECORD = 16   # a framed record with no data: u64 length, two u32 checksums
 
 _LINE = b"%d %d\n"
-_FORMAT_CHUNK = 1 << 16          # records formatted per bytes-% call
-_PARSE_CHUNK = 1 << 20           # bytes of text parsed per json.loads call
+_FORMAT_CHUNK = 1 << 14          # records formatted per bytes-% call
+_PARSE_CHUNK = 1 << 17           # bytes of text parsed per json.loads call
 _DIGITS = b"0123456789"
 _TEXT_BYTES = _DIGITS + b" \n"
 _SEPARATORS_TO_COMMAS = bytes.maketrans(b" \n", b",,")

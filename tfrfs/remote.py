@@ -80,6 +80,8 @@ def describe(exc: BaseException) -> str:
         return "not found"
     if isinstance(exc, PermissionError):
         return "access denied (check the credentials)"
+    if "Credentials" in type(exc).__name__:
+        return f"no credentials found ({exc}): set them as the store's own tools expect them"
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if "Cannot connect" in text or "Connection refused" in text or "Could not connect" in text:
         return "cannot connect: " + text
@@ -87,8 +89,9 @@ def describe(exc: BaseException) -> str:
 
 
 def _final(exc: BaseException) -> bool:
-    """Whether retrying cannot help: the object is missing or access is denied."""
-    return isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError))
+    """Whether retrying cannot help: the object is missing, access is denied, no credentials."""
+    return (isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError))
+            or "Credentials" in type(exc).__name__)
 
 
 class Store:
@@ -129,9 +132,11 @@ class Store:
             try:
                 return fn()
             except Exception as exc:  # noqa: BLE001 - every store raises its own types
-                if _final(exc) or attempt == self.retries:
-                    if _final(exc):
-                        raise
+                if _final(exc) and not isinstance(exc, OSError):
+                    raise Unreachable(f"{url}: {what} failed: {describe(exc)}") from exc
+                if _final(exc):
+                    raise
+                if attempt == self.retries:
                     raise Unreachable(f"{url}: {what} failed after {attempt} attempt(s): {describe(exc)}") from exc
                 log.info("%s %s failed (%s); retrying in %.1fs", what, url, describe(exc), delay)
                 time.sleep(delay)
@@ -195,6 +200,7 @@ def _filesystem(protocol: str, scheme: str, options: dict[str, Any], timeout: fl
         config.setdefault("retries", {"total_max_attempts": 1, "mode": "standard"})
         config.setdefault("connect_timeout", min(timeout, 10.0))
         config.setdefault("read_timeout", timeout)
+        config.setdefault("max_pool_connections", 32)   # as many as requests in flight (sniffing, read-ahead)
         kwargs["config_kwargs"] = config
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         if endpoint and "endpoint_url" not in options:
@@ -277,8 +283,10 @@ def list_source(store: Store, url: str) -> Listing:
     """List a URL source: one object, a prefix (recursively) or a glob. Raises UsageError."""
     try:
         return _list(store, url)
-    except (Unreachable, UsageError):
+    except UsageError:
         raise
+    except Unreachable as exc:
+        raise UsageError(str(exc)) from exc
     except FileNotFoundError as exc:
         raise UsageError(f"{url}: no such bucket, object or prefix") from exc
     except PermissionError as exc:

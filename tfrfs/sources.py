@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 
 from . import idxfile
 from .errors import UsageError
-from .index import (SNIFF_BYTES, Discovery, IndexCache, IndexProgress, ShardFile, ShardIndex, SourceFiles,
+from .index import (INDEX_SUFFIXES, SNIFF_BYTES, Discovery, IndexCache, IndexProgress, ShardFile, ShardIndex, SourceFiles,
                     default_cache_dir, discover, index_all, judge_head, shipped_names)
 from .readers import Readers, default_readers
 from .remote import Listing, ObjectInfo, Store, describe, heads, is_url, list_source, plain_file_path
@@ -141,7 +141,8 @@ def discover_remote(store: Store, url: str, cache_dir: Path) -> Discovery:
     if listing.named:
         present[""] |= _names_beside(store, listing.root)
     shards: list[ShardFile] = []
-    plain: list[str] = []
+    plain: list[str] = [rel for rel, _ in files if rel.endswith(INDEX_SUFFIXES)]   # never shards: not read
+    files = [(rel, obj) for rel, obj in files if not rel.endswith(INDEX_SUFFIXES)]
     for (rel, obj), head in zip(files, heads(store, [o for _, o in files], SNIFF_BYTES)):
         name = posixpath.basename(rel)
         if isinstance(head, BaseException):
@@ -165,6 +166,7 @@ def discover_remote(store: Store, url: str, cache_dir: Path) -> Discovery:
                                               else posixpath.join(listing.root, n) for n in beside)))
     if not shards:
         raise UsageError(f"{url}: no TFRecord shard there")
+    plain.sort()
     return Discovery(root=listing.root, shards=tuple(shards), plain_files=tuple(plain), dirs=listing.dirs,
                      mirrors_dir=not listing.named, files=RemoteFiles(store, listing, cache_dir), remote=True)
 
@@ -214,7 +216,8 @@ def ship_indexes(source: Source, indexes: list[ShardIndex], cache: IndexCache, *
         else:
             data, suffix = cache.shipped_bytes(idx), idxfile.SUFFIX
         if out_dir:
-            path = os.path.join(out_dir, posixpath.basename(shard.relpath) + suffix)
+            path = os.path.join(out_dir, shard.relpath + suffix)   # the source's folders, mirrored
+            os.makedirs(os.path.dirname(path), exist_ok=True)
             SourceFiles(out_dir).write_bytes(path, data)
         else:
             path = beside_path(shard, suffix)

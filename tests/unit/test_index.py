@@ -135,3 +135,49 @@ def test_index_memory_is_eight_bytes_a_record(tmp_path: Path) -> None:
     p = write_shard(tmp_path / "m.tfrecord", [b""] * 1000)
     idx = index.IndexCache(tmp_path / "c").build(index.discover(str(p)).shards[0])
     assert idx.offsets.itemsize * len(idx.offsets) <= 8 * (idx.count + 1)
+
+
+def _scans(source: Path, cache: Path, index_dir: str | None = None) -> tuple[int, list]:
+    from tfrfs.sources import index_source, open_source
+    src = open_source(str(source), cache_dir=cache)
+    try:
+        indexes, built = index_source(src, index_dir=index_dir)
+        return built.scans, [list(i.offsets) for i in indexes]
+    finally:
+        src.close()
+
+
+def test_index_files_beside_a_shard_save_the_scan_and_are_shown_as_plain_files(tmp_path: Path) -> None:
+    from tfrfs import loaderidx
+    from tfrfs.sources import index_source, open_source, ship_indexes
+    data = tmp_path / "data"
+    data.mkdir()
+    write_shard(data / "a.tfrecord", [example(x=i) for i in range(50)])
+    write_shard(data / "b.tfrecord", [example(y=i) for i in range(7)])
+    scans, offsets = _scans(data, tmp_path / "c1")
+    assert scans == 2
+    src = open_source(str(data), cache_dir=tmp_path / "c1")
+    indexes, cache = index_source(src)
+    ship_indexes(src, indexes, cache)
+    (data / "empty.tfrecord.idx").write_bytes(b"")            # an index file is never a shard
+    d = index.discover(str(data))
+    assert [s.relpath for s in d.shards] == ["a.tfrecord", "b.tfrecord"]
+    assert sorted(d.plain_files) == ["a.tfrecord.tfrfs-idx", "b.tfrecord.tfrfs-idx", "empty.tfrecord.idx"]
+    assert _scans(data, tmp_path / "c2") == (0, offsets)     # a new cache: the shipped files are used
+
+    # A shard changed after its index was shipped: that index is ignored, the shard scanned.
+    write_shard(data / "b.tfrecord", [example(y=i) for i in range(9)])
+    scans, again = _scans(data, tmp_path / "c3")
+    assert scans == 1 and again[0] == offsets[0] and len(again[1]) == 10
+
+    # The loaders' text index, as DALI's tfrecord2idx writes it, in an index folder.
+    (data / "a.tfrecord.tfrfs-idx").unlink()
+    (data / "b.tfrecord.tfrfs-idx").unlink()
+    idx_dir = tmp_path / "idx"
+    idx_dir.mkdir()
+    lines = "".join(f"{o} {n - o}\n" for o, n in zip(offsets[0], offsets[0][1:]))
+    (idx_dir / "a.idx").write_text(lines)                     # STEM.idx: .tfrecord replaced
+    (idx_dir / "b.tfrecord.idx").write_text(lines)            # another shard's: does not fit, ignored
+    scans, got = _scans(data, tmp_path / "c4", index_dir=str(idx_dir))
+    assert scans == 1 and got[0] == offsets[0] and len(got[1]) == 10
+    assert loaderidx.format_lines(got[0]).decode() == lines

@@ -25,6 +25,31 @@ FACTORIES: dict[str, Callable[[], Readers]] = {
     "local": LocalReaders,
     "plain": lambda: ReaderClass(PlainReader),
 }
+REMOTE = "remote over HTTP"   # the remote readers, reading the same files from a loopback HTTP server
+
+
+class OverHTTP:
+    """``Readers`` that open a local path as its URL on a loopback HTTP server serving ``root``,
+    through the remote readers (block cache, ranged requests)."""
+
+    def __init__(self, root: Path, cache: Path) -> None:
+        pytest.importorskip("fsspec")
+        pytest.importorskip("aiohttp")
+        from support.servers import RangeHTTPServer
+        from tfrfs.readers.remote import RemoteReaders
+        from tfrfs.remote import Store
+        self.root = root
+        self.server = RangeHTTPServer(root)
+        self.server.start()
+        self.remote = RemoteReaders(Store(self.server.url + "/"), cache)
+        self.name = "remote"
+
+    def open(self, path: str) -> ShardReader:
+        return self.remote.open(f"{self.server.url}/{Path(path).relative_to(self.root).as_posix()}")
+
+    def close(self) -> None:
+        self.remote.close()
+        self.server.stop()
 
 RECORDS = [b"", b"small", bytes(range(256)) * 300, os.urandom(200_000), os.urandom(150_000), b"tail"]
 
@@ -38,9 +63,9 @@ def _write(path: Path, records: list[bytes]) -> list[tuple[int, int]]:
     return spans
 
 
-@pytest.fixture(params=sorted(FACTORIES))
-def readers(request) -> Iterator[Readers]:
-    r = FACTORIES[request.param]()
+@pytest.fixture(params=[*sorted(FACTORIES), REMOTE])
+def readers(request, tmp_path: Path) -> Iterator[Readers]:
+    r: Readers = OverHTTP(tmp_path, tmp_path / "cache") if request.param == REMOTE else FACTORIES[request.param]()
     yield r
     r.close()
 

@@ -20,19 +20,26 @@ import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable
 
-from ..errors import Unreachable
-from ..remote import ObjectInfo, Store, cache_key, is_url
-from . import ShardReader
+from ..errors import DataLoss, Unreachable
+from ..remote import ObjectInfo, Store, cache_key, describe, is_url
+from . import Borrowed, Prepare, Served, ShardReader, Spans
 from .local import LocalReaders
 
 log = logging.getLogger("tfrfs")
 
 BLOCK = 1 << 20                 # bytes a block holds (the cache's unit)
-AHEAD_BLOCKS = 16               # blocks fetched ahead of reads in order
-AHEAD_REQUEST = 4               # blocks per read-ahead request
-AHEAD_WORKERS = 4
+AHEAD_REQUEST = 4               # blocks per read-ahead request at first ...
+AHEAD_REQUEST_MAX = 32          # ... doubling while reads stay in order, up to this
+AHEAD_WINDOW = 64               # blocks asked for ahead of the furthest read (at least two requests)
+AHEAD_WORKERS = 4               # read-ahead requests in flight at most
+_BEHIND = AHEAD_REQUEST_MAX     # blocks behind the furthest read that a read may touch and still be "in order"
+_SKIP = 2                       # blocks a read may skip ahead and still be "in order" (a scan of headers)
 DEFAULT_CACHE_SIZE = 4 << 30    # bytes of blocks kept on disk by default
+
+
+Block = bytes | memoryview   # a block just fetched: a slice of the response, not copied
 
 
 class BlockCache:
@@ -152,24 +159,32 @@ class RemoteReaders:
         self.local = LocalReaders()
         self.objects: dict[str, ObjectInfo] = {}
         self.pool = ThreadPoolExecutor(AHEAD_WORKERS, thread_name_prefix="tfrfs-fetch")
-        self._inflight: dict[tuple[str, int], Future[bytes]] = {}
+        self._inflight: dict[tuple[str, int], Future[Block]] = {}
         self._lock = threading.Lock()
+        self._deferred: dict[str, tuple[int, Callable[[], object]]] = {}
 
     def know(self, objects: list[ObjectInfo]) -> None:
         """Objects whose size and identity a listing already gave (no look-up when opened)."""
         for obj in objects:
             self.objects[obj.url] = obj
 
+    def defer(self, path: str, size: int, make: Callable[[], object]) -> None:
+        """The local file ``path`` (a compressed shard's plain stream, ``size`` bytes) is made by
+        ``make`` when it is first read."""
+        self._deferred[path] = (size, make)
+
     def open(self, path: str) -> ShardReader:
         if not is_url(path):
+            if path in self._deferred and not os.path.exists(path):
+                size, make = self._deferred[path]
+                return DeferredReader(self, path, size, make)
             return self.local.open(path)
         obj = self.objects.get(path)
         if obj is None:
             from ..remote import object_info
             info = self.store.info(path)
             obj = object_info(self.store, {**info, "name": info.get("name", self.store.path_of(path))})
-            obj = ObjectInfo(path, obj.size, obj.identity, obj.mtime_ns)
-            self.objects[path] = obj
+            obj = ObjectInfo(path, obj.size, obj.identity, obj.mtime_ns)   # asked anew each time
         return RemoteReader(self, obj)
 
     def close(self) -> None:
@@ -180,13 +195,13 @@ class RemoteReaders:
 
     # -- fetching ----------------------------------------------------------------
 
-    def fetch(self, reader: RemoteReader, first: int, last: int) -> dict[int, bytes]:
+    def fetch(self, reader: RemoteReader, first: int, last: int) -> dict[int, Block]:
         """Blocks ``first``..``last`` of ``reader``'s object that are neither cached nor being
         fetched, in one ranged request; the blocks others are fetching are waited for. Returns the
         blocks it has in memory (the caller reads the rest from the cache)."""
         key = reader.key
         mine: list[int] = []
-        waits: dict[int, Future[bytes]] = {}
+        waits: dict[int, Future[Block]] = {}
         with self._lock:
             for n in range(first, last + 1):
                 if (key, n) in self._inflight:
@@ -199,17 +214,17 @@ class RemoteReaders:
                 futures = {}
                 for n in mine:
                     if (key, n) not in self._inflight:
-                        fut: Future[bytes] = Future()
+                        fut: Future[Block] = Future()
                         self._inflight[(key, n)] = fut
                         futures[n] = fut
-        got: dict[int, bytes] = {}
+        got: dict[int, Block] = {}
         if mine:
             got = self._get(reader, mine[0], mine[-1], futures)
         for n, fut in waits.items():
             got[n] = fut.result()
         return got
 
-    def _get(self, reader: RemoteReader, lo: int, hi: int, futures: dict[int, Future[bytes]]) -> dict[int, bytes]:
+    def _get(self, reader: RemoteReader, lo: int, hi: int, futures: dict[int, Future[Block]]) -> dict[int, Block]:
         key = reader.key
         start, end = lo * BLOCK, min((hi + 1) * BLOCK, reader.size)
         try:
@@ -221,9 +236,9 @@ class RemoteReaders:
                     fut.set_exception(exc)
             raise
         view = memoryview(data)
-        got = {}
+        got: dict[int, Block] = {}
         for n in range(lo, hi + 1):
-            block = bytes(view[(n - lo) * BLOCK:(n - lo + 1) * BLOCK])
+            block = view[(n - lo) * BLOCK:(n - lo + 1) * BLOCK]   # no copy: the response's memory
             got[n] = block
             self.blocks.put(key, n, block)
         with self._lock:
@@ -232,28 +247,92 @@ class RemoteReaders:
                 fut.set_result(got[n])
         return got
 
-    def ahead(self, reader: RemoteReader, first: int) -> None:
-        """Fetch the blocks from ``first`` on (up to the read-ahead window) on the workers."""
-        last = min(first + AHEAD_BLOCKS - 1, reader.blocks - 1)
-        n = first
-        while n <= last:
-            with self._lock:
-                busy = (reader.key, n) in self._inflight
-            if busy or self.blocks.has(reader.key, n):
-                n += 1
+    def ahead(self, reader: RemoteReader, first: int, request: int) -> None:
+        """Keep the blocks of the window from block ``first`` on coming, ``request`` at a time.
+        A request goes out whole once the blocks asked for before it run short, so requests stay
+        large however little each read moves on."""
+        end = reader.blocks
+        window = max(min(AHEAD_WINDOW, AHEAD_WORKERS * request), 2 * request)
+        while True:
+            with reader._lock:
+                start = max(reader._ahead_until, first)
+                if start >= end or start - first > window - request:
+                    return
+                hi = min(start + request, end) - 1
+                reader._ahead_until = hi + 1
+            n = start
+            while n <= hi and (self.blocks.has(reader.key, n) or self._busy(reader.key, n)):
+                n += 1   # the run's first blocks are there already
+            if n > hi:
                 continue
-            hi = min(n + AHEAD_REQUEST - 1, last)
             try:
                 self.pool.submit(self._ahead_one, reader, n, hi)
             except RuntimeError:   # shutting down
                 return
-            n = hi + 1
+
+    def _busy(self, key: str, n: int) -> bool:
+        with self._lock:
+            return (key, n) in self._inflight
 
     def _ahead_one(self, reader: RemoteReader, lo: int, hi: int) -> None:
         try:
             self.fetch(reader, lo, hi)
         except Exception as exc:  # noqa: BLE001 - the read that needs the block reports it
             log.debug("read-ahead of %s blocks %d-%d failed: %s", reader.url, lo, hi, exc)
+
+
+class DeferredReader(ShardReader):
+    """A compressed remote shard's plain stream, fetched and inflated into the cache when first
+    read (a shipped index told its offsets at mount, with no download)."""
+
+    def __init__(self, owner: RemoteReaders, path: str, size: int, make: Callable[[], object]) -> None:
+        self.owner = owner
+        self.path = path
+        self.size = size
+        self.identity = f"deferred:{path}"
+        self._make = make
+        self._real: ShardReader | None = None
+        self._lock = threading.Lock()
+
+    def _stream(self) -> ShardReader:
+        with self._lock:
+            if self._real is None:
+                if not os.path.exists(self.path):
+                    log.info("fetching and inflating %s", self.path)
+                    try:
+                        self._make()
+                    except (DataLoss, Unreachable):
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - the store's own errors
+                        raise Unreachable(f"cannot fetch the compressed shard: {describe(exc)}") from exc
+                real = self.owner.local.open(self.path)
+                if real.size != self.size:
+                    real.close()
+                    raise DataLoss(f"the inflated shard has {real.size} bytes, its index says {self.size}")
+                self._real = real
+            return self._real
+
+    def pread(self, size: int, offset: int) -> bytes:
+        return self._stream().pread(size, offset)
+
+    def fileno(self) -> int | None:
+        return self._stream().fileno()
+
+    def record(self, offset: int, length: int, *, verify: bool = True) -> bytes:
+        return self._stream().record(offset, length, verify=verify)
+
+    def borrow(self, index: int, offset: int, length: int, *, following: Spans | None = None,
+               prepare: Prepare | None = None) -> Borrowed:
+        return self._stream().borrow(index, offset, length, following=following, prepare=prepare)
+
+    def serve(self, offset: int, size: int) -> Served:
+        return self._stream().serve(offset, size)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._real is not None:
+                self._real.close()
+                self._real = None
 
 
 class RemoteReader(ShardReader):
@@ -268,6 +347,8 @@ class RemoteReader(ShardReader):
         self.blocks = (obj.size + BLOCK - 1) // BLOCK
         self._next = -1          # the block a read in order would start in
         self._streak = 0
+        self._ahead_until = 0    # blocks before this one have been asked for ahead
+        self._run_start = -1     # the first block of the reads in order
         self._lock = threading.Lock()
 
     def pread(self, size: int, offset: int) -> bytes:
@@ -276,7 +357,7 @@ class RemoteReader(ShardReader):
             return b""
         first, last = offset // BLOCK, (end - 1) // BLOCK
         self._follow(first, last)
-        got: dict[int, bytes] = {}
+        got: dict[int, Block] = {}
         parts: list[bytes] = []
         for n in range(first, last + 1):
             lo = offset - n * BLOCK if n == first else 0
@@ -288,23 +369,29 @@ class RemoteReader(ShardReader):
                 block = got.get(n)
                 if block is None:   # fetched by another thread and already evicted: ask again
                     block = self.owner.store.read_range(self.url, n * BLOCK, min((n + 1) * BLOCK, self.size))
-                part = block[lo:hi]
+                part = bytes(block[lo:hi])
             parts.append(part)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def _follow(self, first: int, last: int) -> None:
-        """Notice reads in order; from the second on, keep the next blocks coming."""
+        """Notice reads in order; from the second block on, keep the next blocks coming, in
+        requests that grow while the reads stay in order (a request to a store costs its
+        latency, and on some servers time in proportion to the object, whatever its length)."""
         with self._lock:
-            if first == last == self._next - 1:
-                pass                       # another read in the block read last
-            elif self._next - 1 <= first <= self._next:
-                self._streak += 1
-            else:
-                self._streak = 0
-            self._next = last + 1
+            if self._next >= 0 and first <= self._next + _SKIP and last + 1 >= self._next:
+                if last + 1 > self._next:          # reaches past the blocks read so far
+                    self._streak += 1
+                    self._next = last + 1
+            elif not self._next - _BEHIND <= first < self._next:
+                self._streak = 0                   # elsewhere; only a read just behind (a file
+                self._next = last + 1              # of the record read last) keeps the streak
+                self._ahead_until = 0
+                self._run_start = first
             streak = self._streak
+            whole = self._run_start == 0           # read in order from the start: a copy or a scan
         if streak >= 2 and last + 1 < self.blocks:
-            self.owner.ahead(self, last + 1)
+            request = AHEAD_REQUEST_MAX if whole else min(AHEAD_REQUEST << (streak // 8), AHEAD_REQUEST_MAX)
+            self.owner.ahead(self, last + 1, request)
 
     def close(self) -> None:
         pass
