@@ -64,9 +64,12 @@ def test_s3_prefix_mount_equals_local(realdata: Path, s3, tfrfs_mount, tmp_path:
     # The damaged records read as EIO on both sides (SPEC 6), so the comparison saw them.
     assert snap[f"{PETS}/000000.bin"][3] == ("errno", 5)
     assert snap[SERENGETI][2] == ()
-    # Shard times are the objects' last-modified times (SPEC 1.1).
+    # Shard times are the objects' last-modified times (SPEC 1.1); a folder's, the newest object's
+    # in it (README).
     for shard in (LITE_TEST, PENGUIN_GZ):
         assert abs(os.stat(remote / shard).st_mtime - s3.last_modified(f"real/{shard}")) < 1.0
+    newest = max(s3.last_modified(k) for k in s3.keys("real/tfrecord_lite/"))
+    assert abs(os.stat(remote / "tfrecord_lite").st_mtime - newest) < 1.0
 
 
 def test_http_folder_mount_equals_local(realdata: Path, http_server, http_proxy, tfrfs_mount, tmp_path: Path) -> None:
