@@ -144,6 +144,24 @@ def test_inode_numbers_survive_the_kernel_forgetting(rw: bool, sample: Path, tmp
     assert listed == {e.name: os.stat(rec / e.name).st_ino for e in os.scandir(rec)}
 
 
+@pytest.mark.parametrize("rw", [False, True])
+def test_records_are_numbered_in_record_order(rw: bool, sample: Path, tmp_path: Path, tfrfs_mount) -> None:
+    """cp -r reads a folder's entries in inode order: a shard's records must come in record
+    order (a remote shard is then read in order, and read ahead), in listings and in stat."""
+    src = tmp_path / "src"
+    shutil.copytree(sample, src)
+    mnt = tfrfs_mount(src, *(["--rw"] if rw else []))
+    shards = ["train/train-00000-of-00002.tfrecord", "train/train-00001-of-00002.tfrecord",
+              "val/val-00000-of-00001.tfrecord", "mnist_raw.tfrecord"]   # the last: records as .bin
+    for shard in shards:
+        listed = [(e.inode(), e.name) for e in os.scandir(mnt / shard)]
+        assert len(listed) > 2
+        assert sorted(listed) == sorted(listed, key=lambda e: e[1])
+        assert [os.stat(mnt / shard / name).st_ino for _, name in listed] == [i for i, _ in listed]
+    ids = [os.stat(mnt / shard / name).st_ino for shard in shards for name in os.listdir(mnt / shard)]
+    assert len(set(ids)) == len(ids)
+
+
 def test_listings_carry_exact_attributes(sample: Path, tfrfs_mount) -> None:
     """A read-only listing hands the kernel each entry's attributes (readdirplus), and stat then
     answers from them without asking the daemon: they must be exactly what a lookup gives."""

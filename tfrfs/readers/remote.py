@@ -247,28 +247,15 @@ class RemoteReaders:
                 fut.set_result(got[n])
         return got
 
-    def ahead(self, reader: RemoteReader, first: int, request: int) -> None:
-        """Keep the blocks of the window from block ``first`` on coming, ``request`` at a time.
-        A request goes out whole once the blocks asked for before it run short, so requests stay
-        large however little each read moves on."""
-        end = reader.blocks
-        window = max(min(AHEAD_WINDOW, AHEAD_WORKERS * request), 2 * request)
-        while True:
-            with reader._lock:
-                start = max(reader._ahead_until, first)
-                if start >= end or start - first > window - request:
-                    return
-                hi = min(start + request, end) - 1
-                reader._ahead_until = hi + 1
-            n = start
-            while n <= hi and (self.blocks.has(reader.key, n) or self._busy(reader.key, n)):
-                n += 1   # the run's first blocks are there already
-            if n > hi:
-                continue
+    def ahead(self, reader: RemoteReader, lo: int, hi: int) -> None:
+        """Fetch blocks ``lo``..``hi`` of ``reader``'s object on a worker (those not there yet)."""
+        while lo <= hi and (self.blocks.has(reader.key, lo) or self._busy(reader.key, lo)):
+            lo += 1   # the run's first blocks are there already
+        if lo <= hi:
             try:
-                self.pool.submit(self._ahead_one, reader, n, hi)
+                self.pool.submit(self._ahead_one, reader, lo, hi)
             except RuntimeError:   # shutting down
-                return
+                pass
 
     def _busy(self, key: str, n: int) -> bool:
         with self._lock:
@@ -391,7 +378,21 @@ class RemoteReader(ShardReader):
             whole = self._run_start == 0           # read in order from the start: a copy or a scan
         if streak >= 2 and last + 1 < self.blocks:
             request = AHEAD_REQUEST_MAX if whole else min(AHEAD_REQUEST << (streak // 8), AHEAD_REQUEST_MAX)
-            self.owner.ahead(self, last + 1, request)
+            self._keep_ahead(last + 1, request)
+
+    def _keep_ahead(self, first: int, request: int) -> None:
+        """Keep the window of blocks from ``first`` on asked for, ``request`` blocks a request. A
+        request goes out whole once the blocks asked for before it run short, so requests stay
+        large however little each read moves on."""
+        window = max(min(AHEAD_WINDOW, AHEAD_WORKERS * request), 2 * request)
+        while True:
+            with self._lock:
+                start = max(self._ahead_until, first)
+                if start >= self.blocks or start - first > window - request:
+                    return
+                hi = min(start + request, self.blocks) - 1
+                self._ahead_until = hi + 1
+            self.owner.ahead(self, start, hi)
 
     def close(self) -> None:
         pass
