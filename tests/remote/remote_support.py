@@ -9,7 +9,6 @@ a digest of its content (or the errno reading it gave), and for a record folder 
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -39,7 +38,6 @@ PETS = f"{OD}/pets_examples.record"                                    # damaged
 SERENGETI = f"{OD}/snapshot_serengeti_sequence_examples.record"        # damaged: cut short at 0
 MNIST_TFDS = "tensorflow_datasets/mnist/3.0.1/mnist-test.tfrecord-00000-of-00001"   # 3.3 MB: 4 blocks
 TFDS_DIR = "tensorflow_datasets/mnist/3.0.1"
-RACCOON = "raccoon_dataset/data/test.record"                          # 2.4 MB of JPEGs: 3 blocks
 TFX_MNIST = "tfx/tfx/examples/mnist/data/mnist.tfrecord"               # 3.2 MB: 4 blocks
 CAPTCHA_VALID = "captcha_recognize/data/valid.tfrecords"
 LITE_TEST = "tfrecord_lite/tests/test.tfrecord"
@@ -251,7 +249,3 @@ def n_blocks(size: int) -> int:
 
 def show(requests: Iterable[Request]) -> str:
     return "\n".join(f"  {r.method} {r.path} {r.range_header or ''} -> {r.status}" for r in requests)
-
-
-def eio(result: bytes | int) -> bool:
-    return result == errno.EIO

@@ -208,6 +208,7 @@ def test_store_going_down_mid_read_gives_eio_then_recovers(s3, tfrfs_mount, tmp_
     reader = threading.Thread(target=lambda: result.append(read_file(m.file(index))))
     reader.start()
     time.sleep(0.5)
+    assert reader.is_alive(), f"the read did not wait for the stalled store: {result}"
     m.proxy.down()
     reader.join(30)
     assert not reader.is_alive(), "the read hangs after the store went down"
