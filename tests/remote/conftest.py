@@ -78,3 +78,59 @@ def http_proxy() -> Iterator[Callable[[RangeHTTPServer | str], FaultProxy]]:
     yield front
     for proxy in reversed(started):
         proxy.stop()
+
+
+# --- a bucket the daemon reaches through the proxy ------------------------------------------
+
+class S3Rig:
+    """One test's bucket on ``server``, reached by tfrfs subprocesses through ``proxy`` (their
+    environment is set by the ``s3`` fixture), with the proxy paths of its objects."""
+
+    def __init__(self, server: S3Server, proxy: FaultProxy, bucket: str) -> None:
+        self.server = server
+        self.proxy = proxy
+        self.bucket = bucket
+        server.make_bucket(bucket)
+
+    def url(self, key: str = "") -> str:
+        return f"s3://{self.bucket}/{key}" if key else f"s3://{self.bucket}"
+
+    def path(self, key: str) -> str:
+        """The path of the object ``key`` in the proxy's log (path-style addressing)."""
+        return f"/{self.bucket}/{key}"
+
+    def upload_tree(self, local: Path, prefix: str = "") -> list[str]:
+        return self.server.upload_tree(local, self.bucket, prefix)
+
+    def upload_file(self, local: Path, key: str) -> None:
+        self.server.upload_file(local, self.bucket, key)
+
+    def put(self, key: str, data: bytes) -> None:
+        self.server._direct().put_object(Bucket=self.bucket, Key=key, Body=data)
+
+    def get(self, key: str) -> bytes:
+        return self.server._direct().get_object(Bucket=self.bucket, Key=key)["Body"].read()
+
+    def delete(self, key: str) -> None:
+        self.server._direct().delete_object(Bucket=self.bucket, Key=key)
+
+    def keys(self, prefix: str = "") -> list[str]:
+        pages = self.server._direct().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
+        return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+    def last_modified(self, key: str) -> float:
+        head = self.server._direct().head_object(Bucket=self.bucket, Key=key)
+        return head["LastModified"].timestamp()
+
+
+@pytest.fixture
+def s3(s3_server: S3Server, s3_proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch) -> S3Rig:
+    """A fresh bucket ``data``; tfrfs processes started by the test reach it through ``s3_proxy``
+    (the AWS variables a user would set, in this process's environment, which they inherit)."""
+    for name, value in s3_server.env(s3_proxy.url).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    rig = S3Rig(s3_server, s3_proxy, "data")
+    s3_proxy.reset()
+    return rig
