@@ -145,8 +145,9 @@ def judge_head(head: bytes, name: str, *, named_as_source: bool,
     if not head:
         return tfrecord.NONE if named else None
     comp = tfrecord.sniff(head)
-    if comp in (tfrecord.GZIP, tfrecord.ZLIB) and not named:
-        # A compressed stream of zero records is an empty shard: judge it by name like an empty file.
+    if comp in (tfrecord.GZIP, tfrecord.ZLIB) and not named and not tfrecord.inflates_to_a_record(head, comp):
+        # A compressed stream of zero records is an empty shard: judge it by name like an empty
+        # file. Only when its first bytes inflate to nothing is the rest read to tell.
         if _decompresses_empty(stream, comp):
             return None
     return comp
@@ -283,6 +284,7 @@ class ShardIndex:
     detected_kind: str
     problems: list[Problem] = field(default_factory=list)
     bad: set[int] = field(default_factory=set)   # records known not to parse or verify
+    notes: list[str] = field(default_factory=list)   # index files found and ignored (not persisted)
 
     @property
     def count(self) -> int:
@@ -426,10 +428,13 @@ class IndexCache:
 
     # -- shipped indexes -------------------------------------------------------------
 
-    def _candidates(self, shard: ShardFile) -> list[str]:
-        found = list(shard.shipped)
+    def _candidates(self, shard: ShardFile) -> list[tuple[str, SourceFiles]]:
+        """Index files that may be the shard's, and what reads each: beside the shard (through
+        the source), then in ``index_dir`` (a local folder)."""
+        found = [(path, self.files) for path in shard.shipped]
         if self.index_dir:
             # As ``tfrfs index --out-dir`` writes them: the source's folders mirrored, or flat.
+            local = SourceFiles(self.index_dir)
             name = os.path.basename(shard.relpath)
             for folder in dict.fromkeys((os.path.join(self.index_dir, os.path.dirname(shard.relpath)),
                                          self.index_dir)):
@@ -437,36 +442,42 @@ class IndexCache:
                     present = set(os.listdir(folder))
                 except OSError:
                     continue
-                found += [os.path.join(folder, n) for n in shipped_names(name, present)]
+                found += [(os.path.join(folder, n), local) for n in shipped_names(name, present)]
         return found
 
-    def from_shipped(self, shard: ShardFile) -> ShardIndex | None:
-        """The index of an index file beside the shard (or in ``index_dir``) that matches it."""
+    def from_shipped(self, shard: ShardFile) -> tuple[ShardIndex | None, list[str]]:
+        """The index of an index file beside the shard (or in ``index_dir``) that matches it, and
+        why the others found were ignored."""
         from . import loaderidx
-        for path in self._candidates(shard):
+        ignored: list[str] = []
+        for path, files in self._candidates(shard):
             try:
-                data = self.files.read_bytes(path)
+                data = files.read_bytes(path)
             except OSError as exc:
-                log.info("%s: cannot read index file %s: %s", shard.relpath, path, exc)
+                ignored.append(f"index file {path} ignored: cannot read it: {exc}")
                 continue
             try:
                 if data.startswith(idxfile.MAGIC):
                     meta, offsets = idxfile.load(data)
                     if not _matches(meta, shard):
-                        log.info("%s: index file %s is of another version of the shard; ignored", shard.relpath, path)
+                        ignored.append(f"index file {path} ignored: it is of another version of the shard "
+                                       f"(size {meta.get('size')}, {meta.get('identity')}; the shard: "
+                                       f"size {shard.size}, {shard.identity})")
                         continue
                     idx = self._shipped_stream(shard, meta, offsets)
                 elif shard.compression == tfrecord.NONE:
                     idx = self._from_loader(shard, loaderidx.parse(data, stream_size=shard.size))
                 else:
-                    continue   # the loaders' indexes are of uncompressed shards
+                    ignored.append(f"index file {path} ignored: an OFFSET LENGTH index is of an uncompressed "
+                                   f"shard, this one is {shard.compression}")
+                    continue
             except (ValueError, OSError) as exc:
-                log.info("%s: index file %s does not fit the shard (%s); ignored", shard.relpath, path, exc)
+                ignored.append(f"index file {path} ignored: it does not fit the shard: {exc}")
                 continue
             if idx is not None:
                 log.info("%s: using the index file %s", shard.relpath, path)
-                return idx
-        return None
+                return idx, ignored
+        return None, ignored
 
     def _shipped_stream(self, shard: ShardFile, meta: dict, offsets: array) -> ShardIndex | None:
         if shard.compression != tfrecord.NONE and not hasattr(self.readers, "defer"):
@@ -546,13 +557,13 @@ class IndexCache:
         idx = self.load(shard)
         if idx is not None:
             return idx, True
-        idx = self.from_shipped(shard)
-        if idx is not None:
-            self.save(idx)
-            return idx, True
-        idx = self.build(shard)
+        shipped, ignored = self.from_shipped(shard)
+        for note in ignored:
+            log.warning("%s: %s", shard.relpath, note)
+        idx = shipped if shipped is not None else self.build(shard)
         self.save(idx)
-        return idx, False
+        idx.notes.extend(ignored)
+        return idx, shipped is not None
 
 
 def _matches(meta: dict, shard: ShardFile) -> bool:

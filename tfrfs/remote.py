@@ -42,6 +42,10 @@ DEFAULT_TIMEOUT_S = 30.0     # for one request
 T = TypeVar("T")
 
 
+class NoRanges(OSError):
+    """The server sent a whole object for a ranged request: retrying cannot help."""
+
+
 def is_url(source: str) -> bool:
     scheme, sep, _ = source.partition("://")
     return bool(sep) and scheme.lower() in SCHEMES
@@ -90,7 +94,7 @@ def describe(exc: BaseException) -> str:
 
 def _final(exc: BaseException) -> bool:
     """Whether retrying cannot help: the object is missing, access is denied, no credentials."""
-    return (isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError))
+    return (isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, NoRanges))
             or "Credentials" in type(exc).__name__)
 
 
@@ -150,18 +154,29 @@ class Store:
 
         def get() -> bytes:
             data = self.fs.cat_file(path, start=start, end=end, timeout=self.timeout)
+            if len(data) > end - start:
+                raise NoRanges(f"the server does not answer ranged requests: asked for {end - start} bytes "
+                               f"at {start}, it sent {len(data)}")
             if len(data) != end - start:
                 raise OSError(f"asked for {end - start} bytes at {start}, got {len(data)}")
             return bytes(data)
-        data = self.call("read", url, get)
+        data = self.read_call(url, get)
         with self._lock:
             self.fetched += len(data)
         log.debug("GET %s bytes=%d-%d (%.1f ms)", url, start, end - 1, (time.monotonic() - started) * 1e3)
         return data
 
+    def read_call(self, url: str, fn: Callable[[], T]) -> T:
+        """``call`` for a read while mounted: an object that went missing or became forbidden
+        since it was listed is a failed read (``Unreachable``, EIO), not a missing file."""
+        try:
+            return self.call("read", url, fn)
+        except (FileNotFoundError, PermissionError, NoRanges) as exc:
+            raise Unreachable(f"{url}: read failed: {describe(exc)}") from exc
+
     def read_all(self, url: str) -> bytes:
         path = self.path_of(url)
-        data = self.call("read", url, lambda: bytes(self.fs.cat_file(path, timeout=self.timeout)))
+        data = self.read_call(url, lambda: bytes(self.fs.cat_file(path, timeout=self.timeout)))
         with self._lock:
             self.fetched += len(data)
         return data
@@ -177,7 +192,7 @@ class Store:
     def open_stream(self, url: str) -> Any:
         """A sequential binary reader of the whole object (for decompressing a GZIP/ZLIB shard)."""
         path = self.path_of(url)
-        return self.call("open", url, lambda: self.fs.open(path, "rb", block_size=8 << 20, cache_type="readahead"))
+        return self.read_call(url, lambda: self.fs.open(path, "rb", block_size=8 << 20, cache_type="readahead"))
 
     def stats(self) -> str:
         with self._lock:
@@ -312,6 +327,8 @@ def _list(store: Store, url: str) -> Listing:
                 n += 1
             seen.add(name)
             shown.append((name, object_info(store, e)))
+        if store.protocol in ("http", "https"):
+            shown = _with_sizes(store, shown)   # an HTTP listing is links only: sizes come from HEAD
         return Listing(posixpath.dirname(matched[0][0]), tuple(shown), ("",), False)
     http = store.protocol in ("http", "https")
     is_dir = url.endswith("/")

@@ -156,6 +156,13 @@ def _decompress_head(data: bytes, wbits: int) -> bytes | None:
         return None
 
 
+def inflates_to_a_record(head: bytes, compression: str) -> bool:
+    """Whether the first bytes of a GZIP/ZLIB file inflate to a sound first record header."""
+    wbits = 16 + zlib.MAX_WBITS if compression == GZIP else zlib.MAX_WBITS
+    out = _decompress_head(head, wbits)
+    return out is not None and _first_header_ok(out)
+
+
 def sniff(head: bytes) -> str | None:
     """The compression under which ``head`` (the file's first bytes) starts a shard.
 

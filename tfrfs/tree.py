@@ -50,6 +50,8 @@ class Tree:
         for idx in store.shards:
             for p in idx.problems:
                 self.errors.add(idx.shard.relpath, p.index, p.offset, p.reason)
+            for note in idx.notes:
+                self.errors.add(idx.shard.relpath, None, None, note)
         self.meta.children["schema.json"] = MetaFile("schema.json", self.schema.as_json)
         self.meta.children["errors"] = MetaFile("errors", self.errors.render)
         if store.staging is not None:

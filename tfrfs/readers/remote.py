@@ -162,6 +162,7 @@ class RemoteReaders:
         self._inflight: dict[tuple[str, int], Future[Block]] = {}
         self._lock = threading.Lock()
         self._deferred: dict[str, tuple[int, Callable[[], object]]] = {}
+        self.closed = False
 
     def know(self, objects: list[ObjectInfo]) -> None:
         """Objects whose size and identity a listing already gave (no look-up when opened)."""
@@ -188,6 +189,9 @@ class RemoteReaders:
         return RemoteReader(self, obj)
 
     def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.local.close()
         log.info("remote reads: %s; %d block reads from the cache (%.1f MiB cached)", self.store.stats(),
