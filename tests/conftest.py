@@ -11,6 +11,9 @@ from typing import Callable, Iterator
 
 import pytest
 
+# The loopback servers' fixtures (s3_server, s3_proxy, http_server, http_proxy, s3) for tests/remote.
+pytest_plugins = ["support.remote_fixtures"]
+
 REPO = Path(__file__).resolve().parent.parent
 REALDATA = Path(os.environ.get("TFRFS_REALDATA", REPO.parent / "shared" / "realdata"))
 

@@ -139,9 +139,12 @@ def cmd_mount(args: argparse.Namespace) -> int:
     if not args.foreground:
         return _spawn_daemon(args, log_path)
     _setup_logging(log_path, also_stderr=not args.daemon, debug=args.debug)
-    for noisy in ("botocore", "aiobotocore", "s3fs", "fsspec", "gcsfs", "urllib3", "asyncio", "google"):
+    for noisy in ("botocore", "aiobotocore", "s3fs", "fsspec", "gcsfs", "urllib3", "asyncio", "google", "fuse"):
         logging.getLogger(noisy).setLevel(logging.WARNING)   # the requests are tfrfs's own lines
     _raise_fd_limit()
+    # The FUSE adapter loads while the shards are found (a remote source waits on the network).
+    import threading
+    threading.Thread(target=_preload, args=("tfrfs.fuse_ops",), daemon=True).start()
     report = Report(args.report_fd)
     try:
         m = _open_for_mount(args, report)
@@ -175,6 +178,14 @@ def cmd_mount(args: argparse.Namespace) -> int:
         m.close()
     log.info("unmounted %s", args.mountpoint)
     return EXIT_OK
+
+
+def _preload(module: str) -> None:
+    import importlib
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        pass   # reported where it is imported for use
 
 
 def _open_for_mount(args: argparse.Namespace, report: Report) -> Any:

@@ -10,6 +10,7 @@ import itertools
 import logging
 import os
 import posixpath
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -19,7 +20,8 @@ from .errors import UsageError
 from .index import (INDEX_SUFFIXES, SNIFF_BYTES, Discovery, IndexCache, IndexProgress, ShardFile, ShardIndex, SourceFiles,
                     default_cache_dir, discover, index_all, judge_head, shipped_names)
 from .readers import Readers, default_readers
-from .remote import Listing, ObjectInfo, Store, describe, heads, is_url, list_source, plain_file_path
+from .remote import (SNIFF_WORKERS, Listing, ObjectInfo, Store, describe, heads, is_url, list_source,
+                     plain_file_path)
 
 log = logging.getLogger("tfrfs")
 
@@ -91,6 +93,7 @@ class RemoteFiles(SourceFiles):
         self.store = store
         self.cache_dir = cache_dir
         self.objects = {rel: obj for rel, obj in listing.files}
+        self.prefetched: dict[str, bytes] = {}   # index files read while finding the shards
         self.dir_times: dict[str, int] = {}
         for rel, obj in listing.files:
             d = posixpath.dirname(rel)
@@ -112,7 +115,8 @@ class RemoteFiles(SourceFiles):
         return plain_file_path(self.store, obj.url, obj.identity, self.cache_dir)
 
     def read_bytes(self, path: str) -> bytes:
-        return self.store.read_all(path)
+        data = self.prefetched.pop(path, None)
+        return data if data is not None else self.store.read_all(path)
 
     def write_bytes(self, path: str, data: bytes) -> None:
         self.store.write_all(path, data)
@@ -143,32 +147,69 @@ def discover_remote(store: Store, url: str, cache_dir: Path) -> Discovery:
     shards: list[ShardFile] = []
     plain: list[str] = [rel for rel, _ in files if rel.endswith(INDEX_SUFFIXES)]   # never shards: not read
     files = [(rel, obj) for rel, obj in files if not rel.endswith(INDEX_SUFFIXES)]
-    for (rel, obj), head in zip(files, heads(store, [o for _, o in files], SNIFF_BYTES)):
-        name = posixpath.basename(rel)
+    remote_files = RemoteFiles(store, listing, cache_dir)
+
+    def beside(rel: str, names: list[str]) -> tuple[str, ...]:
+        folder = posixpath.dirname(rel)
+        return tuple(posixpath.join(listing.root, folder, n) if folder else posixpath.join(listing.root, n)
+                     for n in names)
+
+    # A shard with its own index file beside it (NAME.tfrfs-idx, of this very object) is known
+    # from that file: it is fetched instead of the shard's first bytes (and kept for indexing).
+    shipped_of = {rel: beside(rel, [posixpath.basename(rel) + idxfile.SUFFIX])[0] for rel, _ in files
+                  if posixpath.basename(rel) + idxfile.SUFFIX in present.get(posixpath.dirname(rel), set())}
+    known = _compressions_shipped(remote_files, [(rel, obj, shipped_of[rel]) for rel, obj in files if rel in shipped_of])
+    rest = [(rel, obj) for rel, obj in files if rel not in known]
+    judged: dict[str, str | None | BaseException] = dict(known)
+    for (rel, obj), head in zip(rest, heads(store, [o for _, o in rest], SNIFF_BYTES)):
         if isinstance(head, BaseException):
+            judged[rel] = head
+        else:
+            judged[rel] = judge_head(head, posixpath.basename(rel), named_as_source=listing.named,
+                                     stream=lambda u=obj.url: store.open_stream(u))   # type: ignore[misc]
+    for rel, obj in files:
+        comp = judged[rel]
+        if isinstance(comp, BaseException):
             if listing.named:
-                raise UsageError(f"{obj.url}: cannot read: {describe(head)}")
-            log.warning("%s: cannot read, left out: %s", obj.url, describe(head))
+                raise UsageError(f"{obj.url}: cannot read: {describe(comp)}")
+            log.warning("%s: cannot read, left out: %s", obj.url, describe(comp))
             continue
-        comp = judge_head(head, name, named_as_source=listing.named,
-                          stream=lambda u=obj.url: store.open_stream(u))   # type: ignore[misc]
         if comp is None:
             if listing.named:
                 raise UsageError(f"{obj.url}: not a TFRecord file (its first record header has no valid checksum, "
                                  "plain or after GZIP/ZLIB decompression)")
             plain.append(rel)
             continue
-        folder = posixpath.dirname(rel)
-        beside = shipped_names(name, present.get(folder, set()))
+        names = shipped_names(posixpath.basename(rel), present.get(posixpath.dirname(rel), set()))
         shards.append(ShardFile(path=obj.url, relpath=rel, compression=comp, size=obj.size, mtime_ns=obj.mtime_ns,
-                                identity=obj.identity,
-                                shipped=tuple(posixpath.join(listing.root, folder, n) if folder
-                                              else posixpath.join(listing.root, n) for n in beside)))
+                                identity=obj.identity, shipped=beside(rel, names)))
     if not shards:
         raise UsageError(f"{url}: no TFRecord shard there")
     plain.sort()
     return Discovery(root=listing.root, shards=tuple(shards), plain_files=tuple(plain), dirs=listing.dirs,
-                     mirrors_dir=not listing.named, files=RemoteFiles(store, listing, cache_dir), remote=True)
+                     mirrors_dir=not listing.named, files=remote_files, remote=True)
+
+
+def _compressions_shipped(files: RemoteFiles, candidates: list[tuple[str, ObjectInfo, str]]) -> dict[str, str]:
+    """The compression of each shard whose ``NAME.tfrfs-idx`` is of this very object (same size
+    and identity), from that file, fetched in parallel; the file's bytes are kept for indexing.
+    Shards whose index file does not match are not in the answer (their first bytes tell)."""
+    def one(item: tuple[str, ObjectInfo, str]) -> tuple[str, str | None]:
+        rel, obj, path = item
+        try:
+            data = files.store.read_all(path)
+            meta, _ = idxfile.load(data)
+        except (OSError, idxfile.IndexFileError):
+            return rel, None
+        if meta.get("size") != obj.size or meta.get("identity") != obj.identity:
+            return rel, None
+        files.prefetched[path] = data
+        comp = meta.get("compression")
+        return rel, comp if isinstance(comp, str) else None
+    if not candidates:
+        return {}
+    with ThreadPoolExecutor(min(SNIFF_WORKERS, len(candidates))) as pool:
+        return {rel: comp for rel, comp in pool.map(one, candidates) if comp is not None}
 
 
 def _names_beside(store: Store, folder_url: str) -> set[str]:

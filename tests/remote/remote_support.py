@@ -21,11 +21,8 @@ import urllib.parse
 from pathlib import Path
 from typing import Callable, Iterable
 
+from conftest import REALDATA
 from support.servers import FaultProxy, Request
-
-# As ``tests/conftest.py`` finds it (that module is not importable by name from this folder,
-# whose own conftest.py takes the name).
-REALDATA = Path(os.environ.get("TFRFS_REALDATA", Path(__file__).resolve().parents[3] / "shared" / "realdata"))
 
 BLOCK = 1 << 20      # the remote reader's block (README, "Remote sources")
 SNIFF = 4096         # bytes of each object read to judge it (SPEC 1: shards by content)
