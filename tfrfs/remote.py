@@ -127,25 +127,30 @@ class Store:
     # -- requests ---------------------------------------------------------------
 
     def call(self, what: str, url: str, fn: Callable[[], T]) -> T:
-        """``fn()`` with retries and backoff; ``Unreachable`` (or the final error, when retrying
-        cannot help) naming ``url`` when every attempt failed."""
+        """``fn()``, retried with backoff. When retrying cannot help, the error as the store
+        raised it if it is a file error (missing, forbidden: the caller tells what that means),
+        else ``Unreachable`` naming ``url``; so too when every attempt failed."""
         delay = 0.1
-        for attempt in range(1, self.retries + 1):
+        attempt = 1
+        while True:
             with self._lock:
                 self.requests += 1
             try:
                 return fn()
-            except Exception as exc:  # noqa: BLE001 - every store raises its own types
-                if _final(exc) and not isinstance(exc, OSError):
-                    raise Unreachable(f"{url}: {what} failed: {describe(exc)}") from exc
+            except OSError as exc:
                 if _final(exc):
                     raise
-                if attempt == self.retries:
-                    raise Unreachable(f"{url}: {what} failed after {attempt} attempt(s): {describe(exc)}") from exc
-                log.info("%s %s failed (%s); retrying in %.1fs", what, url, describe(exc), delay)
-                time.sleep(delay)
-                delay = min(delay * 3, 5.0)
-        raise AssertionError("unreachable")
+                failure: Exception = exc
+            except Exception as exc:  # noqa: BLE001 - every store raises its own types
+                if _final(exc):   # no credentials
+                    raise Unreachable(f"{url}: {what} failed: {describe(exc)}") from exc
+                failure = exc
+            if attempt >= self.retries:
+                raise Unreachable(f"{url}: {what} failed after {attempt} attempt(s): {describe(failure)}") from failure
+            log.info("%s %s failed (%s); retrying in %.1fs", what, url, describe(failure), delay)
+            time.sleep(delay)
+            delay = min(delay * 3, 5.0)
+            attempt += 1
 
     def read_range(self, url: str, start: int, end: int) -> bytes:
         """Bytes ``start``..``end`` of an object in one ranged request (retried)."""
@@ -313,8 +318,8 @@ def list_source(store: Store, url: str) -> Listing:
 def _list(store: Store, url: str) -> Listing:
     scheme_len = len(url.partition("://")[0]) + 3
     if any(ch in url[scheme_len:] for ch in GLOB_CHARS):
-        found = store.call("list", url, lambda: store.fs.glob(store.path_of(url), detail=True))
-        matched = sorted((store.url_of(name), e) for name, e in found.items() if e.get("type") != "directory")
+        globbed = store.call("list", url, lambda: store.fs.glob(store.path_of(url), detail=True))
+        matched = sorted((store.url_of(name), e) for name, e in globbed.items() if e.get("type") != "directory")
         if not matched:
             raise UsageError(f"no object matches {url!r}")
         shown: list[tuple[str, ObjectInfo]] = []
@@ -332,6 +337,13 @@ def _list(store: Store, url: str) -> Listing:
         return Listing(posixpath.dirname(matched[0][0]), tuple(shown), ("",), False)
     http = store.protocol in ("http", "https")
     is_dir = url.endswith("/")
+    found: dict[str, Any] | None = None
+    if not is_dir and not http:
+        # A bucket lists a prefix in one request: list first, look the object up only if nothing
+        # is under it (a single-object SOURCE).
+        path = store.path_of(url).rstrip("/")
+        found = store.call("list", url, lambda: store.fs.find(path, detail=True, withdirs=True))
+        is_dir = any(name.startswith(path + "/") for name in found)
     if not is_dir:
         try:
             info = store.info(url)
@@ -347,8 +359,9 @@ def _list(store: Store, url: str) -> Listing:
             obj = ObjectInfo(url, obj.size, obj.identity, obj.mtime_ns)
             return Listing(posixpath.dirname(url), ((posixpath.basename(url), obj),), ("",), True)
     root = url.rstrip("/")
-    base = store.path_of(root if not http else root + "/")
-    found = store.call("list", url, lambda: store.fs.find(base, detail=True, withdirs=True))
+    if found is None:
+        base = store.path_of(root if not http else root + "/")
+        found = store.call("list", url, lambda: store.fs.find(base, detail=True, withdirs=True))
     prefix = store.path_of(root).rstrip("/") + "/"
     files: list[tuple[str, ObjectInfo]] = []
     dirs: set[str] = {""}

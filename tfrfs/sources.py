@@ -25,7 +25,8 @@ from .remote import (SNIFF_WORKERS, Listing, ObjectInfo, Store, describe, heads,
 
 log = logging.getLogger("tfrfs")
 
-REMOTE_INDEX_WORKERS = 8    # remote shards indexed at a time (their requests overlap)
+REMOTE_INDEX_WORKERS = 32   # remote shards indexed at a time (their requests overlap; the blocks of
+                            # scans share the readers' four fetch workers)
 _HIDDEN_PREFIXES = (".tfrfs-commit-",)
 _HIDDEN_NAMES = (".tfrfs-manifest",)
 
