@@ -31,8 +31,9 @@ log = logging.getLogger("tfrfs")
 
 BLOCK = 1 << 20                 # bytes a block holds (the cache's unit)
 AHEAD_REQUEST = 4               # blocks per read-ahead request at first ...
-AHEAD_REQUEST_MAX = 32          # ... doubling while reads stay in order, up to this
-AHEAD_REQUEST_WHOLE = 64        # blocks per request of reads in order from the start (a copy, a scan)
+AHEAD_REQUEST_MAX = 32          # ... doubling while reads stay in order (at once, for reads in order
+                                # from the start: a copy, a scan), up to this. A response is held
+                                # whole (twice, while the client joins it): this bounds the memory
 AHEAD_WINDOW = 64               # blocks asked for ahead of the furthest read (at least two requests)
 AHEAD_WORKERS = 4               # read-ahead requests in flight at most
 _BEHIND = AHEAD_REQUEST_MAX     # blocks behind the furthest read that a read may touch and still be "in order"
@@ -382,7 +383,7 @@ class RemoteReader(ShardReader):
             streak = self._streak
             whole = self._run_start == 0           # read in order from the start: a copy or a scan
         if streak >= 2 and last + 1 < self.blocks:
-            request = AHEAD_REQUEST_WHOLE if whole else min(AHEAD_REQUEST << (streak // 8), AHEAD_REQUEST_MAX)
+            request = AHEAD_REQUEST_MAX if whole else min(AHEAD_REQUEST << (streak // 8), AHEAD_REQUEST_MAX)
             self._keep_ahead(last + 1, request)
 
     def _keep_ahead(self, first: int, request: int) -> None:
