@@ -417,15 +417,15 @@ class _ProxyHandler(_QuietHandler):
             if proxy.sleep(proxy._stall_for(self.path)):
                 self.close_connection = True
                 return
+            proxy._log(self, fault)   # before answering: the client's next request may come at once
             self._send_fault(fault)
-            proxy._log(self, fault)
             return
         try:
             response = self._exchange(proxy, body)
         except OSError as exc:
             self._drop_upstream()
-            self.send_small(502, f"upstream unreachable: {exc}\n".encode())
             proxy._log(self, 502)
+            self.send_small(502, f"upstream unreachable: {exc}\n".encode())
             return
         try:
             if proxy.sleep(proxy._stall_for(self.path)):
