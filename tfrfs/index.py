@@ -95,13 +95,7 @@ class SourceFiles:
     def write_bytes(self, path: str, data: bytes) -> None:
         """Write a whole file atomically (temporary file, fsync, rename)."""
         from . import durable
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        durable.fsync_dir(os.path.dirname(path) or ".")
+        durable.write_file(path, data)
 
     def open_stream(self, path: str) -> BinaryIO:
         return open(path, "rb")
