@@ -224,10 +224,8 @@ def _names_beside(store: Store, folder_url: str) -> set[str]:
 
 
 def beside_path(shard: ShardFile, suffix: str = idxfile.SUFFIX) -> str:
-    """Where a shard's shipped index goes: ``NAME.tfrfs-idx`` in the shard's folder."""
-    if is_url(shard.path):
-        return shard.path + suffix
-    return os.fspath(shard.path) + suffix
+    """Where a shard's shipped index goes: ``NAME.tfrfs-idx`` in the shard's folder (or prefix)."""
+    return shard.path + suffix
 
 
 @dataclass(frozen=True)

@@ -404,4 +404,4 @@ class RemoteReader(ShardReader):
         pass
 
 
-__all__ = ["BLOCK", "BlockCache", "DEFAULT_CACHE_SIZE", "RemoteReader", "RemoteReaders", "Unreachable"]
+__all__ = ["BLOCK", "BlockCache", "DEFAULT_CACHE_SIZE", "DeferredReader", "RemoteReader", "RemoteReaders"]
