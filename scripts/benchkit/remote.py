@@ -36,7 +36,7 @@ from .common import REPO, WORK, progress, run, timed_shell
 from .datasets import build_dataset, derived_paths, file_lists, make_tar
 from .report import fmt, print_columns, samples_of, target_cell
 from .schedule import Abba, ToolRuns, drop_caches, run_phase_once, summarize, unmount_all
-from .tools import Profiler, Ratarmount, Tfrfs, Tool, proc_cpu
+from .tools import Profiler, Ratarmount, Tfrfs, Tool, Unmounted, proc_cpu
 from .workloads import (Phase, ReadInputs, Sample, ls_small, random_records, read_file, read_large,
                         walk_small)
 
@@ -248,24 +248,15 @@ class RemoteRatarmount(RemoteTool, Ratarmount):
         self.proc = None
 
 
-class S3fsCopy(RemoteTool, Tool):
+class S3fsCopy(RemoteTool, Unmounted):
     """The ceiling, not a competitor: a plain s3fs copy of a shard object to the local disk, in a
-    process of its own (s3copy.py). Nothing to mount."""
+    process of its own (s3copy.py)."""
 
     name = "s3fs copy"
 
     def __init__(self, bucket: Bucket) -> None:
         super().__init__(WORK / "s3fs-copy")
         self.bucket = bucket
-
-    def mount(self) -> float:
-        return 0.0
-
-    def umount(self) -> None:
-        pass
-
-    def reset_index(self) -> None:
-        pass
 
     def copy(self, key: str, dest: Path) -> float:
         out = run([sys.executable, str(Path(__file__).with_name("s3copy.py")), self.bucket.proxy.url,

@@ -189,11 +189,8 @@ class Ratarmount(Tool):
             self.index.unlink()
 
 
-class PlainFiles(Tool):
-    """No FUSE at all: the same files, copied onto the local disk, read by the same reader after
-    the same cache drop. Nothing to mount; it measures the ceiling, not a competitor."""
-
-    name = "plain files"
+class Unmounted(Tool):
+    """A ceiling, not a competitor: nothing to mount, unmount or index."""
 
     def mount(self) -> float:
         return 0.0
@@ -203,6 +200,13 @@ class PlainFiles(Tool):
 
     def reset_index(self) -> None:
         pass
+
+
+class PlainFiles(Unmounted):
+    """No FUSE at all: the same files, copied onto the local disk, read by the same reader after
+    the same cache drop. It measures the ceiling, not a competitor."""
+
+    name = "plain files"
 
     def fill(self, src: Path, rels: list[str]) -> None:
         """Copies ``rels`` from ``src`` (the tfrfs mount) once; a folder from an earlier run of

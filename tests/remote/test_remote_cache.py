@@ -16,17 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from remote_support import (BLOCK, MNIST_TFDS, REALDATA, TFX_MNIST, block_gets, blocks_fetched, cli, gets_of,
+from remote_support import (BLOCK, MNIST_TFDS, TFX_MNIST, block_gets, blocks_fetched, cli, gets_of,
                             n_blocks, read_file, record_offsets, show, span)
 
 pytestmark = pytest.mark.mount
 
-
-@pytest.fixture(scope="module")
-def realdata() -> Path:
-    if not REALDATA.is_dir():
-        pytest.skip(f"no real data at {REALDATA}")
-    return REALDATA
 
 
 def read_all(folder: Path) -> dict[str, bytes | int]:

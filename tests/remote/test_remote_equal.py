@@ -16,18 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from remote_support import (REALDATA, CAPTCHA_VALID, CSV_GZ, EVAL_GZ, LITE_TEST, PENGUIN_GZ, PETS, SEQ_GZ, SERENGETI, TFX,
+from remote_support import (CAPTCHA_VALID, CSV_GZ, EVAL_GZ, LITE_TEST, PENGUIN_GZ, PETS, SEQ_GZ, SERENGETI, TFX,
                             SNIFF, differences, every_record, gets_of, gz_shards, realdata_shards,
                             sample_records, show, snapshot, span, tfrfs_meta)
 
 pytestmark = pytest.mark.mount
 
-
-@pytest.fixture(scope="module")
-def realdata() -> Path:
-    if not REALDATA.is_dir():
-        pytest.skip(f"no real data at {REALDATA}")
-    return REALDATA
 
 
 def assert_same(local: Path, remote: Path, shards: list[str], pick=sample_records) -> dict[str, tuple]:

@@ -29,12 +29,6 @@ SHARD = Path(MNIST_TFDS).name            # mnist-test.tfrecord-00000-of-00001: 1
 FAST = ("-o", "retries=2,timeout=2")
 
 
-@pytest.fixture(scope="module")
-def realdata() -> Path:
-    if not REALDATA.is_dir():
-        pytest.skip(f"no real data at {REALDATA}")
-    return REALDATA
-
 
 def is_mounted(path: Path) -> bool:
     target = os.path.realpath(path)

@@ -27,12 +27,6 @@ CAPTCHA_TRAIN = "captcha_recognize/data/train.tfrecords"
 MNIST_NB = "notebook-benchmarks/tensorflow_datasets/mnist/3.0.1/mnist-test.tfrecord-00000-of-00001"
 
 
-@pytest.fixture(scope="module")
-def realdata() -> Path:
-    if not REALDATA.is_dir():
-        pytest.skip(f"no real data at {REALDATA}")
-    return REALDATA
-
 
 def copy_shards(dest: Path, rels: list[str], root: Path = REALDATA) -> Path:
     for rel in rels:

@@ -134,3 +134,12 @@ def s3(s3_server: S3Server, s3_proxy: FaultProxy, monkeypatch: pytest.MonkeyPatc
     rig = S3Rig(s3_server, s3_proxy, "data")
     s3_proxy.reset()
     return rig
+
+
+@pytest.fixture(scope="module")
+def realdata() -> Path:
+    """The real shards of ../shared/realdata (the tests that need them skip without)."""
+    from conftest import REALDATA
+    if not REALDATA.is_dir():
+        pytest.skip(f"no real data at {REALDATA}")
+    return REALDATA
