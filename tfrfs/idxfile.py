@@ -39,13 +39,16 @@ def dump(meta: dict[str, Any], offsets: array) -> bytes:
     return MAGIC + struct.pack("<I", len(blob)) + blob + body
 
 
-def load(data: bytes | memoryview) -> tuple[dict[str, Any], array]:
-    """(header, offsets as u64) of an index file. Raises IndexFileError."""
+def header(data: bytes | memoryview) -> tuple[dict[str, Any], int]:
+    """(header, where the offsets start) of an index file, from its first bytes (which must hold
+    the whole header). Raises IndexFileError."""
     view = memoryview(data)
     if bytes(view[:len(MAGIC)]) != MAGIC or len(view) < len(MAGIC) + 4:
         raise IndexFileError("not a tfrfs index file")
     (hlen,) = struct.unpack_from("<I", view, len(MAGIC))
     start = len(MAGIC) + 4
+    if len(view) < start + hlen:
+        raise IndexFileError("the header is cut short")
     try:
         meta = json.loads(bytes(view[start:start + hlen]))
     except ValueError as exc:
@@ -53,7 +56,14 @@ def load(data: bytes | memoryview) -> tuple[dict[str, Any], array]:
     if not isinstance(meta, dict) or meta.get("version") != VERSION:
         raise IndexFileError(f"index file version {meta.get('version') if isinstance(meta, dict) else '?'}, "
                              f"not {VERSION}")
-    body = view[start + hlen:]
+    return meta, start + hlen
+
+
+def load(data: bytes | memoryview) -> tuple[dict[str, Any], array]:
+    """(header, offsets as u64) of an index file. Raises IndexFileError."""
+    view = memoryview(data)
+    meta, start = header(view)
+    body = view[start:]
     width = meta.get("width")
     count = meta.get("count")
     if width not in (4, 8) or not isinstance(count, int) or len(body) != (count + 1) * width:

@@ -25,6 +25,7 @@ from .remote import (SNIFF_WORKERS, Listing, ObjectInfo, Store, describe, heads,
 
 log = logging.getLogger("tfrfs")
 
+PREFETCH_BYTES = 64 << 10   # of an index file read while finding the shards (all of a small one)
 REMOTE_INDEX_WORKERS = 32   # remote shards indexed at a time (their requests overlap; the blocks of
                             # scans share the readers' four fetch workers)
 _HIDDEN_PREFIXES = (".tfrfs-commit-",)
@@ -80,7 +81,11 @@ def index_source(source: Source, progress: IndexProgress | None = None,
         if progress is not None:
             progress(done, total, records, upto[done], upto[-1])
     workers = REMOTE_INDEX_WORKERS if source.remote else 1
-    return index_all(disc.shards, cache, report, workers), cache
+    try:
+        return index_all(disc.shards, cache, report, workers), cache
+    finally:
+        if isinstance(disc.files, RemoteFiles):
+            disc.files.prefetched.clear()   # index files the local cache made unneeded
 
 
 # --- remote ------------------------------------------------------------------------
@@ -193,18 +198,21 @@ def discover_remote(store: Store, url: str, cache_dir: Path) -> Discovery:
 
 def _compressions_shipped(files: RemoteFiles, candidates: list[tuple[str, ObjectInfo, str]]) -> dict[str, str]:
     """The compression of each shard whose ``NAME.tfrfs-idx`` is of this very object (same size
-    and identity), from that file, fetched in parallel; the file's bytes are kept for indexing.
-    Shards whose index file does not match are not in the answer (their first bytes tell)."""
+    and identity), from that file's header, fetched in parallel. Shards whose index file does not
+    match are not in the answer (their first bytes tell). A small index file is fetched whole and
+    kept for indexing (``RemoteFiles.prefetched``) until ``index_source`` is done with it."""
     def one(item: tuple[str, ObjectInfo, str]) -> tuple[str, str | None]:
         rel, obj, path = item
+        size = files.objects[rel + idxfile.SUFFIX].size   # the index file lies beside the shard
         try:
-            data = files.store.read_all(path)
-            meta, _ = idxfile.load(data)
+            head = files.store.read_range(path, 0, min(size, PREFETCH_BYTES))
+            meta, _ = idxfile.header(head)
         except (OSError, idxfile.IndexFileError):
             return rel, None
         if meta.get("size") != obj.size or meta.get("identity") != obj.identity:
             return rel, None
-        files.prefetched[path] = data
+        if len(head) == size:
+            files.prefetched[path] = head
         comp = meta.get("compression")
         return rel, comp if isinstance(comp, str) else None
     if not candidates:
