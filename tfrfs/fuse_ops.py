@@ -313,9 +313,9 @@ class Operations(_Edge):
                 yield pos + 3, name, self._attrs(tree.stat(child), prefix + name, child)
             return
         if isinstance(node, ShardDir):
-            for _, name, child in tree.entries(node):
-                mode = _stat.S_IFDIR if isinstance(child, RecordDir) else _stat.S_IFREG
-                yield 0, name, {"st_mode": mode, "st_ino": _node_ino(prefix + name, child)}
+            for rid, name, is_dir in tree.record_names(node):
+                ino = _record_ino(node.shard, rid) if isinstance(rid, int) else _ino(prefix + name)
+                yield 0, name, {"st_mode": _stat.S_IFDIR if is_dir else _stat.S_IFREG, "st_ino": ino}
             return
         for name, is_dir in tree.names(node):
             yield 0, name, {"st_mode": _stat.S_IFDIR if is_dir else _stat.S_IFREG, "st_ino": _ino(prefix + name)}

@@ -9,11 +9,10 @@ Views come from the pure renderer (``render``); bytes come through the shard rea
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Generic, Hashable, Iterator, TypeVar
+from typing import Any, Callable, Generic, Hashable, TypeVar
 
 from . import proto, tfrecord
 from .errors import DataLoss, Unreachable
@@ -112,8 +111,10 @@ class RecordStore:
         reader = self._readers[shard]
         assert reader is not None
         try:
-            with self._reporting(shard, index, offset):
-                return reader.record(offset, length), None
+            return reader.record(offset, length), None
+        except Unreachable as exc:
+            self._unreachable(shard, index, offset, exc)
+            raise
         except DataLoss as exc:
             self.errors.add(idx.shard.relpath, index, offset, str(exc))
             try:
@@ -167,18 +168,16 @@ class RecordStore:
         """``size`` bytes at ``offset`` of an image left in its shard."""
         reader = self._readers[where.shard]
         assert reader is not None
-        with self._reporting(where.shard, None, where.offset + offset):
+        try:
             return reader.serve(where.offset + offset, max(0, min(size, where.length - offset)))
+        except Unreachable as exc:
+            self._unreachable(where.shard, None, where.offset + offset, exc)
+            raise
 
-    @contextlib.contextmanager
-    def _reporting(self, shard: int, index: int | None, offset: int) -> Iterator[None]:
+    def _unreachable(self, shard: int, index: int | None, offset: int, exc: Unreachable) -> None:
         """Report a read that failed for want of the store (a remote shard): the read fails with
         EIO, the record is not marked bad, and a later read may succeed."""
-        try:
-            yield
-        except Unreachable as exc:
-            self.errors.add(self.shards[shard].shard.relpath, index, offset, str(exc))
-            raise
+        self.errors.add(self.shards[shard].shard.relpath, index, offset, str(exc))
 
     # -- views ---------------------------------------------------------------
 
@@ -233,9 +232,11 @@ class RecordStore:
         if length < IN_SHARD_MIN or reader is None or rid in idx.bad:
             return None
         try:
-            with self._reporting(shard, rid, offset):
-                lent = reader.borrow(rid, offset, length, following=functools.partial(self._large_span, shard),
-                                     prepare=functools.partial(self._prepare, shard))
+            lent = reader.borrow(rid, offset, length, following=functools.partial(self._large_span, shard),
+                                 prepare=functools.partial(self._prepare, shard))
+        except Unreachable as exc:
+            self._unreachable(shard, rid, offset, exc)
+            raise
         except DataLoss:
             return None
         view = None

@@ -233,6 +233,12 @@ class Tree:
                     for pos, name, _ in self._shard_names(shard_dir.shard, start))
         raise NotADir("not a folder")
 
+    def record_names(self, node: ShardDir) -> Iterator[tuple[RecordId, str, bool]]:
+        """(record id, name, is_dir) of a shard folder's entries, in ``names``' order: an
+        original record's id is its index, an added record's its name."""
+        count = self.store.shards[node.shard].count
+        return ((pos if pos < count else name, name, folder) for pos, name, folder in self._shard_names(node.shard))
+
     def _shard_names(self, shard: int, start: int = 0) -> Iterator[tuple[int, str, bool]]:
         """(position, name, is_dir) of a shard folder's entries: record i at position i,
         records added in --rw after the last one."""
