@@ -1,0 +1,276 @@
+"""A reference reader of TFRecord shards, damaged or not, written from the damaged-input contract
+(SPEC 1 and 6): which files are shards, their compression, the inflated stream, the records and
+the problems a mount, ``tfrfs verify`` and ``tfrfs repair`` must agree with.
+
+It is independent of tfrfs on purpose: only ``struct``, ``zlib`` and ``crc32c``. It is meant to be
+obviously right rather than fast (the resync loop tries every byte offset, compressed streams are
+inflated one input byte at a time), so it is for small shards only.
+
+Framing: a record at ``p`` is ``u64 len | u32 mcrc(len) | data | u32 mcrc(data)``, little-endian,
+where ``mcrc`` is the masked CRC-32C.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+import crc32c as _crc32c
+
+HEADER = 12          # u64 length + u32 masked crc of the length
+FRAME = 16           # header + u32 masked crc of the data
+
+SHARD_EXTS = r"(?:tfrecords?|tfrec|records?)"
+INDEX_SUFFIXES = (".tfrfs-idx", ".idx", ".tfindex", ".index")
+GZIP_SUFFIXES = (".gz", ".gzip")
+ZLIB_SUFFIXES = (".zlib",)
+
+NONE, GZIP, ZLIB = "NONE", "GZIP", "ZLIB"
+
+
+def masked_crc(data: bytes) -> int:
+    c = _crc32c.crc32c(data)
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def frame(data: bytes) -> bytes:
+    """One record as TensorFlow writes it."""
+    length = struct.pack("<Q", len(data))
+    return length + struct.pack("<I", masked_crc(length)) + data + struct.pack("<I", masked_crc(data))
+
+
+# --- names (SPEC 1) ------------------------------------------------------------------------------
+
+def is_index_name(name: str) -> bool:
+    return name.endswith(INDEX_SUFFIXES)
+
+
+def strip_compression_suffix(name: str) -> str:
+    for suffix in GZIP_SUFFIXES + ZLIB_SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def named_like_shard(name: str) -> bool:
+    """The name, less a final .gz/.gzip/.zlib, ends in a shard extension, or has one followed by
+    ``-`` and digits, or ends in ``-DIGITS-of-DIGITS``. Index files never are."""
+    if is_index_name(name):
+        return False
+    base = strip_compression_suffix(name)
+    return bool(re.search(r"\." + SHARD_EXTS + r"$", base)
+                or re.search(r"\." + SHARD_EXTS + r"-[0-9]+", base)
+                or re.search(r"-[0-9]+-of-[0-9]+$", base))
+
+
+# --- the framing walk of a plain stream ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class Record:
+    number: int          # 0, 1, 2, ... in file order, across gaps
+    offset: int          # of its header, in the (inflated) stream
+    data: bytes
+    data_crc_ok: bool
+
+    @property
+    def framed_end(self) -> int:
+        return self.offset + FRAME + len(self.data)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """``kind``: ``gap`` (resynced), ``cut`` (no resync: cut short or garbage to the end),
+    ``trailing`` (fewer than 12 bytes left), ``data_crc``, ``stream`` (inflation failed or the
+    compressed stream is cut short), ``stream_trailing`` (bytes after the end of the stream)."""
+
+    kind: str
+    offset: int
+    index: int | None
+    resync_offset: int | None = None
+    skipped: int | None = None
+    compressed_offset: int | None = None
+
+    def describe(self) -> str:
+        extra = "".join(f", {k}={getattr(self, k)}" for k in ("resync_offset", "skipped", "compressed_offset")
+                        if getattr(self, k) is not None)
+        return f"{self.kind} at offset {self.offset}, index {self.index}{extra}"
+
+
+def header_holds(stream: bytes, p: int) -> bool:
+    if p < 0 or p + HEADER > len(stream):
+        return False
+    (crc,) = struct.unpack_from("<I", stream, p + 8)
+    return masked_crc(stream[p:p + 8]) == crc
+
+
+def length_at(stream: bytes, p: int) -> int:
+    return struct.unpack_from("<Q", stream, p)[0]
+
+
+def record_fits(stream: bytes, p: int) -> bool:
+    """Header checksum holds and the whole record lies inside the stream."""
+    return header_holds(stream, p) and p + FRAME + length_at(stream, p) <= len(stream)
+
+
+def data_holds(stream: bytes, p: int) -> bool:
+    n = length_at(stream, p)
+    (crc,) = struct.unpack_from("<I", stream, p + HEADER + n)
+    return masked_crc(stream[p + HEADER:p + HEADER + n]) == crc
+
+
+def walk(stream: bytes) -> tuple[list[Record], list[Problem]]:
+    """The contract's framing walk: records in order, then the framing problems in order, then one
+    ``data_crc`` problem per record whose data checksum fails."""
+    size = len(stream)
+    pos = 0
+    records: list[Record] = []
+    problems: list[Problem] = []
+    while pos < size:
+        if size - pos < HEADER:
+            problems.append(Problem("trailing", pos, len(records), skipped=size - pos))
+            break
+        if record_fits(stream, pos):
+            n = length_at(stream, pos)
+            records.append(Record(len(records), pos, stream[pos + HEADER:pos + HEADER + n], data_holds(stream, pos)))
+            pos += FRAME + n
+            continue
+        resync = next((p for p in range(pos + 1, size - HEADER + 1)
+                       if record_fits(stream, p) and data_holds(stream, p)), None)
+        if resync is None:
+            problems.append(Problem("cut", pos, len(records), skipped=size - pos))
+            break
+        problems.append(Problem("gap", pos, len(records), resync_offset=resync, skipped=resync - pos))
+        pos = resync
+    problems += [Problem("data_crc", r.offset, r.number) for r in records if not r.data_crc_ok]
+    return records, problems
+
+
+# --- compressed streams --------------------------------------------------------------------------
+
+def inflate(data: bytes, compression: str) -> tuple[bytes, Problem | None]:
+    """The longest prefix that inflates, fed one input byte at a time (everything zlib gives back
+    before the byte that fails counts). GZIP members that follow one another are one stream.
+    Returns the prefix and at most one problem: ``stream`` when inflation fails (at the byte that
+    fails) or the input ends first (at the file size), ``stream_trailing`` when bytes follow the
+    end of the stream that do not start a new GZIP member."""
+    wbits = 31 if compression == GZIP else 15
+    out = bytearray()
+    pos, size = 0, len(data)
+    while True:
+        d = zlib.decompressobj(wbits)
+        while not d.eof:
+            if pos == size:
+                return bytes(out), Problem("stream", len(out), None, compressed_offset=size)
+            try:
+                out += d.decompress(data[pos:pos + 1])
+            except zlib.error:
+                return bytes(out), Problem("stream", len(out), None, compressed_offset=pos)
+            pos += 1
+        if pos == size:
+            return bytes(out), None
+        if compression == GZIP and data[pos:pos + 2] == b"\x1f\x8b":
+            continue                          # a new member: the stream goes on
+        return bytes(out), Problem("stream_trailing", len(out), None, compressed_offset=pos)
+
+
+def gzip_header_accepted(data: bytes) -> bool:
+    """Starts with the gzip magic and zlib takes its fixed 10-byte header."""
+    if data[:2] != b"\x1f\x8b":
+        return False
+    try:
+        zlib.decompressobj(31).decompress(data[:10])
+    except zlib.error:
+        return False
+    return True
+
+
+def zlib_header_valid(data: bytes) -> bool:
+    """RFC 1950: CM 8 (deflate), CINFO at most 7, and CMF*256 + FLG a multiple of 31."""
+    if len(data) < 2:
+        return False
+    cmf, flg = data[0], data[1]
+    return (cmf & 0x0F) == 8 and (cmf >> 4) <= 7 and ((cmf << 8) | flg) % 31 == 0
+
+
+def damaged_compression(data: bytes, name: str) -> str:
+    if name.endswith(GZIP_SUFFIXES) or gzip_header_accepted(data):
+        return GZIP
+    if name.endswith(ZLIB_SUFFIXES) or zlib_header_valid(data):
+        return ZLIB
+    return NONE
+
+
+# --- a whole file --------------------------------------------------------------------------------
+
+@dataclass
+class FileView:
+    name: str
+    is_shard: bool
+    compression: str | None = None
+    stream: bytes = b""                           # the inflated stream (the file itself if NONE)
+    records: list[Record] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    damaged_first_header: bool = False            # a shard because of its name, not its content
+
+    @property
+    def sound_records(self) -> list[Record]:
+        return [r for r in self.records if r.data_crc_ok]
+
+    @property
+    def tf_count(self) -> int:
+        """Records a TensorFlow-like reader gets: those before the first damage of any kind."""
+        first_bad = min((p.offset for p in self.problems), default=None)
+        n = 0
+        for r in self.records:
+            if first_bad is not None and r.offset >= first_bad:
+                break
+            n += 1
+        return n
+
+
+def shard_view(data: bytes, name: str, compression: str, *, damaged_first_header: bool = False) -> FileView:
+    stream_problem: Problem | None = None
+    if compression == NONE:
+        stream = data
+    else:
+        stream, stream_problem = inflate(data, compression)
+    records, problems = walk(stream)
+    if stream_problem is not None:
+        if stream_problem.kind == "stream":
+            # the damage of the compressed stream is what ends the walk: not reported twice
+            problems = [p for p in problems if p.kind not in ("trailing", "cut")]
+        problems.insert(0, stream_problem)
+    return FileView(name, True, compression, stream, records, problems, damaged_first_header)
+
+
+def first_header_sound(stream: bytes) -> bool:
+    return header_holds(stream, 0)
+
+
+def read_file(data: bytes, name: str, *, source: bool = False) -> FileView:
+    """What a file is (SPEC 1 and the contract): ``source`` when it is named as SOURCE itself,
+    rather than found in a folder."""
+    named = named_like_shard(name)
+    if is_index_name(name):
+        return FileView(name, False)
+    if not data:
+        return FileView(name, named or source, NONE if (named or source) else None)
+    if first_header_sound(data):
+        return shard_view(data, name, NONE)
+    for compression in (GZIP, ZLIB):
+        prefix, _ = inflate(data, compression)
+        if first_header_sound(prefix):
+            return shard_view(data, name, compression)
+    compression = damaged_compression(data, name)
+    view = shard_view(data, name, compression, damaged_first_header=True)
+    if named or (source and view.sound_records):
+        return view
+    return FileView(name, False)
+
+
+def tf_like_count(data: bytes, name: str) -> int:
+    """How many records a reader that stops at the first damage (as TensorFlow does) gets."""
+    view = read_file(data, name, source=True)
+    return view.tf_count if view.is_shard else 0
