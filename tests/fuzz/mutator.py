@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import struct
 import subprocess
 import sys
 import zlib
@@ -24,7 +25,7 @@ from typing import Callable
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from reference import GZIP, NONE, ZLIB, frame, inflate, read_file
+from reference import GZIP, NONE, ZLIB, frame, masked_crc, read_file
 
 HERE = Path(__file__).resolve().parent
 
@@ -216,6 +217,8 @@ def draw_mutants(bases: list[Base], count: int, seed_value: int) -> list[Mutant]
     """``count`` distinct mutants, the same ones for the same bases and seed: drawn once by
     Hypothesis (generation only: there is nothing to shrink, the checks come afterwards)."""
     found: dict[tuple[str, bytes], Mutant] = {}
+    if count <= 0:
+        return []
 
     @seed(seed_value)
     @settings(max_examples=count * 2, database=None, deadline=None, phases=[Phase.generate],
@@ -227,3 +230,42 @@ def draw_mutants(bases: list[Base], count: int, seed_value: int) -> list[Mutant]
 
     collect()
     return list(found.values())
+
+
+def edge_mutants(bases: list[Base]) -> list[Mutant]:
+    """Hand-made damage at the edges of the contract, checked like the drawn mutants: bytes after
+    a compressed stream (a gzip magic and junk, a lone first magic byte, zeros, a second ZLIB
+    stream), GZIP members one after the other, empty streams, files cut inside a header, a sound
+    header whose length runs past the end, a few trailing bytes, an empty record whose data crc
+    fails, and a plain shard whose damaged first header looks like a ZLIB header."""
+    lite = next(b for b in bases if b.key == "lite")
+    s = lite.stream
+    half = lite.spans[len(lite.spans) // 2][0]
+    g, z = compress(s, GZIP), compress(s, ZLIB)
+    huge = struct.pack("<Q", 2 ** 64 - 1)
+    bad_empty = frame(b"")[:-4] + struct.pack("<I", masked_crc(b"") ^ 1)
+    looks_zlib = bytearray(frame(b"x" * 376) + frame(b"second") + frame(b"third"))   # 78 01 ...
+    looks_zlib[9] ^= 1
+    gz, zl, pl = "edge.tfrecord.gz", "edge.tfrecord.zlib", "edge.tfrecord"
+    cases = [
+        (gz, g + b"\x1f\x8b" + b"junkjunk", "gzip magic and junk after the stream"),
+        (gz, g + b"\x1f\x8b", "gzip magic alone after the stream"),
+        (gz, g + b"\x1f", "the magic's first byte after the stream"),
+        (gz, g + b"\x00" * 20, "zeros after the stream"),
+        (gz, compress(s[:half], GZIP) + compress(s[half:], GZIP), "two gzip members, split at a record"),
+        (gz, compress(s[:half + 5], GZIP) + compress(s[half + 5:], GZIP), "two gzip members, split mid-record"),
+        (gz, g + compress(b"", GZIP), "a gzip member, then an empty one"),
+        (gz, compress(b"", GZIP), "an empty gzip stream"),
+        (gz, g[:5], "gzip cut inside its header"),
+        (zl, z + z, "a second zlib stream after the first"),
+        (zl, z[:1], "zlib cut inside its header"),
+        (zl, compress(b"", ZLIB), "an empty zlib stream"),
+        (pl, s + b"\x00" * 11, "11 zero bytes after the last record"),
+        (pl, s + b"\x00" * 12, "12 zero bytes after the last record"),
+        (pl, s + huge + struct.pack("<I", masked_crc(huge)) + b"abc", "a sound header of length 2**64-1"),
+        (pl, b"abc", "3 bytes only"),
+        (pl, b"", "an empty file"),
+        (pl, s[:half] + bad_empty + s[half:], "an empty record whose data crc fails"),
+        (pl, bytes(looks_zlib), "damaged first header whose bytes 78 01 look like a zlib header"),
+    ]
+    return [Mutant("edge", name, data, what) for name, data, what in cases]

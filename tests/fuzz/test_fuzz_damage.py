@@ -1,7 +1,8 @@
 """Fuzzing damaged shards: single-fault mutants of real shards (mutator.py), each compared with
 the reference reader (reference.py) through a real mount, ``tfrfs verify`` and ``tfrfs repair``.
 
-The mutants are drawn once by Hypothesis from a fixed seed, and checked in batches: one mount of
+The mutants are drawn once by Hypothesis from a fixed seed, after a few hand-made ones at the
+edges of the contract (mutator.edge_mutants), and checked in batches: one mount of
 a folder holding many mutants, each in its own sub-folder beside a healthy shard, is far cheaper
 than a mount per mutant. Every record is seen through ``--records raw`` (``NNNNNN.bin`` holding
 the record's bytes), so bytes compare directly.
@@ -46,7 +47,7 @@ from typing import Iterator
 import pytest
 
 from conftest import REALDATA, force_unmount, is_mounted, run_tfrfs
-from mutator import HEALTHY, Mutant, draw_mutants, realdata_bases, tf_written_bases
+from mutator import HEALTHY, Mutant, draw_mutants, edge_mutants, realdata_bases, tf_written_bases
 from reference import FileView, Problem, frame, read_file, shard_view
 
 pytestmark = pytest.mark.mount
@@ -128,7 +129,7 @@ def corpus(tmp_path_factory, request) -> Iterator[Corpus]:
     work = tmp_path_factory.mktemp("fuzz")
     t0 = time.monotonic()
     bases = realdata_bases(REALDATA) + tf_written_bases(work / "tf")
-    mutants = draw_mutants(bases, MUTANTS, SEED)
+    mutants = edge_mutants(bases) + draw_mutants(bases, MUTANTS, SEED)
     cases = [Case(i, m, read_file(m.data, m.name), read_file(m.data, m.name, source=True))
              for i, m in enumerate(mutants)]
     healthy = (REALDATA / HEALTHY).read_bytes()
@@ -143,9 +144,10 @@ def corpus(tmp_path_factory, request) -> Iterator[Corpus]:
     corpus = Corpus(root, cases, healthy, read_file(healthy, HEALTHY_NAME), tally, work)
     yield corpus
     summary = summarize(corpus)
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(summary)
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if capture is not None:
+        with capture.global_and_fixture_disabled():    # shown whether the tests pass or not
+            print("\n" + summary)
     else:
         print(summary)
     if SUMMARY:
@@ -165,7 +167,8 @@ def counts(corpus: Corpus) -> dict:
     shards = [c for c in cases if c.view.is_shard]
     damaged = sum(1 for c in shards if c.view.problems)
     return {
-        "seed": SEED, "mutants": len(cases), "damaged": damaged, "sound": len(shards) - damaged,
+        "seed": SEED, "mutants": len(cases), "hand_made": sum(1 for c in cases if c.mutant.base == "edge"),
+        "damaged": damaged, "sound": len(shards) - damaged,
         "not_shards": len(cases) - len(shards),
         "records": sum(len(c.view.records) for c in shards),
         "sound_records": sum(len(c.view.sound_records) for c in shards),
@@ -181,7 +184,8 @@ def summarize(corpus: Corpus) -> str:
     c = counts(corpus)
     checked = " ".join(f"{k}={v}" for k, v in c["checked"].items())
     times = " ".join(f"{k}={v}s" for k, v in c["seconds"].items())
-    return (f"fuzz summary: seed={c['seed']} mutants={c['mutants']} (damaged {c['damaged']}, sound {c['sound']}, "
+    return (f"fuzz summary: seed={c['seed']} mutants={c['mutants']} ({c['hand_made']} hand-made; "
+            f"damaged {c['damaged']}, sound {c['sound']}, "
             f"not shards {c['not_shards']}) records={c['records']} sound_records={c['sound_records']} "
             f"tf_reader_records={c['tf_records']} salvaged_beyond_tf={c['salvaged_beyond_tf']} "
             f"checked: {checked} failures={c['failures']} mismatches={c['mismatches']} [{times}]")
