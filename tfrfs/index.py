@@ -594,7 +594,7 @@ class IndexCache:
             offsets = array("Q", (offset for offset, _, _ in walk))
             offsets.append(walk.end if walk.count else 0)
             idx = ShardIndex(shard, data_path, offsets, "example",
-                             salvage.merge_stream_problem(stream_problem, walk.problems), ends=walk.ends)
+                             salvage.merge_stream_problem(stream_problem, walk), ends=walk.ends)
             idx.detected_kind = detect_kind(_sample_records(reader, idx))
         finally:
             reader.close()

@@ -121,6 +121,7 @@ class Walk:
     count: int = 0
     end: int = 0              # where the last record ends (0: no record)
     ok: bool = True           # the last record's data checksum held (with_data)
+    cut: bool = False         # the walk ended in a record cut short by the end of the stream
 
     def __iter__(self) -> Iterator[tuple[int, int, bytes | None]]:
         win = _Window(self.pread, self.size)
@@ -151,7 +152,10 @@ class Walk:
         says where)."""
         found = None if trailing else find_sound(self.pread, self.size, pos + 1)
         if found is None:
-            self.problems.append(Problem(pos, problem.reason, self.count, skipped=self.size - pos))
+            self.cut = trailing or problem.reason.startswith("record is cut short")
+            reason = problem.reason if self.cut else \
+                f"{problem.reason}; no sound record in the {self.size - pos} bytes after it"
+            self.problems.append(Problem(pos, reason, self.count, skipped=self.size - pos))
             return False
         if self.count:
             self.ends[self.count - 1] = pos
@@ -240,9 +244,12 @@ class _Inflater:
                                      "its end are served", compressed_offset=self.consumed)
 
 
-def merge_stream_problem(stream: Problem | None, framing: list[Problem]) -> list[Problem]:
+def merge_stream_problem(stream: Problem | None, walk: Walk) -> list[Problem]:
     """The problems of a compressed shard: the stream's damage, and the framing problems of what
-    inflated, except one that ends the walk at the damage (the same damage, seen again)."""
+    inflated, except a record cut short by the end of what inflated (the same damage, seen
+    again). A header that fails before that end is kept: it says where the records stop."""
     if stream is None:
-        return framing
-    return [stream] + [p for p in framing if p.resync_offset is not None or p.skipped is None]
+        return list(walk.problems)
+    if not walk.cut:
+        return [stream, *walk.problems]
+    return [stream, *walk.problems[:-1]]
