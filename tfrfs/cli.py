@@ -492,22 +492,84 @@ def cmd_discard(args: argparse.Namespace) -> int:
 
 # --- verify / inspect ------------------------------------------------------------
 
+def _shard_progress(what: str, shards: int) -> Callable[[Any, int, int], None]:
+    """Progress of a command that reads shard after shard: shards done, and the bytes read of the
+    one being read."""
+    progress = Progress(what)
+
+    def show(shard: Any, done: int, done_bytes: int) -> None:
+        if done == shards:
+            progress.update(f"{done}/{shards} shards", final=True)
+        else:
+            progress.update(f"{done}/{shards} shards, {shard.relpath}: {done_bytes / 2**20:,.0f} MiB")
+    return show
+
+
+def _problem_line(shard: str, p: Any) -> str:
+    where = f"record {p.index}" if p.index is not None else "stream"
+    line = f"{shard}: {where} at offset {p.offset}: {p.reason}"
+    if p.compressed_offset is not None:
+        line += f" (compressed offset {p.compressed_offset})"
+    return line
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
-    from .verify import verify_dataset
+    from .verify import verify_source
     src = open_args(args)
-    src.close()
-    disc = src.discovery
-    progress = Progress("verifying")
-    total = 0
-    problems = 0
-    for report in verify_dataset(disc, records=args.records, progress=progress.update):
-        total += report.records
-        for p in report.problems:
-            problems += 1
-            where = f"record {p.index}" if p.index is not None else "stream"
-            print(f"{report.shard.relpath}: {where} at offset {p.offset}: {p.reason}")
-    print(f"{len(disc.shards)} shards, {total:,} records checked, {problems} problem(s)")
+    try:
+        shards = src.discovery.shards
+        total = problems = 0
+        reports = []
+        for report in verify_source(src, records=args.records, progress=_shard_progress("verifying", len(shards))):
+            total += report.records
+            problems += len(report.problems)
+            if args.json:
+                reports.append(report.as_json())
+            for p in report.problems if not args.json else ():
+                print(_problem_line(report.shard.relpath, p), flush=True)
+    finally:
+        src.close()
+    if args.json:
+        print(json.dumps({"shards": reports, "records": total, "problems": problems}, indent=1, ensure_ascii=False))
+    else:
+        print(f"{len(shards)} shards, {total:,} records checked, {problems} problem(s)")
     return EXIT_PROBLEMS if problems else EXIT_OK
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    from .repair import repair_source
+    from .tfrecord import OVERHEAD
+    src = open_args(args)
+    failed = repaired = 0
+    try:
+        shards = src.discovery.shards
+        results = repair_source(src, backup=not args.no_backup, dry_run=args.dry_run,
+                                progress=_shard_progress("checking", len(shards)))
+        for r in results:
+            rel = r.shard.relpath
+            for p in r.report.problems:
+                if p.index not in r.report.unparsable:
+                    print(_problem_line(rel, p))
+            dropped = [f"record {i} (bytes {o}..{o + n + OVERHEAD})" for i, o, n in r.dropped_records]
+            dropped += [f"bytes {a}..{b}" for a, b in r.dropped_ranges if b > a]
+            if r.compressed_tail:
+                dropped.append(f"compressed bytes {r.compressed_tail[0]}..{r.compressed_tail[1]} (do not inflate)")
+            if r.error:
+                failed += 1
+                print(f"{rel}: NOT repaired: {r.error}", file=sys.stderr)
+                continue
+            repaired += 1
+            verb = "would keep" if args.dry_run else "repaired: kept"
+            print(f"{rel}: {verb} {r.kept:,} records; dropped {', '.join(dropped) or 'nothing'}")
+            if r.backup:
+                print(f"{rel}: the damaged original is kept as {os.path.relpath(r.backup, src.discovery.root)}")
+            for note in r.notes:
+                print(f"{rel}: {note}")
+    finally:
+        src.close()
+    what = "damaged shard(s) found" if args.dry_run else "shard(s) repaired"
+    print(f"{len(shards)} shards checked, {repaired} {what}" + (f", {failed} could not be" if failed else ""))
+    return EXIT_PROBLEMS if failed else EXIT_OK
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -671,8 +733,22 @@ def build_parser() -> argparse.ArgumentParser:
                                    "Prints each problem; exit status 1 if there are any.")
     p.add_argument("source", metavar="SOURCE")
     p.add_argument("--records", choices=("example", "sequence", "raw"), help="check records as this kind")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON document: per shard its records, kind and problems")
     _add_source_options(p, index_dir=False)
     p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("repair", help="rewrite damaged shards with every record that can be saved",
+                       description="Check every shard of SOURCE (a local folder, shard or glob) and rewrite "
+                                   "each damaged one with every record whose checksums hold, in order and "
+                                   "byte for byte, by the commit's crash-safe path. The damaged original is "
+                                   "kept as .tfrfs-damaged/NAME beside it (never shown in a mount). Prints "
+                                   "what was dropped. Refused while SOURCE is mounted writable. Exit status "
+                                   "0 when every damaged shard was repaired, 1 when one could not be.")
+    p.add_argument("source", metavar="SOURCE")
+    p.add_argument("--no-backup", action="store_true", help="do not keep the damaged originals")
+    p.add_argument("--dry-run", action="store_true", help="say what would be dropped; change nothing")
+    p.set_defaults(func=cmd_repair)
 
     p = sub.add_parser("inspect", help="list shards, record counts and the schema, without mounting",
                        description="Print SOURCE's shards, record counts and feature schema.")

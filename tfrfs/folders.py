@@ -111,7 +111,9 @@ class FolderEditor:
             self.tree.hide_shard(node.shard)
             return
         if isinstance(node, RecordDir):
-            if has_files(self.tree.record_root(node)):
+            # A damaged record cannot be listed, so nothing can be removed from it first: rmdir
+            # drops it whole.
+            if not self.tree.is_damaged(node) and has_files(self.tree.record_root(node)):
                 raise NotEmpty(path)
             self.stager.delete_record(node.shard, node.rid)
             return

@@ -18,7 +18,7 @@ from typing import Any
 import crc32c
 
 MAGIC = b"TFRFSIDX"
-VERSION = 3
+VERSION = 4   # 4: damaged shards' gaps ("gaps") and problems' resync and compressed offsets
 SUFFIX = ".tfrfs-idx"
 _U32_LIMIT = 1 << 32
 

@@ -13,11 +13,11 @@ as SPEC 5 asks.
 
 from __future__ import annotations
 
-import fnmatch
 import glob as _glob
 import hashlib
 import logging
 import os
+import re
 import stat
 import tempfile
 from array import array
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator
 
-from . import idxfile, proto, tfrecord
+from . import idxfile, proto, salvage, tfrecord
 from .errors import DataLoss, UsageError
 from .readers import Readers, ShardReader, default_readers
 from .tfrecord import Problem
@@ -36,7 +36,12 @@ STAGING_DIR = ".tfrfs-staging"
 SNIFF_BYTES = 4096
 KIND_SAMPLE = 16
 RECORD_KINDS = ("example", "sequence", "raw")
-_SHARD_NAME_PATTERNS = ("*.tfrecord*", "*.tfrecords*", "*.record*", "*-of-*")
+DAMAGED_DIR = ".tfrfs-damaged"        # repair's copies of damaged shards (SPEC 6), never shown
+HIDDEN_DIRS = (STAGING_DIR, DAMAGED_DIR)
+# SPEC 1, "named like a shard": after a final .gz/.gzip/.zlib, a TFRecord suffix (maybe followed
+# by - and digits, as TFDS names its shards), or -NNNNN-of-NNNNN.
+_SHARD_NAME = re.compile(r"(?:\.(?:tfrecords?|tfrec|records?)(?:-\d+(?:-of-\d+)?)?|-\d+-of-\d+)(?:\.gz|\.gzip|\.zlib)?",
+                         re.ASCII)
 
 
 def default_cache_dir() -> Path:
@@ -48,9 +53,10 @@ INDEX_SUFFIXES = (".tfrfs-idx", ".idx", ".tfindex", ".index")   # index files ar
 
 
 def named_like_shard(name: str) -> bool:
+    """SPEC 1: whether a file is called like a shard (then it is one even when damaged)."""
     if name.endswith(INDEX_SUFFIXES):
         return False
-    return any(fnmatch.fnmatchcase(name, p) for p in _SHARD_NAME_PATTERNS)
+    return any(m.end() == len(name) for m in _SHARD_NAME.finditer(name))
 
 
 @dataclass(frozen=True)
@@ -139,12 +145,33 @@ def judge_head(head: bytes, name: str, *, named_as_source: bool,
     if not head:
         return tfrecord.NONE if named else None
     comp = tfrecord.sniff(head)
+    if comp is None:
+        # SPEC 1: a file named like a shard whose first header fails is a damaged shard.
+        return damaged_compression(head, name) if named_like_shard(name) else None
     if comp in (tfrecord.GZIP, tfrecord.ZLIB) and not named and not tfrecord.inflates_to_a_record(head, comp):
         # A compressed stream of zero records is an empty shard: judge it by name like an empty
         # file. Only when its first bytes inflate to nothing is the rest read to tell.
         if _decompresses_empty(stream, comp):
             return None
     return comp
+
+
+def damaged_compression(head: bytes, name: str) -> str:
+    """How a damaged shard (its first header fails, plain and inflated) is compressed: GZIP when it
+    starts with a gzip header zlib accepts, or is called ``*.gz``; ZLIB likewise; else NONE."""
+    import zlib
+    stem = name.lower()
+    if head[:2] == b"\x1f\x8b" or stem.endswith((".gz", ".gzip")):
+        try:
+            zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head[:10])
+            return tfrecord.GZIP
+        except zlib.error:
+            if stem.endswith((".gz", ".gzip")):
+                return tfrecord.GZIP
+    zlib_header = len(head) >= 2 and (head[0] & 0x0F) == 8 and (head[0] << 8 | head[1]) % 31 == 0
+    if zlib_header or stem.endswith(".zlib"):
+        return tfrecord.ZLIB
+    return tfrecord.NONE
 
 
 def _decompresses_empty(stream: Callable[[], BinaryIO], comp: str) -> bool:
@@ -214,9 +241,11 @@ def _discover_files(paths: list[str], *, named: bool) -> Discovery:
             comp = sniff_file(p, named_as_source=named)
         except OSError as exc:
             raise UsageError(f"{p}: cannot read: {exc.strerror}") from exc
+        if comp is None and named and _holds_a_sound_record(p):
+            comp = tfrecord.NONE    # a damaged shard given by name (SPEC 1)
         if comp is None:
             if named:
-                raise UsageError(f"{p}: not a TFRecord file (its first record header has no valid checksum, "
+                raise UsageError(f"{p}: not a TFRecord file (no record in it has valid checksums, "
                                  "plain or after GZIP/ZLIB decompression)")
             continue
         name = os.path.basename(p)
@@ -232,6 +261,13 @@ def _discover_files(paths: list[str], *, named: bool) -> Discovery:
     return Discovery(root=root, shards=tuple(shards), plain_files=(), dirs=("",), mirrors_dir=False)
 
 
+def _holds_a_sound_record(path: str) -> bool:
+    from . import salvage
+    with open(path, "rb") as f:
+        fd = f.fileno()
+        return salvage.find_sound(lambda n, off: os.pread(fd, n, off), os.fstat(fd).st_size, 0) is not None
+
+
 def _discover_dir(source: str) -> Discovery:
     root = os.path.abspath(source)
     shards: list[ShardFile] = []
@@ -240,7 +276,7 @@ def _discover_dir(source: str) -> Discovery:
     if not os.access(root, os.R_OK | os.X_OK):
         raise UsageError(f"{source}: permission denied")
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d != STAGING_DIR)
+        dirnames[:] = sorted(d for d in dirnames if d not in HIDDEN_DIRS)
         rel_dir = os.path.relpath(dirpath, root)
         rel_dir = "" if rel_dir == "." else rel_dir
         for d in dirnames:
@@ -279,6 +315,9 @@ class ShardIndex:
     problems: list[Problem] = field(default_factory=list)
     bad: set[int] = field(default_factory=set)   # records known not to parse or verify
     notes: list[str] = field(default_factory=list)   # index files found and ignored (not persisted)
+    # Where a record ends when damage follows it (SPEC 6): the next record starts at
+    # ``offsets[index + 1]``, after the gap. One entry per gap, none in a sound shard.
+    ends: dict[int, int] = field(default_factory=dict)
 
     @property
     def count(self) -> int:
@@ -287,7 +326,24 @@ class ShardIndex:
     def span(self, index: int) -> tuple[int, int]:
         """(header offset, data length) of record ``index``."""
         start = self.offsets[index]
-        return start, self.offsets[index + 1] - start - tfrecord.OVERHEAD
+        end = self.ends.get(index) if self.ends else None
+        return start, (self.offsets[index + 1] if end is None else end) - start - tfrecord.OVERHEAD
+
+    def runs(self, indexes: Iterable[int]) -> Iterator[tuple[int, int]]:
+        """Byte ranges [start, end) holding the framed records ``indexes`` (ascending), adjacent
+        records in one range: what a copy of them reads."""
+        start = end = 0
+        open_run = False
+        for i in indexes:
+            s, length = self.span(i)
+            if open_run and s != end:
+                yield start, end
+                open_run = False
+            if not open_run:
+                start, open_run = s, True
+            end = s + length + tfrecord.OVERHEAD
+        if open_run:
+            yield start, end
 
 
 def _cache_key(shard: ShardFile) -> str:
@@ -327,11 +383,11 @@ def detect_kind(records: Iterable[bytes]) -> str:
     return kind
 
 
-def _sample_records(reader: ShardReader, offsets: array, problems: list[Problem], bad: set[int]) -> Iterator[bytes]:
+def _sample_records(reader: ShardReader, idx: ShardIndex) -> Iterator[bytes]:
     """Non-empty records with sound checksums, from the start; bad ones are noted on the way."""
-    for i in range(len(offsets) - 1):
-        start = offsets[i]
-        length = offsets[i + 1] - start - tfrecord.OVERHEAD
+    problems, bad = idx.problems, idx.bad
+    for i in range(idx.count):
+        start, length = idx.span(i)
         if length == 0:
             continue
         try:
@@ -388,9 +444,10 @@ class IndexCache:
                 # A remote shard: fetched and inflated when one of its records is first read.
                 defer(data_path, meta["stream_size"], lambda: self._decompress(shard))
         try:
-            problems = [Problem(p["offset"], p["reason"], p["index"]) for p in meta["problems"]]
-            return ShardIndex(shard, data_path, offsets, meta["kind"], problems, set(meta["bad"]))
-        except (KeyError, TypeError):
+            problems = [Problem.from_fields(p) for p in meta["problems"]]
+            ends = {int(i): int(end) for i, end in meta["gaps"]}
+            return ShardIndex(shard, data_path, offsets, meta["kind"], problems, set(meta["bad"]), ends=ends)
+        except (KeyError, TypeError, ValueError):
             return None
 
     def meta(self, idx: ShardIndex) -> dict:
@@ -399,8 +456,9 @@ class IndexCache:
             "compression": idx.shard.compression, "kind": idx.detected_kind,
             "stream_size": idx.shard.size if idx.shard.compression == tfrecord.NONE else
             os.path.getsize(idx.data_path),
-            "problems": [{"offset": p.offset, "reason": p.reason, "index": p.index} for p in idx.problems],
+            "problems": [p.fields() for p in idx.problems],
             "bad": sorted(idx.bad),
+            "gaps": sorted(idx.ends.items()),
         }
 
     def save(self, idx: ShardIndex) -> None:
@@ -488,7 +546,7 @@ class IndexCache:
             raise ValueError("a record header at an indexed offset does not check")
         reader = self.readers.open(shard.path)
         try:
-            idx.detected_kind = detect_kind(_sample_records(reader, offsets, idx.problems, idx.bad))
+            idx.detected_kind = detect_kind(_sample_records(reader, idx))
         finally:
             reader.close()
         return idx
@@ -513,7 +571,7 @@ class IndexCache:
         fd, tmp = tempfile.mkstemp(dir=raw_path.parent, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as out, self.files.open_stream(shard.path) as src:
-                problem = tfrecord.decompress_stream(src, out, shard.compression)
+                problem = salvage.inflate(src, out, shard.compression)
             os.replace(tmp, raw_path)
         except BaseException:
             try:
@@ -525,26 +583,23 @@ class IndexCache:
 
     def build(self, shard: ShardFile) -> ShardIndex:
         """Index ``shard`` from its headers (decompressing it into the cache first if needed)."""
-        problems: list[Problem] = []
         data_path = shard.path
+        stream_problem = None
         self.scans += 1
         if shard.compression != tfrecord.NONE:
-            data_path, problem = self._decompress(shard)
-            if problem:
-                problems.append(problem)
+            data_path, stream_problem = self._decompress(shard)
         reader = self.readers.open(data_path)
         try:
-            offsets_list, problem = tfrecord.scan_offsets(reader.pread, reader.size)
-            offsets = array("Q", offsets_list)
-            del offsets_list
-            if problem:
-                problems.append(problem)
-            bad: set[int] = set()
-            kind = detect_kind(_sample_records(reader, offsets, problems, bad))
+            walk = salvage.Walk(reader.pread, reader.size)
+            offsets = array("Q", (offset for offset, _, _ in walk))
+            offsets.append(walk.end if walk.count else 0)
+            idx = ShardIndex(shard, data_path, offsets, "example",
+                             salvage.merge_stream_problem(stream_problem, walk), ends=walk.ends)
+            idx.detected_kind = detect_kind(_sample_records(reader, idx))
         finally:
             reader.close()
-        problems.sort(key=lambda p: p.offset)
-        return ShardIndex(shard, data_path, offsets, kind, problems, bad)
+        idx.problems.sort(key=lambda p: p.offset)
+        return idx
 
     def get(self, shard: ShardFile) -> tuple[ShardIndex, bool]:
         """The index of ``shard`` and whether it came from the cache or a shipped index file."""

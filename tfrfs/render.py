@@ -36,6 +36,7 @@ class RecordView:
     shown: dict[PinKey, Shown] = field(default_factory=dict)   # with report_shown only
     pin: NamePin | None = None                  # what of the given pin still changes the view
     failure: str | None = None                  # the record does not parse: why (root is empty)
+    damaged: str | None = None                  # its data checksum fails: why (SPEC 6: EIO to list it)
 
 
 def render(data: bytes, options: Options, *, damaged: str | None = None, pin: NamePin | None = None) -> RecordView:
@@ -57,9 +58,9 @@ def render(data: bytes, options: Options, *, damaged: str | None = None, pin: Na
     except Exception as exc:  # noqa: BLE001 - any parse failure means "show it raw"
         what = "SequenceExample" if options.kind == "sequence" else "Example"
         return RecordView(Dir(mtime_ns=mtime), 64, failure=f"record does not parse as {what}: "
-                                                           f"{exc or type(exc).__name__}")
+                                                           f"{exc or type(exc).__name__}", damaged=damaged)
     shown = p.shown or {}
-    return RecordView(root, 256 + len(data) * 2 + 128 * len(shown), shown, p.remaining())
+    return RecordView(root, 256 + len(data) * 2 + 128 * len(shown), shown, p.remaining(), damaged=damaged)
 
 
 def render_in_shard(data: memoryview, options: Options, *, shard: int, data_offset: int,

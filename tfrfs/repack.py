@@ -17,9 +17,9 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Container, Iterable
 
-from . import durable, tfrecord
+from . import durable, salvage, tfrecord
 from .errors import DataLoss, TfrfsError
 from .index import ShardIndex
 from .readers import ShardReader
@@ -87,6 +87,14 @@ def _copy_range(src: ShardReader, dst: BinaryIO, start: int, end: int, writer: t
         pos += len(chunk)
 
 
+def copy_records(src: ShardReader, dst: BinaryIO, idx: ShardIndex, indexes: Iterable[int],
+                 writer: tfrecord.StreamWriter, path: str) -> None:
+    """Copy the framed records ``indexes`` (ascending) byte for byte, never the damage between
+    them (SPEC 6): one range per run of adjacent records."""
+    for start, end in idx.runs(indexes):
+        _copy_range(src, dst, start, end, writer, path)
+
+
 def _write_shard(dst_path: str, ch: ShardChanges, idx: ShardIndex | None, src: ShardReader | None,
                  staging: Staging, compression: str) -> tuple[int, set[int]]:
     """Write the new shard; returns its record count and the positions of records written fresh."""
@@ -97,23 +105,23 @@ def _write_shard(dst_path: str, ch: ShardChanges, idx: ShardIndex | None, src: S
         faulted = _FaultedFile(out, dst_path)
         writer = tfrecord.StreamWriter(faulted, compression)  # type: ignore[arg-type]
         if idx is not None and src is not None:
-            run_start: int | None = None
+            run_from: int | None = None
             for i in range(idx.count):
                 keep = i not in ch.deleted and i not in ch.edited
                 if keep:
-                    if run_start is None:
-                        run_start = idx.offsets[i]
+                    if run_from is None:
+                        run_from = i
                     count += 1
                     continue
-                if run_start is not None:
-                    _copy_range(src, out, run_start, idx.offsets[i], writer, dst_path)
-                    run_start = None
+                if run_from is not None:
+                    copy_records(src, out, idx, range(run_from, i), writer, dst_path)
+                    run_from = None
                 if i in ch.edited and i not in ch.deleted:
                     writer.write(staging.get_edit(ch, i))
                     fresh.add(count)
                     count += 1
-            if run_start is not None:
-                _copy_range(src, out, run_start, idx.offsets[idx.count], writer, dst_path)
+            if run_from is not None:
+                copy_records(src, out, idx, range(run_from, idx.count), writer, dst_path)
         for name in ch.added_names():
             writer.write(staging.get_added(ch, name))
             fresh.add(count)
@@ -123,25 +131,29 @@ def _write_shard(dst_path: str, ch: ShardChanges, idx: ShardIndex | None, src: S
     return count, fresh
 
 
-def _check(path: str, compression: str, count: int, fresh: set[int]) -> None:
-    """Read the new shard back: framing of every record, and the data checksum of fresh ones."""
+def check_new_shard(path: str, compression: str, count: int, fresh: Container[int]) -> None:
+    """Read a new shard back: its stream and the framing of every record, and the data checksum
+    of the records in ``fresh`` (the others were copied from records already checked)."""
     import tempfile
     with open(path, "rb") as f, tempfile.TemporaryFile() as plain:
         src: BinaryIO = f
         if compression != tfrecord.NONE:
-            problem = tfrecord.decompress_stream(f, plain, compression)
+            problem = salvage.inflate(f, plain, compression)
             if problem:
                 raise DataLoss(f"new shard does not read back: {problem.reason}")
             plain.flush()   # fstat and pread below see the file, not Python's buffer
             src = plain
         fd = src.fileno()
-        size = os.fstat(fd).st_size
-        offsets, problem = tfrecord.scan_offsets(fd, size)
-        if problem or len(offsets) - 1 != count:
-            raise DataLoss(f"new shard does not read back: {problem.reason if problem else 'record count differs'}"
-                           f" ({len(offsets) - 1} records, expected {count})")
-        for i in fresh:
-            tfrecord.read_record(fd, offsets[i], offsets[i + 1] - offsets[i] - tfrecord.OVERHEAD)
+        walk = salvage.Walk(lambda n, off: os.pread(fd, n, off), os.fstat(fd).st_size)
+        for i, (offset, length, _) in enumerate(walk):
+            if walk.problems:
+                break
+            if i in fresh:
+                tfrecord.read_record(fd, offset, length)
+        if walk.problems or walk.count != count:
+            raise DataLoss(f"new shard does not read back: "
+                           f"{walk.problems[0].reason if walk.problems else 'record count differs'}"
+                           f" ({walk.count} records, expected {count})")
 
 
 def commit_shard(root: str, ch: ShardChanges, idx: ShardIndex | None, src: ShardReader | None,
@@ -176,7 +188,7 @@ def commit_shard(root: str, ch: ShardChanges, idx: ShardIndex | None, src: Shard
         marker = staging.committing_path(ch)
         try:
             count, fresh = _write_shard(tmp, ch, idx if not ch.new else None, src, staging, compression)
-            _check(tmp, compression, count, fresh)
+            check_new_shard(tmp, compression, count, fresh)
             st = os.stat(tmp)
             stamp = {"ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
             durable.write_file(marker, json.dumps(stamp).encode())

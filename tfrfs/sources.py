@@ -260,6 +260,10 @@ def ship_indexes(source: Source, indexes: list[ShardIndex], cache: IndexCache, *
                 done.append(Shipped(shard.relpath, None, f"{shard.compression} shard: the loaders' text "
                                                          "indexes are of uncompressed shards"))
                 continue
+            if idx.ends or (idx.count and idx.offsets[0] != 0):
+                done.append(Shipped(shard.relpath, None, "damaged shard (records resume after a gap): the "
+                                                         "loaders would read the damage; `tfrfs repair` it first"))
+                continue
             data, suffix = loaderidx.format_lines(idx.offsets), loaderidx.CANDIDATE_SUFFIXES[0]
         else:
             data, suffix = cache.shipped_bytes(idx), idxfile.SUFFIX

@@ -60,9 +60,26 @@ def check_data(framed_tail: bytes, data: memoryview | bytes) -> bool:
 class Problem:
     """Something wrong in a shard's framing, found while scanning it."""
 
-    offset: int
+    offset: int                          # in the (inflated) stream
     reason: str
-    index: int | None = None
+    index: int | None = None             # the record's, or the next record's at a gap
+    resync_offset: int | None = None     # a gap: where sound records resume
+    skipped: int | None = None           # a gap or the end of a walk: bytes not served
+    compressed_offset: int | None = None   # a damaged GZIP/ZLIB stream: where, in the file
+
+    def fields(self) -> dict:
+        """What ``.tfrfs/errors``, the index file and ``verify --json`` say of it (SPEC 6)."""
+        out: dict = {"offset": self.offset, "reason": self.reason, "index": self.index}
+        for name in ("resync_offset", "skipped", "compressed_offset"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
+
+    @classmethod
+    def from_fields(cls, d: dict) -> "Problem":
+        return cls(d["offset"], d["reason"], d["index"], d.get("resync_offset"), d.get("skipped"),
+                   d.get("compressed_offset"))
 
 
 _SPLIT_READ = 64 << 10
@@ -123,25 +140,6 @@ def header_problem(header: bytes, pos: int, size: int, index: int) -> tuple[int 
     return length, None
 
 
-def scan_offsets(src: int | PRead, size: int, *, start: int = 0) -> tuple[list[int], Problem | None]:
-    """Find record offsets from headers alone, never reading a record's data (from a descriptor
-    or through a ``pread`` function).
-
-    Returns the header offsets of every whole record, plus the end offset of the
-    last one as a final element, and the problem that ended the scan, if any.
-    """
-    offsets = [start]
-    pos = start
-    pread = _pread_of(src)
-    while pos < size:
-        length, problem = header_problem(pread(HEADER, pos), pos, size, len(offsets) - 1)
-        if length is None:
-            return offsets, problem
-        pos += OVERHEAD + length
-        offsets.append(pos)
-    return offsets, None
-
-
 # --- compression -----------------------------------------------------------
 
 def _first_header_ok(head: bytes) -> bool:
@@ -183,44 +181,6 @@ def sniff(head: bytes) -> str | None:
     return None
 
 
-def decompress_stream(src: BinaryIO, dst: BinaryIO, compression: str, chunk: int = 1 << 20) -> Problem | None:
-    """Stream-decompress a whole GZIP or ZLIB shard into ``dst``.
-
-    Returns a problem if the stream is damaged or cut short; what decompressed
-    cleanly before that point is kept in ``dst``.
-    """
-    wbits = 16 + zlib.MAX_WBITS if compression == GZIP else zlib.MAX_WBITS
-    d = zlib.decompressobj(wbits)
-    written = 0
-    try:
-        while True:
-            block = src.read(chunk)
-            if not block:
-                break
-            while block:
-                out = d.decompress(block)
-                dst.write(out)
-                written += len(out)
-                if d.eof:
-                    # Concatenated gzip members are read on as one stream.
-                    block = d.unused_data
-                    if block and compression == GZIP:
-                        d = zlib.decompressobj(wbits)
-                        continue
-                    if block:
-                        return Problem(written, f"{len(block)} bytes of trailing data after the {compression} stream")
-                    break
-                block = b""
-        tail = d.flush()
-        dst.write(tail)
-        written += len(tail)
-        if not d.eof:
-            return Problem(written, f"{compression} stream is cut short")
-    except zlib.error as exc:
-        return Problem(written, f"{compression} stream is damaged: {exc}")
-    return None
-
-
 class StreamWriter:
     """Writes framed records to a binary file, compressing as the shard's kind asks."""
 
@@ -259,8 +219,9 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[bytes]:
             raise DataLoss(f"{os.fspath(path)} is not a TFRecord file")
         if comp != NONE:
             import io
+            from .salvage import inflate
             buf = io.BytesIO()
-            problem = decompress_stream(f, buf, comp)
+            problem = inflate(f, buf, comp)
             if problem:
                 raise DataLoss(problem.reason)
             data = buf.getvalue()

@@ -49,7 +49,8 @@ class Tree:
         self.root = self._build_static()
         for idx in store.shards:
             for p in idx.problems:
-                self.errors.add(idx.shard.relpath, p.index, p.offset, p.reason)
+                f = p.fields()
+                self.errors.add(idx.shard.relpath, f.pop("index"), f.pop("offset"), f.pop("reason"), **f)
             for note in idx.notes:
                 self.errors.add(idx.shard.relpath, None, None, note)
         self.meta.children["schema.json"] = MetaFile("schema.json", self.schema.as_json)
@@ -156,8 +157,15 @@ class Tree:
         raise NotADir(name)
 
     def record_root(self, record: RecordDir) -> Dir:
-        """The folder a record folder shows: its features (and the user's own entries)."""
-        return self.store.view(record.shard, record.rid).root
+        """The folder a record folder shows: its features (and the user's own entries). Raises
+        DataLoss (EIO) for a record whose data checksum fails: its names cannot be trusted."""
+        view = self.store.view(record.shard, record.rid)
+        if view.damaged:
+            raise DataLoss(view.damaged)
+        return view.root
+
+    def is_damaged(self, record: RecordDir) -> bool:
+        return self.store.view(record.shard, record.rid).damaged is not None
 
     def _record_entry(self, node: ShardDir, name: str) -> Node:
         store = self.store

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import REALDATA
-from tfrfs import loaderidx, tfrecord
+from tfrfs import loaderidx, salvage, tfrecord
 from tfrfs.loaderidx import LoaderIndexError
 
 
@@ -27,9 +27,11 @@ def shard_bytes(records: list[bytes]) -> bytes:
 
 
 def offsets_of(shard: bytes) -> array:
-    offsets, problem = tfrecord.scan_offsets(lambda size, off: shard[off:off + size], len(shard))
-    assert problem is None
-    return array("Q", offsets)
+    walk = salvage.Walk(lambda size, off: shard[off:off + size], len(shard))
+    offsets = array("Q", (offset for offset, _, _ in walk))
+    assert not walk.problems
+    offsets.append(walk.end)
+    return offsets
 
 
 # Records of 0, 3 and 1000 data bytes: framed 16, 19 and 1016 bytes long.

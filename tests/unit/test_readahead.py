@@ -224,9 +224,13 @@ def test_local_reader_reads_the_next_record_ahead_when_read_in_order(tmp_path: P
             assert sorted(i for i, name in built_on.items() if name.startswith("tfrfs-readahead")) == [2, 3, 5]
             assert all(built_on[i] == threading.current_thread().name for i in (0, 1))
             # Their images are served from memory: the last two taken.
-            held = [tree2.lookup(f"/big.tfrecord/{i:06d}/image/encoded.jpg") for i in range(6)]
-            assert [_in_memory(tree2, node, 10, 5) is not None for node in held] == \
+            # (The damaged record's files cannot even be looked up: SPEC 6, EIO.)
+            with pytest.raises(DataLoss):
+                tree2.lookup(f"/big.tfrecord/{bad:06d}/image/encoded.jpg")
+            held = [tree2.lookup(f"/big.tfrecord/{i:06d}/image/encoded.jpg") if i != bad else None for i in range(6)]
+            assert [node is not None and _in_memory(tree2, node, 10, 5) is not None for node in held] == \
                 [False, False, False, True, False, True]
+            assert held[3] is not None and held[5] is not None
             assert bytes(_in_memory(tree2, held[3], 10, 5)) == images[3][5:15]
             assert bytes(_in_memory(tree2, held[5], 1 << 20, len(images[5]) - 3)) == images[5][-3:]
             assert [e for e in tree2.errors.render().decode().splitlines() if '"index": 4' in e]

@@ -45,7 +45,7 @@ def test_damaged_index_files_are_refused(damage: str) -> None:
     elif damage == "short":
         del data[-2:]
     else:
-        data[12:12 + hlen] = bytes(data[12:12 + hlen]).replace(b'"version": 3', b'"version": 2')
+        data[12:12 + hlen] = bytes(data[12:12 + hlen]).replace(b'"version": %d' % idxfile.VERSION, b'"version": 2')
     with pytest.raises(idxfile.IndexFileError):
         idxfile.load(bytes(data))
 

@@ -1,4 +1,4 @@
-"""Framing: masked CRC32C, headers, scanning, compression sniffing."""
+"""Framing: masked CRC32C, headers, reading records, compression sniffing (the walk past\ndamage and inflating are in test_salvage)."""
 
 from __future__ import annotations
 
@@ -42,44 +42,10 @@ def test_frame_layout() -> None:
 
 @given(records=st.lists(st.binary(max_size=300), max_size=20))
 @settings(max_examples=60, deadline=None)
-def test_scan_and_read_round_trip(records: list[bytes], tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_iter_records_round_trip(records: list[bytes], tmp_path_factory: pytest.TempPathFactory) -> None:
     path = tmp_path_factory.mktemp("s") / "x.tfrecord"
     path.write_bytes(_shard(records))
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        offsets, problem = tfrecord.scan_offsets(fd, os.fstat(fd).st_size)
-        assert problem is None
-        assert len(offsets) == len(records) + 1
-        got = [tfrecord.read_record(fd, offsets[i], offsets[i + 1] - offsets[i] - tfrecord.OVERHEAD)
-               for i in range(len(records))]
-    finally:
-        os.close(fd)
-    assert got == records
     assert list(tfrecord.iter_records(path)) == records
-
-
-def test_scan_stops_at_bad_length_crc_and_truncation(tmp_path) -> None:
-    good = _shard([b"one", b"two", b"three"])
-    second = len(tfrecord.frame(b"one"))
-    damaged = bytearray(good)
-    damaged[second + 9] ^= 0xFF  # the length crc of record 1
-    p = tmp_path / "d.tfrecord"
-    p.write_bytes(bytes(damaged))
-    fd = os.open(p, os.O_RDONLY)
-    offsets, problem = tfrecord.scan_offsets(fd, len(damaged))
-    os.close(fd)
-    assert offsets == [0, second]
-    assert problem is not None and problem.offset == second and problem.index == 1
-    assert "length checksum" in problem.reason
-
-    for cut in (len(good) - 1, len(good) - 20, len(good) + 3):
-        data = good[:cut] if cut < len(good) else good + b"\0" * 3
-        p.write_bytes(data)
-        fd = os.open(p, os.O_RDONLY)
-        offsets, problem = tfrecord.scan_offsets(fd, len(data))
-        os.close(fd)
-        assert problem is not None
-        assert len(offsets) - 1 == (2 if cut < len(good) else 3)
 
 
 def test_data_crc_failure_raises_dataloss(tmp_path) -> None:
@@ -120,13 +86,9 @@ def test_read_record_checks_every_byte(size: int, tmp_path) -> None:
 
 
 @pytest.mark.parametrize("comp", [tfrecord.GZIP, tfrecord.ZLIB])
-def test_compressed_round_trip_and_sniff(comp: str) -> None:
-    raw = _shard([b"a" * 100, b"", b"b"])
+def test_compressed_sniff(comp: str) -> None:
     packed = _shard([b"a" * 100, b"", b"b"], comp)
     assert tfrecord.sniff(packed[:4096]) == comp
-    out = io.BytesIO()
-    assert tfrecord.decompress_stream(io.BytesIO(packed), out, comp) is None
-    assert out.getvalue() == raw
 
 
 def test_sniff_prefers_plain_header_even_with_gzip_magic() -> None:
@@ -140,10 +102,3 @@ def test_sniff_prefers_plain_header_even_with_gzip_magic() -> None:
 def test_sniff_rejects_other_files() -> None:
     assert tfrecord.sniff(b'{"name": "mnist"}') is None
     assert tfrecord.sniff(zlib.compress(b"not a tfrecord stream at all")) is None
-
-
-def test_damaged_gzip_stream_reports_problem() -> None:
-    packed = _shard([b"a" * 1000] * 5, tfrecord.GZIP)
-    out = io.BytesIO()
-    problem = tfrecord.decompress_stream(io.BytesIO(packed[: len(packed) // 2]), out, tfrecord.GZIP)
-    assert problem is not None and "cut short" in problem.reason

@@ -1,0 +1,255 @@
+"""SPEC 6: walking a shard's records, and past the damage in it.
+
+TensorFlow stops at the first record it cannot read. The walk here does what it does while the
+records are sound, and where they are not — a header whose length checksum fails, a length that
+runs past the end, zeroed or garbage bytes — it looks for the next offset where a record is sound
+again (header checksum, a length that fits, data checksum) and goes on from there. The gap is one
+problem. The index builder (headers only) and ``verify`` (every byte) share this one walk.
+
+Looking for the next sound record must not cost a Python step per byte. A record's length is
+smaller than the stream, so the top bytes of its u64 length are zero: the candidates are where
+that run of zero bytes occurs (``bytes.find``, in C), and a long run of zeros is skipped whole
+(a header of twelve zero bytes never checks). Only candidates have their header checksum tested.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import BinaryIO, Iterator
+
+from . import tfrecord
+from .tfrecord import HEADER, OVERHEAD, Problem, PRead
+
+CHUNK = 1 << 20            # bytes read at once while walking small records and while resyncing
+_SMALL = 64 << 10          # a record at least this long is stepped over, not read, in a header walk
+_HDR = struct.Struct("<QI")
+_NONZERO = re.compile(rb"[^\x00]")
+
+
+class _Window:
+    """Reads of a stream through ``pread`` served from one buffer, refilled as the walk moves on."""
+
+    def __init__(self, pread: PRead, size: int) -> None:
+        self.pread = pread
+        self.size = size
+        self.start = 0
+        self.buf = b""
+
+    def get(self, pos: int, n: int, ahead: int = CHUNK) -> bytes:
+        """Bytes [pos, pos + n) (fewer at the end of the stream); a refill reads ``ahead`` more."""
+        rel = pos - self.start
+        if 0 <= rel and rel + n <= len(self.buf):
+            return self.buf[rel:rel + n]
+        if n > CHUNK:
+            return self.pread(n, pos)   # a large record's data: not kept
+        self.start = pos
+        self.buf = self.pread(min(n + ahead, max(0, self.size - pos)), pos)
+        return self.buf[:n]
+
+
+def _header(buf: bytes, at: int) -> int | None:
+    """The length the header at ``buf[at:]`` declares when its checksum holds."""
+    length, crc = _HDR.unpack_from(buf, at)
+    return length if tfrecord.masked_crc(buf[at:at + 8]) == crc else None
+
+
+def find_sound(pread: PRead, size: int, start: int) -> int | None:
+    """The first offset at or after ``start`` where a whole sound record begins (header checksum,
+    a length that fits in ``size``, data checksum), or None."""
+    nb = max(1, (size.bit_length() + 7) // 8)   # a length < size fits in this many low bytes
+    zeros = 8 - nb                               # ... so the length's top bytes are zero
+    needle = b"\x00" * zeros
+    pos = start
+    while pos + HEADER <= size:
+        buf = pread(min(CHUNK + HEADER - 1, size - pos), pos)
+        limit = min(len(buf) - HEADER + 1, CHUNK)   # candidates p = pos + i, i < limit
+        if limit <= 0:
+            return None   # the stream ended early (it shrank while read)
+        for i in _candidates(buf, limit, nb, needle):
+            length = _header(buf, i)
+            if length is None or pos + i + OVERHEAD + length > size:
+                continue
+            at = pos + i
+            try:
+                tfrecord.read_record(pread, at, length)
+            except Exception:   # noqa: BLE001 - DataLoss: not sound, look further
+                continue
+            return at
+        pos += limit
+    return None
+
+
+def _candidates(buf: bytes, limit: int, nb: int, needle: bytes) -> Iterator[int]:
+    """Offsets ``i < limit`` in ``buf`` where a record header may start, in order: its length's
+    top bytes (``needle``, at ``i + nb``) are zero and its twelve bytes are not all zero."""
+    if not needle:          # a stream of 2^56 bytes or more: every offset
+        yield from range(limit)
+        return
+    done = 0                # candidates below this were given
+    j = buf.find(needle, nb)
+    while j != -1 and j - nb < limit:
+        m = _NONZERO.search(buf, j)
+        run_end = m.start() if m else len(buf)       # zeros fill [j, run_end)
+        # A candidate p has p + nb .. p + 7 inside the run: p in [j - nb, run_end - 8]; those in
+        # [j, run_end - 12] are twelve zero bytes, never a sound header.
+        lo, hi = j - nb, run_end - 8
+        for lo2, hi2 in ((lo, min(j - 1, hi)), (max(j, run_end - 11), hi)):
+            for p in range(max(lo2, done), min(hi2 + 1, limit)):
+                yield p
+                done = p + 1
+        j = buf.find(needle, run_end + 1)
+
+
+@dataclass
+class Walk:
+    """The records of a plain stream, in order, past any damage (SPEC 6).
+
+    Iterating gives ``(offset, length, data)`` per record: ``data`` is None in a header walk,
+    else the record's bytes with ``ok`` telling whether their checksum held (a record whose
+    data checksum fails is still a record: its header was sound). ``problems`` gets one problem
+    per gap and for the end of the walk; ``ends`` the end of each record a gap follows.
+    """
+
+    pread: PRead
+    size: int
+    with_data: bool = False
+    problems: list[Problem] = field(default_factory=list)
+    ends: dict[int, int] = field(default_factory=dict)
+    count: int = 0
+    end: int = 0              # where the last record ends (0: no record)
+    ok: bool = True           # the last record's data checksum held (with_data)
+    cut: bool = False         # the walk ended in a record cut short by the end of the stream
+
+    def __iter__(self) -> Iterator[tuple[int, int, bytes | None]]:
+        win = _Window(self.pread, self.size)
+        pos, size = 0, self.size
+        ahead = CHUNK
+        while pos < size:
+            head = win.get(pos, HEADER, ahead)
+            length, problem = tfrecord.header_problem(head, pos, size, self.count)
+            if length is None:
+                assert problem is not None
+                if not self._resync(pos, problem, trailing=len(head) < HEADER):
+                    return
+                pos = self.problems[-1].resync_offset   # type: ignore[assignment]
+                continue
+            data: bytes | None = None
+            if self.with_data:
+                body = win.get(pos + HEADER, length + tfrecord.FOOTER)
+                data = body[:length]
+                self.ok = tfrecord.check_data(body[length:], data)
+            yield pos, length, data
+            self.count += 1
+            pos += OVERHEAD + length
+            self.end = pos
+            ahead = CHUNK if length < _SMALL else 4096
+
+    def _resync(self, pos: int, problem: Problem, *, trailing: bool) -> bool:
+        """Record the problem at ``pos``; whether records resume after it (then the last problem
+        says where)."""
+        found = None if trailing else find_sound(self.pread, self.size, pos + 1)
+        if found is None:
+            self.cut = trailing or problem.reason.startswith("record is cut short")
+            reason = problem.reason if self.cut else \
+                f"{problem.reason}; no sound record in the {self.size - pos} bytes after it"
+            self.problems.append(Problem(pos, reason, self.count, skipped=self.size - pos))
+            return False
+        if self.count:
+            self.ends[self.count - 1] = pos
+        self.problems.append(Problem(pos, f"{problem.reason}; {found - pos} bytes skipped, records resume "
+                                          f"at offset {found}", self.count, resync_offset=found,
+                                     skipped=found - pos))
+        return True
+
+
+# --- compressed streams ---------------------------------------------------------------------
+
+def inflate(src: BinaryIO, dst: BinaryIO, compression: str, chunk: int = 1 << 20) -> Problem | None:
+    """Inflate a whole GZIP or ZLIB shard into ``dst``, as far as it goes.
+
+    Where the stream is damaged, everything zlib gives before the damage is kept: the input that
+    failed is fed again in smaller and smaller pieces from a copy of the decompressor taken before
+    it. Returns the problem (``offset`` in the inflated stream, ``compressed_offset`` in the file),
+    or None.
+    """
+    wbits = 16 + zlib.MAX_WBITS if compression == tfrecord.GZIP else zlib.MAX_WBITS
+    state = _Inflater(zlib.decompressobj(wbits), dst, wbits, compression)
+    while block := src.read(chunk):
+        problem = state.feed(block)
+        if problem is not None:
+            return problem
+    return state.finish()
+
+
+class _Inflater:
+    def __init__(self, d: zlib._Decompress, dst: BinaryIO, wbits: int, compression: str) -> None:
+        self.d = d
+        self.dst = dst
+        self.wbits = wbits
+        self.compression = compression
+        self.written = 0      # bytes inflated
+        self.consumed = 0     # compressed bytes fed
+
+    def _out(self, data: bytes) -> None:
+        self.dst.write(data)
+        self.written += len(data)
+
+    def feed(self, block: bytes, piece: int = 64 << 10) -> Problem | None:
+        view = memoryview(block)
+        i = 0
+        while i < len(view):
+            part = view[i:i + piece]
+            saved = self.d.copy()
+            try:
+                out = self.d.decompress(part)
+            except zlib.error as exc:
+                if len(part) == 1:
+                    return Problem(self.written, f"{self.compression} stream is damaged: {exc}; the records "
+                                                 "wholly before it are served", compressed_offset=self.consumed)
+                self.d = saved
+                problem = self.feed(bytes(part), max(1, piece // 16))
+                if problem is not None:
+                    return problem
+                i += len(part)
+                continue
+            self._out(out)
+            if self.d.eof:
+                used = len(part) - len(self.d.unused_data)
+                self.consumed += used
+                rest = bytes(view[i + used:])
+                return self._after_end(rest) if rest else None
+            self.consumed += len(part)
+            i += len(part)
+        return None
+
+    def _after_end(self, rest: bytes) -> Problem | None:
+        """Bytes after the end of a stream: another gzip member, read on as one stream; else damage."""
+        if self.compression == tfrecord.GZIP and rest[:2] == b"\x1f\x8b":
+            self.d = zlib.decompressobj(self.wbits)
+            return self.feed(rest)
+        return Problem(self.written, f"{len(rest)} bytes of trailing data after the {self.compression} stream",
+                       compressed_offset=self.consumed)
+
+    def finish(self) -> Problem | None:
+        if self.d.eof:
+            return None
+        try:
+            self._out(self.d.flush())
+        except zlib.error:
+            pass
+        return Problem(self.written, f"{self.compression} stream is cut short; the records wholly before "
+                                     "its end are served", compressed_offset=self.consumed)
+
+
+def merge_stream_problem(stream: Problem | None, walk: Walk) -> list[Problem]:
+    """The problems of a compressed shard: the stream's damage, and the framing problems of what
+    inflated, except a record cut short by the end of what inflated (the same damage, seen
+    again). A header that fails before that end is kept: it says where the records stop."""
+    if stream is None:
+        return list(walk.problems)
+    if not walk.cut:
+        return [stream, *walk.problems]
+    return [stream, *walk.problems[:-1]]
