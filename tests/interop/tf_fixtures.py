@@ -504,6 +504,8 @@ def make_clean(root: str) -> dict:
     open(f"{root}/empty.txt", "wb").close()                                   # 0 bytes, not a shard name
     with open(f"{root}/notes.tfrecord.txt", "wb") as f:                       # not named like a shard (SPEC 1)
         f.write(b"this is not a TFRecord file, despite the .tfrecord in its name\n")
+    open(f"{root}/sub/empty.records-00001", "wb").close()                     # 0 bytes, named like a shard
+    open(f"{root}/sub/empty.tfrec.bak", "wb").close()                         # 0 bytes, not named like one
     with open(f"{root}/sub/part-00000-of-00002", "rb") as f:                  # index files never are shards,
         sound = f.read()                                                      # whatever they hold (SPEC 1)
     with open(f"{root}/sub/orphan.idx", "wb") as f:
@@ -755,11 +757,11 @@ def make_damaged(root: str) -> dict:
     p = f"{root}/gz_garbage.tfrecord.gz"
     words = [w.encode() for w in "the quick brown fox jumps over a lazy dog while seven tired cats "
              "watch from an old wooden fence near the river bank at dawn".split()]
-    write_shard(p, [example({"n": f_int(i), "text": f_bytes(b" ".join(RNG.choice(words, 300)))})
-                    for i in range(1500)], "GZIP")
+    write_shard(p, [example({"n": f_int(i), "text": f_bytes(b" ".join(RNG.choice(words, 1200)))})
+                    for i in range(300)], "GZIP")
     at, fail = _damage_stream_mid(p, 16 + zlib.MAX_WBITS, 8)
     info["gz_garbage.tfrecord.gz"] = {"damage": "compressed_garbage", "records": None, "sound": None,
-                                      "junk_ok": True, "written": 1500, "garbage_offset": at,
+                                      "junk_ok": True, "written": 300, "garbage_offset": at,
                                       "problems": [{"type": "stream", "index": None,
                                                     "compressed_min": fail, "compressed_max": fail}]}
 
@@ -783,13 +785,57 @@ def make_damaged(root: str) -> dict:
                                       "problems": [{"type": "stream", "index": None,
                                                     "compressed_min": fail, "compressed_max": fail}]}
 
-    # 18. named like a shard, holds text: a damaged shard of zero records
+    # 18. a GZIP shard whose stream inflates whole but whose records are damaged inside it: a data
+    #     crc failure and a bad length crc (the bytes of a TF-written shard, damaged, then
+    #     compressed): offsets are those of the inflated stream, records resume after the gap
+    p = f"{root}/gz_inner.tfrecord.gz"
+    write_shard(p + ".plain", payload_examples(8, "gi"))
+    with open(p + ".plain", "rb") as f:
+        data = bytearray(f.read())
+    os.unlink(p + ".plain")
+    offs = record_offsets(bytes(data))
+    data[offs[1][0] + 12 + 5] ^= 0x01
+    data[offs[4][0] + 10] ^= 0x02
+    c = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    with open(p, "wb") as f:
+        f.write(c.compress(bytes(data)) + c.flush())
+    info["gz_inner.tfrecord.gz"] = {"damage": "inside_compressed", "records": 7, "sound": [0, 2, 3, 5, 6, 7],
+                                    "problems": [{"type": "data_crc", "index": 1, "offset": offs[1][0]},
+                                                 gap(4, offs[4][0], offs[5][0])]}
+
+    # 19. a GZIP stream cut short inside garbage that follows the records (the bytes of a TF-written
+    #     shard plus 200 random bytes, compressed, the last 28 bytes cut off): the walk of what
+    #     inflates ends at the garbage with no record after it; that is the stream's damage, one
+    #     problem (the damage contract: a framing problem that ends the walk is not reported
+    #     separately)
+    p = f"{root}/gz_tailjunk.tfrecord.gz"
+    write_shard(p + ".plain", payload_examples(5, "tj"))
+    with open(p + ".plain", "rb") as f:
+        data = f.read()
+    os.unlink(p + ".plain")
+    junk = np.random.default_rng(1617).integers(0, 256, 200, dtype=np.uint8).tobytes()
+    c = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    whole = c.compress(data + junk) + c.flush()
+    with open(p, "wb") as f:
+        f.write(whole[:-28])
+    info["gz_tailjunk.tfrecord.gz"] = {"damage": "compressed_truncated_in_garbage", "records": 5,
+                                       "sound": [0, 1, 2, 3, 4],
+                                       "problems": [{"type": "stream", "index": None,
+                                                     "compressed_min": len(whole) - 28,
+                                                     "compressed_max": len(whole) - 28}]}
+
+    # 20. named like a shard, holds text: a damaged shard of zero records
     p = f"{root}/notes.tfrecord"
     text = b"this is not a TFRecord file, despite its name\n"
     with open(p, "wb") as f:
         f.write(text)
     info["notes.tfrecord"] = {"damage": "not_tfrecord", "records": 0, "sound": [],
                               "problems": [{"type": "cut", "index": 0, "offset": 0, "skipped": len(text)}]}
+    p = f"{root}/notes.tfrecord-00007"       # named like a shard too (SPEC 1: extension, '-', digits)
+    with open(p, "wb") as f:
+        f.write(text)
+    info["notes.tfrecord-00007"] = {"damage": "not_tfrecord", "records": 0, "sound": [],
+                                    "problems": [{"type": "cut", "index": 0, "offset": 0, "skipped": len(text)}]}
     return info
 
 

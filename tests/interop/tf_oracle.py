@@ -266,9 +266,11 @@ def salvage(data: bytes, comp: str) -> tuple[bytes, list, list]:
 def classify(path: str, is_source: bool) -> tuple[str, bool] | None:
     """SPEC 1 and the contract: (compression, damaged_at_first_header) of a shard, None for a
     plain file."""
+    name = os.path.basename(path)
+    if name.endswith(INDEX_SUFFIXES):
+        return None          # index files never are shards, whatever they hold (SPEC 1)
     with open(path, "rb") as f:
         head = f.read(1 << 16)
-    name = os.path.basename(path)
     if not head:
         return ("NONE", False) if (is_source or named_like_shard(name)) else None
     comp = first_header_sound(head)
