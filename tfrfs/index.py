@@ -37,6 +37,7 @@ SNIFF_BYTES = 4096
 KIND_SAMPLE = 16
 RECORD_KINDS = ("example", "sequence", "raw")
 DAMAGED_DIR = ".tfrfs-damaged"        # repair's copies of damaged shards (SPEC 6), never shown
+TMP_PREFIX = ".tfrfs-commit-"         # files being written beside the shards (commit, repair), never shown
 HIDDEN_DIRS = (STAGING_DIR, DAMAGED_DIR)
 # SPEC 1, "named like a shard": after a final .gz/.gzip/.zlib, a TFRecord suffix (maybe followed
 # by - and digits, as TFDS names its shards), or -NNNNN-of-NNNNN.
@@ -282,7 +283,7 @@ def _discover_dir(source: str) -> Discovery:
         for d in dirnames:
             dirs.append(os.path.join(rel_dir, d))
         for name in sorted(filenames):
-            if name.startswith(".tfrfs-commit-"):
+            if name.startswith(TMP_PREFIX):
                 continue   # a commit's temporary file (see repack)
             full = os.path.join(dirpath, name)
             rel = os.path.join(rel_dir, name)
