@@ -60,7 +60,8 @@ def _like(old: object, value: int) -> object:
 
 def update(folder: str, shards: dict[str, ShardFigures]) -> list[str]:
     """Bring ``folder``'s ``dataset_info.json`` in step with ``shards`` (file name -> what it holds):
-    their splits' ``shardLengths``, and ``numBytes`` where every shard of the split is known.
+    their splits' ``shardLengths``, and the ``numBytes`` of a split whose counts changed, where every
+    shard of it is known (a split that is in step is left as it is).
     Returns what changed, or why it could not be written, one line each; nothing when there is no
     such file, it lists none of them, or it is in step already."""
     path = os.path.join(folder, INFO)
@@ -75,6 +76,7 @@ def update(folder: str, shards: dict[str, ShardFigures]) -> list[str]:
         return []
     notes = []
     by_split: dict[int, dict[int, ShardFigures]] = {}
+    moved: set[int] = set()      # splits whose record counts changed
     for name, new in shards.items():
         where = place(info, name)
         if where is None:
@@ -84,10 +86,11 @@ def update(folder: str, shards: dict[str, ShardFigures]) -> list[str]:
         old = split["shardLengths"][x]
         if str(old) != str(new.records):
             split["shardLengths"][x] = _like(old, new.records)
+            moved.add(id(split))
             notes.append(f"{INFO}: split {split.get('name')!r} shard {x}: {old} -> {new.records} records")
     for split in info["splits"]:
         known = by_split.get(id(split), {})
-        if "numBytes" in split and known and len(known) == len(split["shardLengths"]):
+        if id(split) in moved and "numBytes" in split and known and len(known) == len(split["shardLengths"]):
             total = sum(f.data_bytes for f in known.values())
             if str(split["numBytes"]) != str(total):
                 split["numBytes"] = _like(split["numBytes"], total)
