@@ -175,3 +175,29 @@ def test_zeroed_tail_of_a_preallocated_shard(tmp_path: Path) -> None:
     p = idx.problems[0]
     assert (p.offset, p.resync_offset, p.skipped) == (STARTS[3], None, 100_000)
     assert struct.unpack_from("<Q", b"".join(FRAMES), 0)[0] == len(RECORDS[0])
+
+
+def test_a_commit_in_a_damaged_shard_writes_what_the_mount_shows(tmp_path: Path) -> None:
+    """--rw on a damaged shard: the gap is not copied into the new shard; a record whose data
+    checksum fails cannot be listed, but rmdir drops it; the other records are copied as they are."""
+    from inprocess import Session
+    from tfrfs.errors import DataLoss
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "d.tfrecord").write_bytes(damaged_bytes())
+    s = Session(src, tmp_path / "cache")
+    try:
+        # Shown: records 0 1 3 4 5 6 7 of the file as 000000..000006; 000004 is record 5 (bad data).
+        with pytest.raises(DataLoss):
+            s.tree.names(s.tree.lookup("/d.tfrecord/000004"))
+        s.rmdir("/d.tfrecord/000004")
+        s.write("/d.tfrecord/000000/n.json", b"[100]")
+        s.commit()
+    finally:
+        s.close()
+    edited = proto.Example.FromString(RECORDS[0])
+    edited.features.feature["n"].int64_list.value[:] = [100]
+    got = list(tfrecord.iter_records(src / "d.tfrecord"))
+    assert got[1:] == [RECORDS[i] for i in (1, 3, 4, 6, 7)]
+    assert proto.Example.FromString(got[0]) == edited
