@@ -242,3 +242,9 @@ def test_stream_damage_absorbs_the_cut_record_at_its_end() -> None:
     bad_header = recs[:46] + b"\xff" * 20      # records stop at a header that fails, well before the end
     _, w = _walk(bad_header)
     assert not w.cut and salvage.merge_stream_problem(stream, w) == [stream, *w.problems] and len(w.problems) == 1
+
+
+@pytest.mark.parametrize("zeros_before", [0, 1, 5, 8, 11, 12, 100, 70000])
+def test_an_empty_record_after_zeros_is_found(zeros_before: int) -> None:
+    data = b"\x01" * 3 + bytes(zeros_before) + _frame(b"") + bytes(20) + _frame(b"x")
+    assert salvage.find_sound(lambda n, off: data[off:off + n], len(data), 1) == 3 + zeros_before
