@@ -801,6 +801,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tfrfs: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of our output went away (`tfrfs verify SRC | head`): stop quietly, as a
+        # command killed by SIGPIPE would, and keep Python from complaining when it flushes.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 128 + 13
 
 
 if __name__ == "__main__":

@@ -501,7 +501,10 @@ def test_oracle_is_consistent_with_tensorflow(tfdata):
                 problems.append(f"{rel}: oracle finds {s['sound_count']} sound records, the damage leaves {len(f['sound'])}")
         found = s["problems"]
         if f.get("junk_ok"):
-            found = [p for p in found if p["type"] not in ("data_crc", "gap")]
+            # what deflate made of the garbage before it failed: records there fail their checks,
+            # or the walk ends at a header that fails
+            found = [p for p in found if p["type"] not in ("data_crc", "gap")
+                     and not (p["type"] == "cut" and p["why"] == "header_crc")]
         if len(found) != len(f["problems"]):
             problems.append(f"{rel}: oracle problems {s['problems']}, the damage makes {f['problems']}")
         for want, got in zip(f["problems"], found):

@@ -590,7 +590,7 @@ def make_damaged(root: str) -> dict:
     ``skipped`` for a gap, ``skipped`` for damage that runs to the end, and for a damaged
     compressed stream ``compressed_min``/``compressed_max`` (the range the failing byte is in);
     ``junk_ok``: garbage may inflate to other bytes before zlib fails, and records there fail
-    their checks (more problems, the oracle's to find).
+    their checks, or the walk ends at a header there that fails (more problems, the oracle's to find).
     ``sound`` lists the original record numbers (as TensorFlow wrote them) that salvage keeps."""
     info: dict = {}
     os.makedirs(root, exist_ok=True)
@@ -805,9 +805,9 @@ def make_damaged(root: str) -> dict:
 
     # 19. a GZIP stream cut short inside garbage that follows the records (the bytes of a TF-written
     #     shard plus 200 random bytes, compressed, the last 28 bytes cut off): the walk of what
-    #     inflates ends at the garbage with no record after it; that is the stream's damage, one
-    #     problem (the damage contract: a framing problem that ends the walk is not reported
-    #     separately)
+    #     inflates ends at the garbage with no record after it: two problems, the stream's damage
+    #     and the header that fails where the records stop (the damage contract: only a record cut
+    #     short by the end of what inflated is the stream's damage seen again)
     p = f"{root}/gz_tailjunk.tfrecord.gz"
     write_shard(p + ".plain", payload_examples(5, "tj"))
     with open(p + ".plain", "rb") as f:
@@ -822,7 +822,9 @@ def make_damaged(root: str) -> dict:
                                        "sound": [0, 1, 2, 3, 4],
                                        "problems": [{"type": "stream", "index": None,
                                                      "compressed_min": len(whole) - 28,
-                                                     "compressed_max": len(whole) - 28}]}
+                                                     "compressed_max": len(whole) - 28},
+                                                    {"type": "cut", "index": 5, "offset": len(data),
+                                                     "why": "header_crc"}]}
 
     # 20. named like a shard, holds text: a damaged shard of zero records
     p = f"{root}/notes.tfrecord"

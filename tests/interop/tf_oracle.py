@@ -256,8 +256,10 @@ def salvage(data: bytes, comp: str) -> tuple[bytes, list, list]:
     stream, sp = inflate(data, comp)
     recs, problems = walk(stream)
     if sp is not None:
-        # the framing problem that ends the walk is the same damage as the stream's
-        problems = [p for p in problems if p["type"] not in ("cut", "trailing")]
+        # a record cut short by the end of what inflated is the same damage as the stream's; a
+        # header that fails before that end, with nothing sound after it, says where records stop
+        problems = [p for p in problems
+                    if not (p["type"] == "trailing" or (p["type"] == "cut" and p["why"] == "past_end"))]
         problems.insert(0, {"type": "stream", "index": None, "offset": len(stream),
                             "compressed_offset": sp["compressed_offset"], "why": sp["why"], "msg": sp["msg"]})
     return stream, recs, problems

@@ -201,3 +201,20 @@ def test_a_commit_in_a_damaged_shard_writes_what_the_mount_shows(tmp_path: Path)
     got = list(tfrecord.iter_records(src / "d.tfrecord"))
     assert got[1:] == [RECORDS[i] for i in (1, 3, 4, 6, 7)]
     assert proto.Example.FromString(got[0]) == edited
+
+
+def test_verify_into_a_closed_pipe_stops_quietly(tmp_path: Path) -> None:
+    """`tfrfs verify SRC | head -1`: exit as SIGPIPE would (141), and no traceback."""
+    import subprocess
+    import sys
+    frames = [bytearray(tfrecord.frame(example(i))) for i in range(4000)]
+    for f in frames:
+        f[14] ^= 1                       # every record's data: 4,000 lines, more than a pipe holds
+    (tmp_path / "bad.tfrecord").write_bytes(b"".join(frames))
+    proc = subprocess.Popen([sys.executable, "-m", "tfrfs", "verify", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert b"bad.tfrecord: record 0" in proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141 and "Traceback" not in err, err
