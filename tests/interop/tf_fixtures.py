@@ -820,11 +820,11 @@ def make_damaged(root: str) -> dict:
         f.write(whole[:-28])
     info["gz_tailjunk.tfrecord.gz"] = {"damage": "compressed_truncated_in_garbage", "records": 5,
                                        "sound": [0, 1, 2, 3, 4],
-                                       "problems": [{"type": "stream", "index": None,
+                                       "problems": [{"type": "cut", "index": 5, "offset": len(data),
+                                                     "why": "header_crc"},
+                                                    {"type": "stream", "index": None,
                                                      "compressed_min": len(whole) - 28,
-                                                     "compressed_max": len(whole) - 28},
-                                                    {"type": "cut", "index": 5, "offset": len(data),
-                                                     "why": "header_crc"}]}
+                                                     "compressed_max": len(whole) - 28}]}
 
     # 20. named like a shard, holds text: a damaged shard of zero records
     p = f"{root}/notes.tfrecord"
