@@ -596,8 +596,16 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         _table((section[:-1] if section == "features" else "feature list", "kind", "records", "values",
                 "shown as"), frows)
         print()
+    damaged = [i for i in indexes if i.problems]
+    for idx in damaged[:20]:
+        first = idx.problems[0]
+        more = f" (and {len(idx.problems) - 1} more)" if len(idx.problems) > 1 else ""
+        print(f"damaged: {_problem_line(idx.shard.relpath, first)}{more}")
+    if len(damaged) > 20:
+        print(f"damaged: {len(damaged) - 20} more shard(s)")
     if problems:
-        print(f"{problems} problem(s) found; run `tfrfs verify {args.source}` for details")
+        print(f"{problems} problem(s) found; run `tfrfs verify {args.source}` for details "
+              f"and `tfrfs repair` to rewrite damaged shards")
     return EXIT_OK
 
 
@@ -793,6 +801,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tfrfs: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of our output went away (`tfrfs verify SRC | head`): stop quietly, as a
+        # command killed by SIGPIPE would, and keep Python from complaining when it flushes.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 128 + 13
 
 
 if __name__ == "__main__":

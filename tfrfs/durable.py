@@ -64,10 +64,11 @@ def mkstemp(folder: PathLike, prefix: str = ".tmp-") -> tuple[int, str]:
     return tempfile.mkstemp(dir=folder, prefix=prefix)
 
 
-def write_file(path: PathLike, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves the old or the new file, whole."""
+def write_file(path: PathLike, data: bytes, *, prefix: str = ".tmp-") -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves the old or the new file, whole (and
+    maybe a temporary file named ``prefix``... beside it)."""
     path = Path(path)
-    fd, tmp = mkstemp(path.parent)
+    fd, tmp = mkstemp(path.parent, prefix)
     try:
         with os.fdopen(fd, "wb") as f:
             write(f, data, tmp)

@@ -37,11 +37,12 @@ SNIFF_BYTES = 4096
 KIND_SAMPLE = 16
 RECORD_KINDS = ("example", "sequence", "raw")
 DAMAGED_DIR = ".tfrfs-damaged"        # repair's copies of damaged shards (SPEC 6), never shown
+TMP_PREFIX = ".tfrfs-commit-"         # files being written beside the shards (commit, repair), never shown
 HIDDEN_DIRS = (STAGING_DIR, DAMAGED_DIR)
 # SPEC 1, "named like a shard": after a final .gz/.gzip/.zlib, a TFRecord suffix (maybe followed
 # by - and digits, as TFDS names its shards), or -NNNNN-of-NNNNN.
-_SHARD_NAME = re.compile(r"(?:\.(?:tfrecords?|tfrec|records?)(?:-\d+(?:-of-\d+)?)?|-\d+-of-\d+)(?:\.gz|\.gzip|\.zlib)?",
-                         re.ASCII)
+_SHARD_NAME = re.compile(r"(?:\.(?:tfrecords?|tfrec|records?)(?:-\d+(?:-of-\d+)?)?|-\d+-of-\d+)"
+                         r"(?:\.gz|\.gzip|\.zlib)?\Z", re.ASCII)
 
 
 def default_cache_dir() -> Path:
@@ -56,7 +57,7 @@ def named_like_shard(name: str) -> bool:
     """SPEC 1: whether a file is called like a shard (then it is one even when damaged)."""
     if name.endswith(INDEX_SUFFIXES):
         return False
-    return any(m.end() == len(name) for m in _SHARD_NAME.finditer(name))
+    return _SHARD_NAME.search(name) is not None
 
 
 @dataclass(frozen=True)
@@ -282,7 +283,7 @@ def _discover_dir(source: str) -> Discovery:
         for d in dirnames:
             dirs.append(os.path.join(rel_dir, d))
         for name in sorted(filenames):
-            if name.startswith(".tfrfs-commit-"):
+            if name.startswith(TMP_PREFIX):
                 continue   # a commit's temporary file (see repack)
             full = os.path.join(dirpath, name)
             rel = os.path.join(rel_dir, name)
@@ -594,7 +595,7 @@ class IndexCache:
             offsets = array("Q", (offset for offset, _, _ in walk))
             offsets.append(walk.end if walk.count else 0)
             idx = ShardIndex(shard, data_path, offsets, "example",
-                             salvage.merge_stream_problem(stream_problem, walk.problems), ends=walk.ends)
+                             salvage.merge_stream_problem(stream_problem, walk), ends=walk.ends)
             idx.detected_kind = detect_kind(_sample_records(reader, idx))
         finally:
             reader.close()

@@ -193,7 +193,7 @@ class RecordStore:
             data, damaged = self.record_bytes(shard, rid)
             view = render(data, self.options(shard), damaged=damaged, pin=pin)
             if view.failure is not None:
-                self._unparsable(shard, rid, view.failure)
+                self._unparsable(shard, rid, view.failure, report=damaged is None)
         if pin is not None:
             # Only what still makes a difference is kept: the rest the rules show alike, and the
             # next change takes its pin from what is shown.
@@ -208,16 +208,20 @@ class RecordStore:
             self._views.put(key, view)
         return view
 
-    def _unparsable(self, shard: int, rid: RecordId, reason: str) -> None:
+    def _unparsable(self, shard: int, rid: RecordId, reason: str, *, report: bool = True) -> None:
+        """A record found not to parse: shown as ``.bin`` from now on, and reported (unless its
+        data checksum failed: that is reported already, and explains it)."""
         idx = self.shards[shard]
         if not isinstance(rid, int) or rid in idx.bad:
             return
         offset, _ = idx.span(rid)
-        self.errors.add(idx.shard.relpath, rid, offset, reason)
+        if report:
+            self.errors.add(idx.shard.relpath, rid, offset, reason)
         ch = self.changes(shard)
         if not (ch is not None and rid in ch.edited):
             idx.bad.add(rid)
-            idx.problems.append(Problem(offset, reason, rid))
+            if report:
+                idx.problems.append(Problem(offset, reason, rid))
             if self.on_bad is not None:
                 self.on_bad(idx)
 

@@ -58,7 +58,7 @@ def render(data: bytes, options: Options, *, damaged: str | None = None, pin: Na
     except Exception as exc:  # noqa: BLE001 - any parse failure means "show it raw"
         what = "SequenceExample" if options.kind == "sequence" else "Example"
         return RecordView(Dir(mtime_ns=mtime), 64, failure=f"record does not parse as {what}: "
-                                                           f"{exc or type(exc).__name__}")
+                                                           f"{exc or type(exc).__name__}", damaged=damaged)
     shown = p.shown or {}
     return RecordView(root, 256 + len(data) * 2 + 128 * len(shown), shown, p.remaining(), damaged=damaged)
 

@@ -21,14 +21,13 @@ from typing import BinaryIO, Container, Iterable
 
 from . import durable, salvage, tfrecord
 from .errors import DataLoss, TfrfsError
-from .index import ShardIndex
+from .index import TMP_PREFIX, ShardIndex
 from .readers import ShardReader
 from .staging import ShardChanges, Staging
 
 log = logging.getLogger("tfrfs")
 
 COPY_CHUNK = 8 << 20
-TMP_PREFIX = ".tfrfs-commit-"
 
 
 class CommitFailed(TfrfsError, OSError):

@@ -68,11 +68,19 @@ def repair_source(source: Source, *, backup: bool = True, dry_run: bool = False,
                   progress: Callable[[ShardFile, int, int], None] | None = None) -> Iterator[Repaired]:
     """Verify every shard and repair each damaged one; yields one result per damaged shard."""
     check_repairable(source)
+    if not dry_run:
+        for folder in {os.path.dirname(s.path) for s in source.discovery.shards}:
+            _clear_leftovers(folder)
     reports: list[ShardReport] = []
     for n, shard in enumerate(source.discovery.shards):
         done = None if progress is None else _progress_of(progress, shard, n)
         reports.append(verify_shard(shard, source.readers, source, None, done))
-    figures = {r.shard.relpath: tfds.ShardFigures(r.records, r.data_bytes) for r in reports}
+    # What each sound (or repaired) shard holds, by folder: a TFDS dataset_info.json there follows.
+    figures: dict[str, dict[str, tfds.ShardFigures]] = {}
+    for r in reports:
+        if not r.damaged:
+            figures.setdefault(os.path.dirname(r.shard.path), {})[os.path.basename(r.shard.path)] = \
+                tfds.ShardFigures(r.records, r.data_bytes)
     for report in reports:
         if not report.damaged:
             continue
@@ -82,14 +90,15 @@ def repair_source(source: Source, *, backup: bool = True, dry_run: bool = False,
         except OSError as exc:
             result.error = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
         if result.error is None and not dry_run:
-            rel = report.shard.relpath
-            folder = os.path.dirname(report.shard.path)
-            same_folder = {os.path.basename(k): v for k, v in figures.items()
-                           if os.path.dirname(k) == os.path.dirname(rel)}
-            changed = {os.path.basename(rel): tfds.ShardFigures(result.kept, result.kept_bytes)}
-            result.notes += tfds.update(folder, changed, same_folder)
-            figures[rel] = changed[os.path.basename(rel)]
+            folder, name = os.path.split(report.shard.path)
+            figures.setdefault(folder, {})[name] = tfds.ShardFigures(result.kept, result.kept_bytes)
+            result.notes += tfds.update(folder, figures[folder])
         yield result
+    if not dry_run:
+        # Also where an earlier repair stopped between the shard and its metadata.
+        for folder, shards in figures.items():
+            for note in tfds.update(folder, shards):
+                log.info("%s", note)
 
 
 def _progress_of(progress: Callable[[ShardFile, int, int], None], shard: ShardFile,
@@ -159,6 +168,25 @@ def _unlink_quietly(path: str) -> None:
         pass
 
 
+def _same_bytes(a: str, b: str) -> bool:
+    import filecmp
+    try:
+        return os.path.samefile(a, b) or filecmp.cmp(a, b, shallow=False)
+    except OSError:
+        return False
+
+
+def _clear_leftovers(folder: str) -> None:
+    """Temporary shard files of a repair or commit that stopped before its rename: never needed
+    again (no writable mount holds the source: see ``check_repairable``)."""
+    for name in os.listdir(folder):
+        if name.startswith(TMP_PREFIX):
+            try:
+                durable.unlink(os.path.join(folder, name))
+            except OSError:
+                pass
+
+
 def _keep_original(target: str) -> str:
     """Keep the damaged shard as ``.tfrfs-damaged/NAME`` in its folder (``NAME~2``... when taken):
     a hard link, so that the shard's own name never stops holding a whole file."""
@@ -167,13 +195,23 @@ def _keep_original(target: str) -> str:
     os.makedirs(keep_dir, exist_ok=True)
     dest, n = os.path.join(keep_dir, name), 2
     while os.path.lexists(dest):
+        if _same_bytes(target, dest):
+            return dest    # kept by a repair that stopped before it replaced the shard
         dest, n = os.path.join(keep_dir, f"{name}~{n}"), n + 1
     try:
         os.link(target, dest)
     except OSError:
-        shutil.copy2(target, dest)   # a file system without hard links
-        with open(dest, "rb") as f:
-            durable.fsync(f.fileno(), dest)
+        # A file system without hard links: a copy, whole under its name or not there at all.
+        fd, tmp = durable.mkstemp(keep_dir)
+        os.close(fd)
+        try:
+            shutil.copy2(target, tmp)
+            with open(tmp, "rb") as f:
+                durable.fsync(f.fileno(), tmp)
+            durable.rename(tmp, dest)
+        except BaseException:
+            _unlink_quietly(tmp)
+            raise
     durable.fsync_dir(keep_dir)
     durable.fsync_dir(folder)
     return dest

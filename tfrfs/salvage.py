@@ -27,6 +27,9 @@ CHUNK = 1 << 20            # bytes read at once while walking small records and 
 _SMALL = 64 << 10          # a record at least this long is stepped over, not read, in a header walk
 _HDR = struct.Struct("<QI")
 _NONZERO = re.compile(rb"[^\x00]")
+_ZERO_STEPS = tuple(bytes(n) for n in (1 << 16, 1 << 12, 1 << 8))
+_EMPTY_CRC = struct.pack("<I", tfrecord.masked_crc(bytes(8)))   # the header checksum of a 0 length
+assert 0 not in _EMPTY_CRC
 
 
 class _Window:
@@ -50,12 +53,6 @@ class _Window:
         return self.buf[:n]
 
 
-def _header(buf: bytes, at: int) -> int | None:
-    """The length the header at ``buf[at:]`` declares when its checksum holds."""
-    length, crc = _HDR.unpack_from(buf, at)
-    return length if tfrecord.masked_crc(buf[at:at + 8]) == crc else None
-
-
 def find_sound(pread: PRead, size: int, start: int) -> int | None:
     """The first offset at or after ``start`` where a whole sound record begins (header checksum,
     a length that fits in ``size``, data checksum), or None."""
@@ -68,9 +65,11 @@ def find_sound(pread: PRead, size: int, start: int) -> int | None:
         limit = min(len(buf) - HEADER + 1, CHUNK)   # candidates p = pos + i, i < limit
         if limit <= 0:
             return None   # the stream ended early (it shrank while read)
+        room = size - pos - OVERHEAD
+        unpack, crc = _HDR.unpack_from, tfrecord.masked_crc
         for i in _candidates(buf, limit, nb, needle):
-            length = _header(buf, i)
-            if length is None or pos + i + OVERHEAD + length > size:
+            length, hcrc = unpack(buf, i)
+            if length > room - i or crc(buf[i:i + 8]) != hcrc:
                 continue
             at = pos + i
             try:
@@ -91,16 +90,30 @@ def _candidates(buf: bytes, limit: int, nb: int, needle: bytes) -> Iterator[int]
     done = 0                # candidates below this were given
     j = buf.find(needle, nb)
     while j != -1 and j - nb < limit:
-        m = _NONZERO.search(buf, j)
-        run_end = m.start() if m else len(buf)       # zeros fill [j, run_end)
-        # A candidate p has p + nb .. p + 7 inside the run: p in [j - nb, run_end - 8]; those in
-        # [j, run_end - 12] are twelve zero bytes, never a sound header.
-        lo, hi = j - nb, run_end - 8
-        for lo2, hi2 in ((lo, min(j - 1, hi)), (max(j, run_end - 11), hi)):
-            for p in range(max(lo2, done), min(hi2 + 1, limit)):
-                yield p
-                done = p + 1
+        run_end = _zero_run_end(buf, j)              # zeros fill [j, run_end)
+        # A candidate p has p + nb .. p + 7 inside the run: p in [j - nb, run_end - 8]. One that
+        # starts inside the run (p >= j) has a length of 0, so its checksum is the empty record's,
+        # whose bytes are all non-zero: only p = run_end - 8 can be one, and only if they follow.
+        hi = run_end - 8
+        for p in range(max(j - nb, done), min(j, hi + 1, limit)):
+            yield p
+            done = p + 1
+        if j <= hi < limit and hi >= done and buf.startswith(_EMPTY_CRC, run_end):
+            yield hi
+            done = hi + 1
         j = buf.find(needle, run_end + 1)
+
+
+def _zero_run_end(buf: bytes, j: int) -> int:
+    """Where the run of zero bytes at ``buf[j]`` ends: long runs in big steps (memcmp), the rest
+    of it (under 256 bytes) by a regular expression."""
+    n = len(buf)
+    for zeros in _ZERO_STEPS:
+        step = len(zeros)
+        while j + step <= n and buf.startswith(zeros, j):
+            j += step
+    m = _NONZERO.search(buf, j, j + 256)
+    return m.start() if m else n
 
 
 @dataclass
@@ -121,6 +134,7 @@ class Walk:
     count: int = 0
     end: int = 0              # where the last record ends (0: no record)
     ok: bool = True           # the last record's data checksum held (with_data)
+    cut: bool = False         # the walk ended in a record cut short by the end of the stream
 
     def __iter__(self) -> Iterator[tuple[int, int, bytes | None]]:
         win = _Window(self.pread, self.size)
@@ -151,7 +165,10 @@ class Walk:
         says where)."""
         found = None if trailing else find_sound(self.pread, self.size, pos + 1)
         if found is None:
-            self.problems.append(Problem(pos, problem.reason, self.count, skipped=self.size - pos))
+            self.cut = trailing or problem.reason.startswith("record is cut short")
+            reason = problem.reason if self.cut else \
+                f"{problem.reason}; no sound record in the {self.size - pos} bytes after it"
+            self.problems.append(Problem(pos, reason, self.count, skipped=self.size - pos))
             return False
         if self.count:
             self.ends[self.count - 1] = pos
@@ -240,9 +257,12 @@ class _Inflater:
                                      "its end are served", compressed_offset=self.consumed)
 
 
-def merge_stream_problem(stream: Problem | None, framing: list[Problem]) -> list[Problem]:
+def merge_stream_problem(stream: Problem | None, walk: Walk) -> list[Problem]:
     """The problems of a compressed shard: the stream's damage, and the framing problems of what
-    inflated, except one that ends the walk at the damage (the same damage, seen again)."""
+    inflated, except a record cut short by the end of what inflated (the same damage, seen
+    again). A header that fails before that end is kept: it says where the records stop."""
     if stream is None:
-        return framing
-    return [stream] + [p for p in framing if p.resync_offset is not None or p.skipped is None]
+        return list(walk.problems)
+    if not walk.cut:
+        return [stream, *walk.problems]
+    return [stream, *walk.problems[:-1]]

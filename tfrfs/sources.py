@@ -17,8 +17,9 @@ from typing import Any, BinaryIO
 
 from . import idxfile
 from .errors import UsageError
-from .index import (INDEX_SUFFIXES, SNIFF_BYTES, Discovery, IndexCache, IndexProgress, ShardFile, ShardIndex, SourceFiles,
-                    default_cache_dir, discover, index_all, judge_head, shipped_names)
+from .index import (HIDDEN_DIRS, INDEX_SUFFIXES, SNIFF_BYTES, TMP_PREFIX, Discovery, IndexCache, IndexProgress,
+                    ShardFile, ShardIndex, SourceFiles, default_cache_dir, discover, index_all, judge_head,
+                    shipped_names)
 from .readers import Readers, default_readers
 from .remote import (SNIFF_WORKERS, Listing, ObjectInfo, Store, describe, heads, is_url, list_source,
                      plain_file_path)
@@ -28,7 +29,7 @@ log = logging.getLogger("tfrfs")
 PREFETCH_BYTES = 64 << 10   # of an index file read while finding the shards (all of a small one)
 REMOTE_INDEX_WORKERS = 32   # remote shards indexed at a time (their requests overlap; the blocks of
                             # scans share the readers' four fetch workers)
-_HIDDEN_PREFIXES = (".tfrfs-commit-",)
+_HIDDEN_PREFIXES = (TMP_PREFIX,)
 _HIDDEN_NAMES = (".tfrfs-manifest",)
 
 
@@ -136,8 +137,11 @@ class RemoteFiles(SourceFiles):
 
 
 def _hidden(rel: str) -> bool:
-    name = posixpath.basename(rel)
-    return name in _HIDDEN_NAMES or name.startswith(_HIDDEN_PREFIXES)
+    """tfrfs's own files, never shown: a commit's temporary files, the staging folder, repair's
+    kept originals (``.tfrfs-damaged/``), the manifest."""
+    parts = rel.split("/")
+    return parts[-1] in _HIDDEN_NAMES or parts[-1].startswith(_HIDDEN_PREFIXES) or \
+        any(p in HIDDEN_DIRS for p in parts[:-1])
 
 
 def discover_remote(store: Store, url: str, cache_dir: Path) -> Discovery:

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from . import durable
+from .index import TMP_PREFIX
 
 INFO = "dataset_info.json"
 DEFAULT_TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
@@ -57,11 +58,12 @@ def _like(old: object, value: int) -> object:
     return str(value) if isinstance(old, str) else value
 
 
-def update(folder: str, changed: dict[str, ShardFigures], known: dict[str, ShardFigures]) -> list[str]:
-    """Bring ``folder``'s ``dataset_info.json`` in step with the shards in ``changed`` (file name ->
-    new figures). ``known``: figures of other shards in the folder, so a split's ``numBytes`` can be
-    counted anew when all its shards are known (else it moves by the change). Returns what was done,
-    or why it could not be, one line each; nothing when there is no such file or it lists none."""
+def update(folder: str, shards: dict[str, ShardFigures]) -> list[str]:
+    """Bring ``folder``'s ``dataset_info.json`` in step with ``shards`` (file name -> what it holds):
+    their splits' ``shardLengths``, and the ``numBytes`` of a split whose counts changed, where every
+    shard of it is known (a split that is in step is left as it is).
+    Returns what changed, or why it could not be written, one line each; nothing when there is no
+    such file, it lists none of them, or it is in step already."""
     path = os.path.join(folder, INFO)
     try:
         with open(path, encoding="utf-8") as f:
@@ -73,35 +75,32 @@ def update(folder: str, changed: dict[str, ShardFigures], known: dict[str, Shard
     if not isinstance(info, dict):
         return []
     notes = []
-    touched: set[int] = set()
-    for name, new in changed.items():
+    by_split: dict[int, dict[int, ShardFigures]] = {}
+    moved: set[int] = set()      # splits whose record counts changed
+    for name, new in shards.items():
         where = place(info, name)
         if where is None:
             continue
         split, x = where
+        by_split.setdefault(id(split), {})[x] = new
         old = split["shardLengths"][x]
-        try:
-            old_records = int(old)
-        except (TypeError, ValueError):
-            old_records = None
-        split["shardLengths"][x] = _like(old, new.records)
-        touched.add(id(split))
-        notes.append(f"{INFO}: split {split.get('name')!r} shard {x}: {old_records} -> {new.records} records")
-    if not touched:
-        return []
+        if str(old) != str(new.records):
+            split["shardLengths"][x] = _like(old, new.records)
+            moved.add(id(split))
+            notes.append(f"{INFO}: split {split.get('name')!r} shard {x}: {old} -> {new.records} records")
     for split in info["splits"]:
-        if id(split) not in touched or "numBytes" not in split:
-            continue
-        figures = {**known, **changed}
-        shards = {}
-        for name, fig in figures.items():
-            where = place(info, name)
-            if where is not None and where[0] is split:
-                shards[where[1]] = fig
-        if len(shards) == len(split["shardLengths"]):
-            split["numBytes"] = _like(split["numBytes"], sum(f.data_bytes for f in shards.values()))
+        known = by_split.get(id(split), {})
+        if id(split) in moved and "numBytes" in split and known and len(known) == len(split["shardLengths"]):
+            total = sum(f.data_bytes for f in known.values())
+            if str(split["numBytes"]) != str(total):
+                split["numBytes"] = _like(split["numBytes"], total)
+                notes.append(f"{INFO}: split {split.get('name')!r}: numBytes {total}")
+    if not notes:
+        return []
     try:
-        durable.write_file(path, (json.dumps(info, indent=2, ensure_ascii=False) + "\n").encode())
+        # Its temporary file is named as a commit's, which a mount never shows and repair clears.
+        durable.write_file(path, (json.dumps(info, indent=2, ensure_ascii=False) + "\n").encode(),
+                           prefix=TMP_PREFIX)
     except OSError as exc:
         return [f"{path}: not updated: {exc.strerror or exc}"]
     return notes

@@ -49,7 +49,8 @@ class Tree:
         self.root = self._build_static()
         for idx in store.shards:
             for p in idx.problems:
-                self.errors.add(idx.shard.relpath, p.index, p.offset, p.reason)
+                f = p.fields()
+                self.errors.add(idx.shard.relpath, f.pop("index"), f.pop("offset"), f.pop("reason"), **f)
             for note in idx.notes:
                 self.errors.add(idx.shard.relpath, None, None, note)
         self.meta.children["schema.json"] = MetaFile("schema.json", self.schema.as_json)

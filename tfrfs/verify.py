@@ -82,7 +82,7 @@ def verify_shard(shard: ShardFile, readers: Readers, source: Source, records: st
             if done is not None and index % 1024 == 0:
                 done(offset)
         report.records = walk.count
-        report.problems = sorted(salvage.merge_stream_problem(stream_problem, walk.problems) + found,
+        report.problems = sorted(salvage.merge_stream_problem(stream_problem, walk) + found,
                                  key=lambda p: p.offset)
     return report
 

@@ -14,6 +14,7 @@ from typing import Any
 from tfrfs.mounttab import fstype_holding
 
 from .common import OUT, REPO, WORK, progress
+from .damage import measure_damage, print_damage
 from .datasets import build_dataset, derived_paths, file_lists, make_tar
 from .report import (REF, check_entries, compare, fmt_load, machine_info, print_ceiling, print_read_notes,
                      print_table)
@@ -70,6 +71,10 @@ per random record, a second pass on the same mount and after a remount
 Its dataset is smaller by default (--small 5000, --large 150) and --random is
 200; --repeat is 1 unless given.
 
+--damage measures damaged shards instead (SPEC 6): the resync scan's speed over garbage, zeros
+and real record data with broken headers, and `tfrfs index`, `verify` and `repair` on such shards
+against a sound one (scripts/benchkit/damage.py).
+
 ratarmount is installed into its own venv, bench-out/ratarmount-venv, on first use.
 Progress goes to stderr; the tables to stdout; --json FILE writes all numbers.
 """
@@ -112,6 +117,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--commit-shards", type=int, default=4, help="shards of the commit dataset (default 4)")
     p.add_argument("--remote", action="store_true",
                    help="read the dataset from a loopback S3 server with injected latency instead (see above)")
+    p.add_argument("--damage", action="store_true",
+                   help="measure damaged shards instead: the resync scan, index, verify and repair (see "
+                        "scripts/benchkit/damage.py)")
+    p.add_argument("--damage-mib", type=int, default=256, metavar="MIB",
+                   help="with --damage: MiB of damage in each damaged shard (default 256)")
     p.add_argument("--latency-ms", type=float, default=20.0, metavar="MS",
                    help="with --remote: latency the proxy adds to every request (default 20)")
     a = p.parse_args(argv)
@@ -162,7 +172,10 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"warning: load average {results['loadavg_start'][0]:.2f} before starting; other work on this "
                  f"machine skews the numbers")
     profiler = Profiler(OUT / "profile") if args.profile else None
-    if args.remote:
+    if args.damage:
+        results["damage"] = measure_damage(args)
+        print_damage(results["damage"])
+    elif args.remote:
         remote_phases(args, results, profiler)
     else:
         if not args.only_write:

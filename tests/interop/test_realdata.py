@@ -20,16 +20,15 @@ import os
 import pytest
 
 from conftest import REALDATA, run_tfrfs
-from test_interop_tf import (_need_tf_and_fuse, check_error_lines, check_metadata, compare, get_xattr,
-                             read_errors, report, run_oracle, walk)
+from test_interop_tf import (REALDATA_DAMAGED, _need_tf_and_fuse, check_error_lines, check_metadata,
+                             check_verify_json, check_verify_text, compare, get_xattr, read_errors, report,
+                             run_oracle, walk)
 
 pytestmark = [pytest.mark.tf, pytest.mark.mount]
 
 SAMPLE = 100  # shards with more records than this are sampled
 
-OD = "Tensorflow-Ion-Detetection/models/research/object_detection/test_data"
-PETS = f"{OD}/pets_examples.record"
-SERENGETI = f"{OD}/snapshot_serengeti_sequence_examples.record"
+PETS, SERENGETI = REALDATA_DAMAGED
 DEEPLAB = "Tensorflow-Ion-Detetection/models/research/deeplab/testing/pascal_voc_seg/val-00000-of-00001.tfrecord"
 TFX_CSV = "tfx/tfx/components/testdata/csv_example_gen/Split-eval/data_tfrecord-00000-of-00012.gz"
 TFX_SEQ = "tfx/tfx/components/testdata/external/tfrecord_sequence/data_tfrecord-00000-of-00001.gz"
@@ -125,46 +124,64 @@ def test_realdata_specific_cases(real, tfrfs_mount):
         except OSError as exc:
             check(exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM), f"{rel}: write open errno {exc.errno}")
 
-    # pets_examples.record: record 0's data checksum fails, the header after it (offset 18446) has
-    # a bad length checksum. SPEC 6: "A record whose data checksum fails: still listed; reading any
-    # of its files fails with EIO"; "A record header whose length checksum fails ...: the shard folder
-    # shows the records before it" -> exactly one entry, record 0, unreadable. TensorFlow itself
-    # returns no record at all (DataLossError at once).
-    check(real["shards"][PETS]["tf_count"] == 0, "TensorFlow read records from pets_examples.record?")
+    # pets_examples.record, a CRLF-normalised copy: every CR LF of the original became LF, so the
+    # records whose bytes held one lost bytes. What salvage (the damage contract) finds, computed
+    # by the oracle's own framing reader and asserted here:
+    #   000000.bin  offset 0       data crc fails (its bytes do not parse: a .bin file, EIO)
+    #   gap         offset 18446   bad length crc, resync at 165555 (147109 bytes skipped)
+    #   000001-3    offsets 165555, ... sound Examples
+    #   000004.bin  offset 278603  data crc fails
+    #   gap         offset 417648  bad length crc, resync at 549719 (132071 bytes skipped)
+    #   000005      offset 549719  a sound Example
+    #   000006.bin  offset 560826  data crc fails
+    #   cut         offset 782442  no sound record to the end (91459 bytes skipped)
+    # TensorFlow itself returns no record at all (DataLossError at once).
+    s = real["shards"][PETS]
+    check(s["tf_count"] == 0, "TensorFlow read records from pets_examples.record?")
+    want = [{"type": "data_crc", "index": 0, "offset": 0},
+            {"type": "gap", "index": 1, "offset": 18446, "resync_offset": 165555, "skipped": 147109},
+            {"type": "data_crc", "index": 4, "offset": 278603},
+            {"type": "gap", "index": 5, "offset": 417648, "resync_offset": 549719, "skipped": 132071},
+            {"type": "data_crc", "index": 6, "offset": 560826},
+            {"type": "cut", "index": 7, "offset": 782442, "skipped": 91459}]
+    got = [{k: v for k, v in p.items() if k != "why"} for p in s["problems"]]
+    check(got == want, f"oracle: {PETS} problems {got}")
+    check(s["records_ok"] == [False, True, True, True, False, True, False], f"oracle: {PETS} records {s['records_ok']}")
     listing = sorted(os.listdir(mnt / PETS))
-    check(listing in (["000000"], ["000000.bin"]), f"{PETS}: listing {listing}, expected the one damaged record")
-    for name in listing:
-        target = mnt / PETS / name
-        files = [target] if target.is_file() else []
-        if target.is_dir():
-            try:
-                files = [p for p in target.rglob("*") if p.is_file()]
-            except OSError as exc:
-                check(exc.errno == errno.EIO, f"{PETS}/{name}: listing errno {exc.errno}")
-        for f in files:
-            try:
-                f.read_bytes()
-                problems.append(f"{f}: a file of a record with a bad data checksum was readable")
-            except OSError as exc:
-                check(exc.errno == errno.EIO, f"{f}: errno {exc.errno}, expected EIO")
+    check(listing == ["000000.bin", "000001", "000002", "000003", "000004.bin", "000005", "000006.bin"],
+          f"{PETS}: listing {listing}")
+    for name in ("000000.bin", "000004.bin", "000006.bin"):
+        try:
+            (mnt / PETS / name).read_bytes()
+            problems.append(f"{PETS}/{name}: a record with a bad data checksum was readable")
+        except OSError as exc:
+            check(exc.errno == errno.EIO, f"{PETS}/{name}: errno {exc.errno}, expected EIO")
+    for name, off in (("000001", "165555"), ("000005", "549719")):
+        check((mnt / PETS / name / "image" / "encoded.jpg").is_file(), f"{PETS}/{name}: no image/encoded.jpg")
+        check(get_xattr(str(mnt / PETS / name), "user.tfrfs.offset") == off, f"{PETS}/{name}: offset xattr not {off}")
 
     # snapshot_serengeti_sequence_examples.record: its only header has a valid length checksum but
-    # declares 820669 bytes where 820665 remain (the git CRLF-normalised copy lost 4 bytes).
+    # declares 820669 bytes where 820665 remain (the CRLF-normalised copy lost 4 bytes).
     # SPEC 1: "a file is a shard when its first record header has a valid length checksum" -> a
-    # shard folder, not a plain file; SPEC 6: "a file cut short: the shard folder shows the records
-    # before it" -> an empty shard folder, and an error line at offset 0.
+    # shard folder, not a plain file; salvage finds no offset where a header, a length that fits
+    # and a data checksum all hold -> an empty shard folder, one problem at offset 0 that skips
+    # the whole file.
     s = real["shards"].get(SERENGETI)
     check(s is not None and s["count"] == 0, f"oracle: {SERENGETI} should be a shard of 0 records")
+    if s is not None:
+        got = [{k: v for k, v in p.items() if k != "why"} for p in s["problems"]]
+        check(got == [{"type": "cut", "index": 0, "offset": 0, "skipped": 820681}], f"oracle: {SERENGETI} problems {got}")
     check((mnt / SERENGETI).is_dir(), f"{SERENGETI}: not shown as a shard folder")
     if (mnt / SERENGETI).is_dir():
         check(os.listdir(mnt / SERENGETI) == [], f"{SERENGETI}: lists {os.listdir(mnt / SERENGETI)[:5]}")
     lines, _ = read_errors(mnt)
-    check(any(o.get("shard") == SERENGETI and o.get("offset") == 0 for o in lines),
-          f"{SERENGETI}: no .tfrfs/errors line at offset 0")
+    check(any(o.get("shard") == SERENGETI and o.get("offset") == 0 and o.get("index") == 0
+              and o.get("skipped") == 820681 for o in lines),
+          f"{SERENGETI}: no .tfrfs/errors line at offset 0 skipping 820681 bytes")
     check(any(o.get("shard") == PETS and o.get("index") == 0 and o.get("offset") == 0 for o in lines),
           f"{PETS}: no .tfrfs/errors line for record 0 at offset 0")
-    check(any(o.get("shard") == PETS and o.get("offset") == 18446 for o in lines),
-          f"{PETS}: no .tfrfs/errors line for the bad header at offset 18446")
+    check(any(o.get("shard") == PETS and o.get("offset") == 18446 and o.get("resync_offset") == 165555
+              for o in lines), f"{PETS}: no .tfrfs/errors line for the gap at offset 18446")
 
     # TFX writes Features with no kind set: SPEC 3.2 "a Feature with no kind set -> KEY.json: null".
     rec = mnt / TFX_CSV / "000000"
@@ -195,11 +212,21 @@ def test_realdata_specific_cases(real, tfrfs_mount):
 
 
 def test_realdata_verify_reports_damage(real):
-    """``tfrfs verify`` exits 1 on the real tree (two damaged files) and names them (SPEC 6, 8)."""
+    """``tfrfs verify`` exits 1 on the real tree (two damaged files), a line per problem, and
+    ``--json`` agrees with the oracle (SPEC 6, 8); 0 on a clean part of it."""
     proc = run_tfrfs("verify", str(REALDATA), timeout=300)
     assert proc.returncode == 1, f"verify exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
-    out = proc.stdout + proc.stderr
-    for rel in (PETS, SERENGETI):
-        assert os.path.basename(rel) in out, f"verify does not mention {rel}"
+    problems = check_verify_text(proc.stdout, real)
+    proc = run_tfrfs("verify", "--json", str(REALDATA), timeout=300)
+    if proc.returncode != 1:
+        problems.append(f"verify --json exited {proc.returncode}")
+    try:
+        doc = json.loads(proc.stdout)
+    except ValueError as exc:
+        problems.append(f"verify --json printed no JSON document ({exc}): {proc.stdout[:500]!r}")
+    else:
+        problems += check_verify_json(doc, real)
     proc = run_tfrfs("verify", str(REALDATA / "tfx"), timeout=300)
-    assert proc.returncode == 0, f"verify of the clean tfx tree exited {proc.returncode}:\n{proc.stdout[-2000:]}"
+    if proc.returncode != 0:
+        problems.append(f"verify of the clean tfx tree exited {proc.returncode}:\n{proc.stdout[-2000:]}")
+    assert not problems, report(problems)

@@ -14,8 +14,13 @@ Layout made under OUTDIR :
                hostile keys, images and sounds, raw pixel arrays, SequenceExamples, GZIP and
                ZLIB shards, an empty shard, a shard of empty records, raw shards, a plain shard
                that starts with the gzip magic, plain non-shard files, sub-directories.
-``damaged/``   one shard per kind of damage of SPEC 6 (plus a late unparseable record, SPEC 2).
-``fixtures.json``  what was made: for each damaged shard the damage and where it is.
+``damaged/``   one shard per kind of damage of SPEC 6 and the damage contract (a bad data crc, a
+               bad length crc, a length past the end, zeros and garbage with records after
+               them, a cut, trailing bytes, a damaged first header, GZIP/ZLIB streams damaged
+               mid-stream, cut short or with a bad trailer), a late unparseable record (SPEC 2),
+               and a file not named like a shard whose first header fails.
+``fixtures.json``  what was made: for each damaged file the damage, where it is and what
+               salvage must find there.
 
 Values are deterministic (seeded); the bytes of a shard may still vary between runs, since
 protobuf does not fix the order of map entries when serializing.
@@ -31,6 +36,7 @@ import os
 import struct
 import sys
 import wave
+import zlib
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -496,8 +502,14 @@ def make_clean(root: str) -> dict:
     with open(f"{root}/dataset_info.json", "w") as f:
         json.dump({"name": "fixture", "splits": [{"name": "train", "shardLengths": ["3"]}]}, f)
     open(f"{root}/empty.txt", "wb").close()                                   # 0 bytes, not a shard name
-    with open(f"{root}/notes.tfrecord", "wb") as f:                           # named like a shard, is text
-        f.write(b"this is not a TFRecord file, despite its name\n")
+    with open(f"{root}/notes.tfrecord.txt", "wb") as f:                       # not named like a shard (SPEC 1)
+        f.write(b"this is not a TFRecord file, despite the .tfrecord in its name\n")
+    open(f"{root}/sub/empty.records-00001", "wb").close()                     # 0 bytes, named like a shard
+    open(f"{root}/sub/empty.tfrec.bak", "wb").close()                         # 0 bytes, not named like one
+    with open(f"{root}/sub/part-00000-of-00002", "rb") as f:                  # index files never are shards,
+        sound = f.read()                                                      # whatever they hold (SPEC 1)
+    with open(f"{root}/sub/orphan.idx", "wb") as f:
+        f.write(sound)
     with open(f"{root}/sub/label_map.pbtxt", "w") as f:
         f.write('item { id: 1 name: "raccoon" }\n')
     with open(f"{root}/.hidden_note", "w") as f:                              # any other regular file
@@ -520,12 +532,74 @@ def record_offsets(data: bytes) -> list[tuple[int, int]]:
     return out
 
 
+def _masked_crc(b: bytes) -> int:
+    """TFRecord's masked CRC32C (only to forge a header whose length checksum holds)."""
+    import crc32c
+    c = crc32c.crc32c(b)
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _inflate_failure(data: bytes, wbits: int) -> int | None:
+    """The offset of the byte at which zlib fails (None: no failure): fed in chunks, the failing
+    chunk again byte by byte."""
+    d = zlib.decompressobj(wbits)
+    for pos in range(0, len(data), 1 << 16):
+        saved = d.copy()
+        try:
+            d.decompress(data[pos:pos + (1 << 16)])
+        except zlib.error:
+            d = saved
+            for i in range(pos, min(pos + (1 << 16), len(data))):
+                try:
+                    d.decompress(data[i:i + 1])
+                except zlib.error:
+                    return i
+        if d.eof:
+            return None
+    return None
+
+
+def _damage_stream_mid(p: str, wbits: int, seed: int) -> tuple[int, int]:
+    """Overwrite 8 bytes from the middle of a compressed shard on with garbage such that
+    inflation fails soon after it (garbage inside Huffman-coded data mostly decodes as other
+    symbols, so many places are tried): (where the garbage is, the byte at which zlib fails)."""
+    data = open(p, "rb").read()
+    rng = np.random.default_rng(seed)
+    d = zlib.decompressobj(wbits)
+    d.decompress(data[: len(data) // 2])
+    for at in range(len(data) // 2, len(data) * 3 // 4):
+        junk = rng.integers(0, 256, 8, dtype=np.uint8).tobytes()
+        try:
+            d.copy().decompress(junk + data[at + 8: at + 8 + 4096])
+        except zlib.error:
+            bad = data[:at] + junk + data[at + 8:]
+            fail = _inflate_failure(bad, wbits)
+            assert fail is not None and at <= fail < at + 8 + 4096, (at, fail)
+            if fail < len(data) - 8:          # not the stream's check value at its end
+                open(p, "wb").write(bad)
+                return at, fail
+        d.decompress(data[at:at + 1])
+    raise AssertionError(f"{p}: no garbage made inflation fail mid-stream")
+
+
 def make_damaged(root: str) -> dict:
+    """One shard per kind of damage. Each entry of the returned dict says what salvage must find
+    (SPEC 6 and the damage contract), computed here from how the damage was made:
+    ``records`` (how many records the shard shows; None when only the oracle can tell) and
+    ``problems``: each ``{"type", "index", "offset", ...}`` with ``resync_offset`` and
+    ``skipped`` for a gap, ``skipped`` for damage that runs to the end, and for a damaged
+    compressed stream ``compressed_min``/``compressed_max`` (the range the failing byte is in);
+    ``junk_ok``: garbage may inflate to other bytes before zlib fails, and records there fail
+    their checks, or the walk ends at a header there that fails (more problems, the oracle's to find).
+    ``sound`` lists the original record numbers (as TensorFlow wrote them) that salvage keeps."""
     info: dict = {}
     os.makedirs(root, exist_ok=True)
 
     def payload_examples(n: int, tag: str) -> list:
         return [example({"n": f_int(i), "payload": f_bytes(f"payload-{tag}-{i}-abcdefgh".encode())}) for i in range(n)]
+
+    def gap(index: int, off: int, resync: int) -> dict:
+        return {"type": "gap", "index": index, "offset": off, "resync_offset": resync, "skipped": resync - off}
 
     # 1. a flipped byte inside record 2's data: data crc fails, records 3 and 4 still served
     p = f"{root}/datacrc.tfrecord"
@@ -537,31 +611,36 @@ def make_damaged(root: str) -> dict:
     i = body.index(b"payload-d-2-abcdefgh") + len(b"payload-d-2-")
     data[off + 12 + i] ^= 0x01                # 'a' -> '`': the damaged data still parses
     open(p, "wb").write(data)
-    info["datacrc.tfrecord"] = {"damage": "data_crc", "index": 2, "offset": off, "records": 5}
+    info["datacrc.tfrecord"] = {"damage": "data_crc", "records": 5, "sound": [0, 1, 3, 4],
+                                "problems": [{"type": "data_crc", "index": 2, "offset": off}]}
 
-    # 2. a flipped byte of record 3's length checksum: records 0..2 shown
+    # 2. a flipped byte of record 3's length checksum: records 0..2, then record 4 (as 000003)
     p = f"{root}/lencrc.tfrecord"
     write_shard(p, payload_examples(5, "l"))
     data = bytearray(open(p, "rb").read())
-    off, n = record_offsets(bytes(data))[3]
-    data[off + 9] ^= 0x40
+    offs = record_offsets(bytes(data))
+    data[offs[3][0] + 9] ^= 0x40
     open(p, "wb").write(data)
-    info["lencrc.tfrecord"] = {"damage": "length_crc", "index": 3, "offset": off, "records": 3}
+    info["lencrc.tfrecord"] = {"damage": "length_crc", "records": 4, "sound": [0, 1, 2, 4],
+                               "problems": [gap(3, offs[3][0], offs[4][0])]}
 
-    # 3. cut short in the middle of record 3's data
+    # 3. cut short in the middle of record 3's data: nothing to resync to
     p = f"{root}/truncated.tfrecord"
     write_shard(p, payload_examples(4, "t"))
     data = open(p, "rb").read()
     off, n = record_offsets(data)[3]
-    open(p, "wb").write(data[: off + 12 + n // 2])
-    info["truncated.tfrecord"] = {"damage": "truncated", "index": 3, "offset": off, "records": 3}
+    cut = data[: off + 12 + n // 2]
+    open(p, "wb").write(cut)
+    info["truncated.tfrecord"] = {"damage": "truncated", "records": 3, "sound": [0, 1, 2],
+                                  "problems": [{"type": "cut", "index": 3, "offset": off, "skipped": len(cut) - off}]}
 
     # 4. a few trailing bytes (TensorFlow silently ignores fewer than 12)
     p = f"{root}/trailing.tfrecord"
     write_shard(p, payload_examples(3, "g"))
     data = open(p, "rb").read()
     open(p, "wb").write(data + b"\x00\x01\x02\x03\x04")
-    info["trailing.tfrecord"] = {"damage": "trailing", "index": 3, "offset": len(data), "records": 3}
+    info["trailing.tfrecord"] = {"damage": "trailing", "records": 3, "sound": [0, 1, 2],
+                                 "problems": [{"type": "trailing", "index": 3, "offset": len(data)}]}
 
     # 5. an unparseable record after the first 16 non-empty ones: the shard stays example kind,
     #    the record is shown as 000017.bin and reported
@@ -571,7 +650,8 @@ def make_damaged(root: str) -> dict:
     recs.append(example({"n": f_int(18)}))
     write_shard(p, recs)
     data = open(p, "rb").read()
-    info["badparse.tfrecord"] = {"damage": "parse", "index": 17, "offset": record_offsets(data)[17][0], "records": 19}
+    info["badparse.tfrecord"] = {"damage": "parse", "records": 19, "sound": list(range(19)),
+                                 "problems": [{"type": "parse", "index": 17, "offset": record_offsets(data)[17][0]}]}
 
     # 6. a raw shard with a data crc failure in record 1
     p = f"{root}/raw_datacrc.tfrecord"
@@ -580,7 +660,8 @@ def make_damaged(root: str) -> dict:
     off, n = record_offsets(bytes(data))[1]
     data[off + 12 + 3] ^= 0x01
     open(p, "wb").write(data)
-    info["raw_datacrc.tfrecord"] = {"damage": "data_crc", "index": 1, "offset": off, "records": 3}
+    info["raw_datacrc.tfrecord"] = {"damage": "data_crc", "records": 3, "sound": [0, 2],
+                                    "problems": [{"type": "data_crc", "index": 1, "offset": off}]}
 
     # 7. a flipped byte inside the large JPEG of record 3: EIO for its files, the others served.
     # Read in order, record 3 is read ahead while record 2 is served, and found damaged there.
@@ -590,14 +671,173 @@ def make_damaged(root: str) -> dict:
     off, n = record_offsets(bytes(data))[3]
     data[off + 12 + n // 2] ^= 0x01
     open(p, "wb").write(data)
-    info["large_datacrc.tfrecord"] = {"damage": "data_crc", "index": 3, "offset": off, "records": 5}
+    info["large_datacrc.tfrecord"] = {"damage": "data_crc", "records": 5, "sound": [0, 1, 2, 4],
+                                      "problems": [{"type": "data_crc", "index": 3, "offset": off}]}
 
-    # 8. a GZIP shard cut short: the records that decompress whole are shown
+    # 8. a GZIP shard cut short: the records wholly inside what inflates are shown; one problem
+    #    at the end of the inflated prefix, compressed offset = the file's size
     p = f"{root}/gz_cut.tfrecord.gz"
     write_shard(p, small_examples(400, "gzc"), "GZIP")
     data = open(p, "rb").read()
-    open(p, "wb").write(data[: len(data) // 2])
-    info["gz_cut.tfrecord.gz"] = {"damage": "compressed_truncated", "index": None, "offset": None, "records": None}
+    cut = data[: len(data) // 2]
+    open(p, "wb").write(cut)
+    info["gz_cut.tfrecord.gz"] = {"damage": "compressed_truncated", "records": None, "sound": None,
+                                  "problems": [{"type": "stream", "index": None,
+                                                "compressed_min": len(cut), "compressed_max": len(cut)}]}
+
+    # 9. a bad length checksum mid-shard with several intact records after it: salvaged, renumbered
+    p = f"{root}/lencrc_mid.tfrecord"
+    write_shard(p, payload_examples(10, "m"))
+    data = bytearray(open(p, "rb").read())
+    offs = record_offsets(bytes(data))
+    data[offs[4][0] + 8] ^= 0x10
+    open(p, "wb").write(data)
+    info["lencrc_mid.tfrecord"] = {"damage": "length_crc", "records": 9, "sound": [0, 1, 2, 3, 5, 6, 7, 8, 9],
+                                   "problems": [gap(4, offs[4][0], offs[5][0])]}
+
+    # 10. record 2's length field made to run past the end of the file, its length checksum made
+    #     to hold: the header checks, the length does not fit; records 3 and 4 follow
+    p = f"{root}/pastend.tfrecord"
+    write_shard(p, payload_examples(5, "p"))
+    data = bytearray(open(p, "rb").read())
+    offs = record_offsets(bytes(data))
+    off = offs[2][0]
+    length = len(data) - off - 16 + 1000
+    data[off:off + 12] = struct.pack("<Q", length) + struct.pack("<I", _masked_crc(struct.pack("<Q", length)))
+    open(p, "wb").write(data)
+    info["pastend.tfrecord"] = {"damage": "length_past_end", "records": 4, "sound": [0, 1, 3, 4],
+                                "problems": [gap(2, off, offs[3][0])]}
+
+    # 11. a zeroed range from the middle of record 2's data to the middle of record 3's: record 2
+    #     is listed with a failing data checksum, record 3 is lost, records 4 and 5 follow
+    p = f"{root}/zeroed.tfrecord"
+    write_shard(p, payload_examples(6, "z"))
+    data = bytearray(open(p, "rb").read())
+    offs = record_offsets(bytes(data))
+    lo = offs[2][0] + 12 + offs[2][1] // 2
+    hi = offs[3][0] + 12 + offs[3][1] // 2
+    data[lo:hi] = bytes(hi - lo)
+    open(p, "wb").write(data)
+    info["zeroed.tfrecord"] = {"damage": "zeroed", "records": 5, "sound": [0, 1, 4, 5],
+                               "problems": [{"type": "data_crc", "index": 2, "offset": offs[2][0]},
+                                            gap(3, offs[3][0], offs[4][0])]}
+
+    # 12. 300 bytes of random garbage inserted between records 2 and 3
+    p = f"{root}/garbage.tfrecord"
+    write_shard(p, payload_examples(6, "r"))
+    data = open(p, "rb").read()
+    offs = record_offsets(data)
+    junk = np.random.default_rng(1616).integers(0, 256, 300, dtype=np.uint8).tobytes()
+    open(p, "wb").write(data[:offs[3][0]] + junk + data[offs[3][0]:])
+    info["garbage.tfrecord"] = {"damage": "garbage", "records": 6, "sound": [0, 1, 2, 3, 4, 5],
+                                "problems": [gap(3, offs[3][0], offs[3][0] + len(junk))]}
+
+    # 13. the first header damaged, in a file named like a shard: a damaged shard folder whose
+    #     record 000000 is the second record written
+    p = f"{root}/firsthdr.tfrecord"
+    write_shard(p, payload_examples(4, "f"))
+    data = bytearray(open(p, "rb").read())
+    offs = record_offsets(bytes(data))
+    data[3] ^= 0x20                           # a length byte: the length checksum fails
+    open(p, "wb").write(data)
+    info["firsthdr.tfrecord"] = {"damage": "first_header", "records": 3, "sound": [1, 2, 3],
+                                 "problems": [gap(0, 0, offs[1][0])]}
+
+    # 14. the same bytes in a file NOT named like a shard: a plain file (in a folder); as SOURCE
+    #     alone, a damaged shard (salvage finds sound records)
+    with open(f"{root}/firsthdr.bin", "wb") as f:
+        f.write(data)
+    info["firsthdr.bin"] = {"damage": "first_header_not_shard_name", "plain": True, "records": 3,
+                            "sound": [1, 2, 3], "problems": [gap(0, 0, offs[1][0])]}
+
+    # 15. a GZIP shard with 8 bytes of garbage mid-stream: TensorFlow reads a prefix; every record
+    #     wholly inside what inflates is served
+    # (the file is larger than TensorFlow's read buffer, so TensorFlow returns records before it
+    # meets the damage; the text compresses, so the garbage lands in Huffman-coded data)
+    p = f"{root}/gz_garbage.tfrecord.gz"
+    words = [w.encode() for w in "the quick brown fox jumps over a lazy dog while seven tired cats "
+             "watch from an old wooden fence near the river bank at dawn".split()]
+    write_shard(p, [example({"n": f_int(i), "text": f_bytes(b" ".join(RNG.choice(words, 1200)))})
+                    for i in range(300)], "GZIP")
+    at, fail = _damage_stream_mid(p, 16 + zlib.MAX_WBITS, 8)
+    info["gz_garbage.tfrecord.gz"] = {"damage": "compressed_garbage", "records": None, "sound": None,
+                                      "junk_ok": True, "written": 300, "garbage_offset": at,
+                                      "problems": [{"type": "stream", "index": None,
+                                                    "compressed_min": fail, "compressed_max": fail}]}
+
+    # 16. a GZIP shard whose trailer CRC is flipped: every record inflates, the stream check fails
+    p = f"{root}/gz_trailer.tfrecord.gz"
+    write_shard(p, small_examples(30, "gzt"), "GZIP")
+    data = bytearray(open(p, "rb").read())
+    data[-8] ^= 0xFF                          # the first byte of the CRC32 of the gzip trailer
+    open(p, "wb").write(data)
+    info["gz_trailer.tfrecord.gz"] = {"damage": "compressed_trailer", "records": 30, "sound": list(range(30)),
+                                      "problems": [{"type": "stream", "index": None,
+                                                    "compressed_min": len(data) - 8,
+                                                    "compressed_max": len(data) - 5}]}
+
+    # 17. a ZLIB shard damaged mid-stream
+    p = f"{root}/zlib_mid.tfrecord.zlib"
+    write_shard(p, small_examples(300, "zm"), "ZLIB")
+    at, fail = _damage_stream_mid(p, zlib.MAX_WBITS, 17)
+    info["zlib_mid.tfrecord.zlib"] = {"damage": "compressed_garbage", "records": None, "sound": None,
+                                      "junk_ok": True, "written": 300, "garbage_offset": at,
+                                      "problems": [{"type": "stream", "index": None,
+                                                    "compressed_min": fail, "compressed_max": fail}]}
+
+    # 18. a GZIP shard whose stream inflates whole but whose records are damaged inside it: a data
+    #     crc failure and a bad length crc (the bytes of a TF-written shard, damaged, then
+    #     compressed): offsets are those of the inflated stream, records resume after the gap
+    p = f"{root}/gz_inner.tfrecord.gz"
+    write_shard(p + ".plain", payload_examples(8, "gi"))
+    with open(p + ".plain", "rb") as f:
+        data = bytearray(f.read())
+    os.unlink(p + ".plain")
+    offs = record_offsets(bytes(data))
+    data[offs[1][0] + 12 + 5] ^= 0x01
+    data[offs[4][0] + 10] ^= 0x02
+    c = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    with open(p, "wb") as f:
+        f.write(c.compress(bytes(data)) + c.flush())
+    info["gz_inner.tfrecord.gz"] = {"damage": "inside_compressed", "records": 7, "sound": [0, 2, 3, 5, 6, 7],
+                                    "problems": [{"type": "data_crc", "index": 1, "offset": offs[1][0]},
+                                                 gap(4, offs[4][0], offs[5][0])]}
+
+    # 19. a GZIP stream cut short inside garbage that follows the records (the bytes of a TF-written
+    #     shard plus 200 random bytes, compressed, the last 28 bytes cut off): the walk of what
+    #     inflates ends at the garbage with no record after it: two problems, the stream's damage
+    #     and the header that fails where the records stop (the damage contract: only a record cut
+    #     short by the end of what inflated is the stream's damage seen again)
+    p = f"{root}/gz_tailjunk.tfrecord.gz"
+    write_shard(p + ".plain", payload_examples(5, "tj"))
+    with open(p + ".plain", "rb") as f:
+        data = f.read()
+    os.unlink(p + ".plain")
+    junk = np.random.default_rng(1617).integers(0, 256, 200, dtype=np.uint8).tobytes()
+    c = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    whole = c.compress(data + junk) + c.flush()
+    with open(p, "wb") as f:
+        f.write(whole[:-28])
+    info["gz_tailjunk.tfrecord.gz"] = {"damage": "compressed_truncated_in_garbage", "records": 5,
+                                       "sound": [0, 1, 2, 3, 4],
+                                       "problems": [{"type": "cut", "index": 5, "offset": len(data),
+                                                     "why": "header_crc"},
+                                                    {"type": "stream", "index": None,
+                                                     "compressed_min": len(whole) - 28,
+                                                     "compressed_max": len(whole) - 28}]}
+
+    # 20. named like a shard, holds text: a damaged shard of zero records
+    p = f"{root}/notes.tfrecord"
+    text = b"this is not a TFRecord file, despite its name\n"
+    with open(p, "wb") as f:
+        f.write(text)
+    info["notes.tfrecord"] = {"damage": "not_tfrecord", "records": 0, "sound": [],
+                              "problems": [{"type": "cut", "index": 0, "offset": 0, "skipped": len(text)}]}
+    p = f"{root}/notes.tfrecord-00007"       # named like a shard too (SPEC 1: extension, '-', digits)
+    with open(p, "wb") as f:
+        f.write(text)
+    info["notes.tfrecord-00007"] = {"damage": "not_tfrecord", "records": 0, "sound": [],
+                                    "problems": [{"type": "cut", "index": 0, "offset": 0, "skipped": len(text)}]}
     return info
 
 

@@ -2,14 +2,22 @@
 
 Run as a subprocess under TensorFlow::
 
-    .venv/bin/python tests/tf_oracle.py [--sample N] SOURCE [SOURCE ...]
+    .venv/bin/python tests/interop/tf_oracle.py [--sample N] SOURCE [SOURCE ...]
 
 For every shard, the records are read the way TensorFlow reads them (``tf.data.TFRecordDataset``
 with the right ``compression_type``, collecting records until ``DataLossError``) and parsed with
 TensorFlow's ``tf.train.Example`` / ``tf.train.SequenceExample``. TensorFlow stops at the first
 damaged record, while the mount keeps serving what it can (SPEC 6), so the framing is also
-walked here by an independent reader (struct + crc32c), cross-checked against TensorFlow: the
-records TensorFlow returns must be exactly the first records that reader finds.
+walked here by an independent reader (struct + crc32c + zlib) that salvages as the damage
+contract says: past a bad header, a length that runs past the end, zeroed or garbage bytes it
+resyncs at the next offset where a header checksum, a length that fits and the data checksum all
+hold, numbering on; a GZIP/ZLIB stream is inflated as far as it goes (byte by byte at the
+failure). It is cross-checked against TensorFlow: the records TensorFlow returns must be exactly
+the first records that reader finds before the first damage (all of them for an uncompressed
+shard; a prefix of them for a compressed one, as TensorFlow drops what it had inflated with the
+damage). Which files are shards follows SPEC 1 and the contract: a sound first header (plain,
+else after inflation), or a file named like a shard whose first header fails (a damaged shard),
+or a file named as SOURCE in which salvage finds a sound record.
 
 The expected tree follows SPEC sections 1-5 and is rendered here, independently of tfrfs's own
 rendering code: values, JSON, magic bytes and raw-pixel detection are all written below. Only the
@@ -24,25 +32,35 @@ Output (JSON on stdout)::
   {"sources": {SOURCE: {
      "tree":   {relpath: entry},           # every path the mount must show (sampled records only)
      "shards": {relpath: {"compression", "tf_count", "tf_error", "count", "kind", "names",
-                          "problems": [{"type", "index", "offset"}], "sampled", "mtime",
-                          "records_sha256"}},     # sha256 of each record's bytes (<= 2000 records)
+                          "problems", "sampled", "mtime", "size",
+                          "records_sha256", "records_ok",   # each record's bytes, data crc (<= 2000)
+                          "tf_sha256",                      # each record TensorFlow returned
+                          "sound_count", "sound_framed_sha256",  # what a repair keeps
+                          "stream_size", "stream_sha256"}},      # the (inflated) stream walked
      "plain":  [relpath, ...],
      "name_problems": [...], "oracle_problems": [...]}}}
 
+A problem is ``{"type", "index", "offset", ...}`` in stream order: ``data_crc`` and ``parse``
+(a record), ``gap`` (+ ``resync_offset``, ``skipped``), ``cut`` (no resync to the end:
++ ``skipped``), ``trailing`` (fewer than 12 bytes left), ``stream`` (a damaged or cut short
+compressed stream: ``index`` null, ``offset`` the inflated length, + ``compressed_offset``).
+
 An entry is ``{"t": "dir"}``, ``{"t": "file", "sha256", "size"}``,
 ``{"t": "png", "mode", "width", "height", "pixels_sha256", "raw_suffix", "raw_size"}`` (compare
-decoded pixels, not PNG bytes; ``raw_suffix``: the value's suffix under ``--no-decode-raw``) or ``{"t": "damaged", "names": [...]}`` (a record whose data checksum fails: one of
-``names`` is listed, reading it or its files fails with EIO). Entries may carry ``"x"``: the
-xattrs the mount must show on that path.
+decoded pixels, not PNG bytes; ``raw_suffix``: the value's suffix under ``--no-decode-raw``) or
+``{"t": "damaged", "names": [name], "files": [...]}`` (a record whose data checksum fails: listed
+as ``name``, a folder when its unverified bytes parse as the shard's kind, else ``NNNNNN.bin``;
+listing it, reading it, and reading ``files`` in it fail with EIO). Entries may carry ``"x"``:
+the xattrs the mount must show on that path.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import json
 import os
 import random
+import re
 import struct
 import sys
 import zlib
@@ -68,8 +86,11 @@ SequenceExample = tf.train.SequenceExample
 
 
 # --- framing (independent reader) ------------------------------------------------------------
+#
+# The salvage walk of the damage contract (SPEC 6), written here from the contract alone:
+# struct + crc32c + zlib, nothing from tfrfs.
 
-def masked_crc(b: bytes) -> int:
+def masked_crc(b) -> int:
     c = crc32c.crc32c(b)
     return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
@@ -78,67 +99,193 @@ def header_ok(h: bytes) -> bool:
     return len(h) >= 12 and masked_crc(h[:8]) == struct.unpack_from("<I", h, 8)[0]
 
 
-SHARD_NAME_PATTERNS = ("*.tfrecord*", "*.tfrecords*", "*.record*", "*-of-*")
+SHARD_EXTS = r"(?:tfrecords?|tfrec|records?)"
+INDEX_SUFFIXES = (".tfrfs-idx", ".idx", ".tfindex", ".index")
+# tfrfs's own entries in a SOURCE folder, never shown (SPEC 1, 1.2, 6, 7)
+OWN_DIRS = (".tfrfs-staging", ".tfrfs-damaged")
+OWN_FILES = (".tfrfs-manifest",)
 
 
-def sniff(path: str, is_source: bool) -> str | None:
-    """SPEC 1: the compression under which the file is a shard, or None (a plain file)."""
-    with open(path, "rb") as f:
-        head = f.read(1 << 16)
-    if not head:
-        name = os.path.basename(path)
-        if is_source or any(fnmatch.fnmatchcase(name, p) for p in SHARD_NAME_PATTERNS):
-            return "NONE"
-        return None
+def named_like_shard(name: str) -> bool:
+    """SPEC 1: the name, less a final .gz/.gzip/.zlib, ends in a shard extension, or has one
+    followed by '-' and digits, or ends in -DIGITS-of-DIGITS; index files never are."""
+    if name.endswith(INDEX_SUFFIXES):
+        return False
+    stem = re.sub(r"\.(?:gz|gzip|zlib)$", "", name)
+    return bool(re.search(r"\." + SHARD_EXTS + r"$", stem)
+                or re.search(r"\." + SHARD_EXTS + r"-\d+(?:-of-\d+)?$", stem)
+                or re.search(r"-\d+-of-\d+$", stem))
+
+
+def inflate(data: bytes, comp: str, limit: int | None = None) -> tuple[bytes, dict | None]:
+    """The longest prefix of the stream that inflates, and the stream problem (or None).
+
+    GZIP members that follow one another are read on as one stream. Input is fed in chunks; a
+    chunk that fails is fed again byte by byte from the state before it, so everything zlib
+    outputs before the failing byte counts. The problem: ``{"why": "damaged"|"cut"|"trailing",
+    "compressed_offset"}`` (the failing byte, the file size, or where trailing bytes begin).
+    ``limit``: stop once that many bytes are out (no problem is reported then).
+    """
+    wbits = 16 + zlib.MAX_WBITS if comp == "GZIP" else zlib.MAX_WBITS
+    out = bytearray()
+    n, start, chunk = len(data), 0, 1 << 16
+    while True:
+        d = zlib.decompressobj(wbits)
+        pos = start
+        while not d.eof:
+            if limit is not None and len(out) >= limit:
+                return bytes(out), None
+            if pos >= n:
+                return bytes(out), {"why": "cut", "compressed_offset": n, "msg": f"{comp} stream cut short"}
+            piece = data[pos:pos + chunk]
+            saved = d.copy()
+            try:
+                out += d.decompress(piece)
+            except zlib.error:
+                d = saved
+                for i in range(pos, pos + len(piece)):
+                    try:
+                        out += d.decompress(data[i:i + 1])
+                    except zlib.error as exc:
+                        return bytes(out), {"why": "damaged", "compressed_offset": i,
+                                            "msg": f"{comp} stream damaged: {exc}"}
+                raise AssertionError("zlib failed on a chunk but not byte by byte")
+            pos += len(piece)
+        end = pos - len(d.unused_data)          # where this member ended in the file
+        if end >= n:
+            return bytes(out), None
+        if comp == "GZIP" and data[end:end + 2] == b"\x1f\x8b":
+            start = end                          # another member: read on as one stream
+            continue
+        return bytes(out), {"why": "trailing", "compressed_offset": end,
+                            "msg": f"{n - end} bytes after the end of the {comp} stream"}
+
+
+def resync(stream: bytes, start: int) -> int | None:
+    """The smallest p >= start where a header checks, its length fits and its data crc holds."""
+    n = len(stream)
+    mv = memoryview(stream)
+    unpack = struct.unpack_from
+    for p in range(start, n - 15):
+        length, hcrc = unpack("<QI", stream, p)
+        end = p + 12 + length
+        if end + 4 > n:
+            continue
+        if masked_crc(mv[p:p + 8]) != hcrc:
+            continue
+        if masked_crc(mv[p + 12:end]) == unpack("<I", stream, end)[0]:
+            return p
+    return None
+
+
+def walk(stream: bytes) -> tuple[list, list]:
+    """The contract's framing walk of a plain stream.
+
+    Records ``[(offset, length, data, data_ok)]``, numbered across gaps; problems in file order:
+    ``data_crc`` (index, offset), ``gap`` (index, offset, resync_offset, skipped, why),
+    ``cut`` (no resync to the end: index, offset, skipped, why), ``trailing`` (fewer than 12
+    bytes left: index, offset).
+    """
+    recs: list = []
+    problems: list = []
+    n, pos = len(stream), 0
+    while pos < n:
+        if n - pos < 12:
+            problems.append({"type": "trailing", "index": len(recs), "offset": pos})
+            break
+        (length,) = struct.unpack_from("<Q", stream, pos)
+        hok = header_ok(stream[pos:pos + 12])
+        if hok and pos + 16 + length <= n:
+            data = bytes(stream[pos + 12:pos + 12 + length])
+            ok = masked_crc(data) == struct.unpack_from("<I", stream, pos + 12 + length)[0]
+            if not ok:
+                problems.append({"type": "data_crc", "index": len(recs), "offset": pos})
+            recs.append((pos, length, data, ok))
+            pos += 16 + length
+            continue
+        why = "past_end" if hok else "header_crc"
+        r = resync(stream, pos + 1)
+        if r is None:
+            problems.append({"type": "cut", "index": len(recs), "offset": pos, "skipped": n - pos, "why": why})
+            break
+        problems.append({"type": "gap", "index": len(recs), "offset": pos, "resync_offset": r,
+                         "skipped": r - pos, "why": why})
+        pos = r
+    return recs, problems
+
+
+def first_header_sound(head: bytes) -> str | None:
+    """SPEC 1: the compression under which the first record header checks, or None."""
     if header_ok(head[:12]):
         return "NONE"  # the plain header is checked first
-    for comp, wbits in (("GZIP", 16 + zlib.MAX_WBITS), ("ZLIB", zlib.MAX_WBITS)):
-        try:
-            out = zlib.decompressobj(wbits).decompress(head, 12)
-        except zlib.error:
-            continue
-        if header_ok(out):
+    for comp in ("GZIP", "ZLIB"):
+        out, _ = inflate(head, comp, limit=12)
+        if header_ok(out[:12]):
             return comp
     return None
 
 
-def stream_of(path: str, comp: str) -> tuple[bytes, str | None]:
-    data = open(path, "rb").read()
+def damaged_compression(head: bytes, name: str) -> str:
+    """The contract: the compression of a shard whose first header fails."""
+    if name.endswith((".gz", ".gzip")):
+        return "GZIP"
+    if head[:2] == b"\x1f\x8b":
+        try:
+            zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head[:10])
+        except zlib.error:
+            pass
+        else:
+            return "GZIP"
+    if name.endswith(".zlib"):
+        return "ZLIB"
+    if len(head) >= 2:
+        try:
+            zlib.decompressobj(zlib.MAX_WBITS).decompress(head[:2])
+        except zlib.error:
+            pass
+        else:
+            return "ZLIB"
+    return "NONE"
+
+
+def salvage(data: bytes, comp: str) -> tuple[bytes, list, list]:
+    """(the stream walked, records, problems) of a shard's bytes under its compression."""
     if comp == "NONE":
-        return data, None
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS if comp == "GZIP" else zlib.MAX_WBITS)
-    out = bytearray()
-    try:
-        for i in range(0, len(data), 4096):
-            out += d.decompress(data[i:i + 4096])
-            if d.eof:
-                break
-        out += d.flush()
-    except zlib.error as exc:
-        return bytes(out), f"{comp} stream damaged: {exc}"
-    if not d.eof:
-        return bytes(out), f"{comp} stream cut short"
-    if d.unused_data:
-        return bytes(out), f"trailing data after the {comp} stream"
-    return bytes(out), None
+        recs, problems = walk(data)
+        return data, recs, problems
+    stream, sp = inflate(data, comp)
+    recs, problems = walk(stream)
+    if sp is not None:
+        # a record cut short by the end of what inflated is the same damage as the stream's; a
+        # header that fails before that end, with nothing sound after it, says where records stop
+        problems = [p for p in problems
+                    if not (p["type"] == "trailing" or (p["type"] == "cut" and p["why"] == "past_end"))]
+        problems.insert(0, {"type": "stream", "index": None, "offset": len(stream),
+                            "compressed_offset": sp["compressed_offset"], "why": sp["why"], "msg": sp["msg"]})
+    return stream, recs, problems
 
 
-def scan(stream: bytes):
-    """[(offset, length, data, data_ok)], framing problem (type, offset) or None."""
-    recs, pos, n = [], 0, len(stream)
-    while pos < n:
-        if n - pos < 12:
-            return recs, ("trailing", pos)
-        if not header_ok(stream[pos:pos + 12]):
-            return recs, ("length_crc", pos)
-        (length,) = struct.unpack_from("<Q", stream, pos)
-        if pos + 16 + length > n:
-            return recs, ("truncated", pos)
-        data = stream[pos + 12: pos + 12 + length]
-        ok = masked_crc(data) == struct.unpack_from("<I", stream, pos + 12 + length)[0]
-        recs.append((pos, length, bytes(data), ok))
-        pos += 16 + length
-    return recs, None
+def classify(path: str, is_source: bool) -> tuple[str, bool] | None:
+    """SPEC 1 and the contract: (compression, damaged_at_first_header) of a shard, None for a
+    plain file."""
+    name = os.path.basename(path)
+    if name.endswith(INDEX_SUFFIXES):
+        return None          # index files never are shards, whatever they hold (SPEC 1)
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    if not head:
+        return ("NONE", False) if (is_source or named_like_shard(name)) else None
+    comp = first_header_sound(head)
+    if comp is not None:
+        return comp, False
+    comp = damaged_compression(head, name)
+    if named_like_shard(name):
+        return comp, True
+    if is_source:
+        _, recs, _ = salvage(open(path, "rb").read(), comp)
+        if any(r[3] for r in recs):
+            return comp, True
+    return None
 
 
 def tf_read(path: str, comp: str) -> tuple[list[bytes], str | None]:
@@ -435,30 +582,43 @@ def record_kind(good: list[bytes]) -> str:
     return "example"
 
 
+def damaged_files(kind: str, msg) -> list[str]:
+    """The files a damaged record's unverified bytes would show (relative to its folder)."""
+    sub = Builder()
+    if kind == "sequence":
+        sub.sequence("r", msg)
+    else:
+        sub.example("r", msg)
+    return sorted(p[2:] for p, e in sub.tree.items() if e["t"] != "dir")
+
+
 def oracle_shard(b: Builder, path: str, rel: str, comp: str, sample: int | None,
                  oracle_problems: list) -> dict:
-    stream, comp_problem = stream_of(path, comp)
-    recs, framing = scan(stream)
+    raw = open(path, "rb").read()
+    stream, recs, problems = salvage(raw, comp)
     tf_recs, tf_err = tf_read(path, comp)
-    # Cross-check: TensorFlow's records are exactly the first records the framing reader finds.
+    # Cross-check: TensorFlow's records are exactly the first records the framing reader finds
+    # before the first damage (all of them for an uncompressed stream; a compressed one may
+    # lose the last records TensorFlow had inflated when it hit the damage).
+    first_bad = min([p["index"] for p in problems if p["type"] in ("data_crc", "gap", "cut")] + [len(recs)])
+    stream_problem = any(p["type"] == "stream" for p in problems)
     for i, d in enumerate(tf_recs):
-        if i >= len(recs) or not recs[i][3] or recs[i][2] != d:
-            oracle_problems.append(f"{rel}: TensorFlow record {i} differs from the framing reader")
+        if i >= first_bad or recs[i][2] != d:
+            oracle_problems.append(f"{rel}: TensorFlow record {i} is not record {i} of the framing reader "
+                                   f"(damage from record {first_bad} on)")
             break
-    clean = comp_problem is None and framing is None and all(r[3] for r in recs)
-    if clean and (len(tf_recs) != len(recs) or tf_err):
-        oracle_problems.append(f"{rel}: clean shard but TensorFlow read {len(tf_recs)} of {len(recs)} ({tf_err})")
-    if not clean and len(tf_recs) >= len(recs) and tf_err is None and framing is None and comp_problem is None:
-        oracle_problems.append(f"{rel}: damaged shard read whole by TensorFlow")
+    if not stream_problem and len(tf_recs) != first_bad:
+        oracle_problems.append(f"{rel}: TensorFlow read {len(tf_recs)} records ({tf_err}), the framing "
+                               f"reader finds {first_bad} before the first damage")
+    framing_damage = [p for p in problems if p["type"] in ("data_crc", "gap", "cut", "stream")]
+    if framing_damage and tf_err is None:
+        oracle_problems.append(f"{rel}: damaged shard ({framing_damage[0]}) read to the end by TensorFlow")
+    if not problems and tf_err is not None:
+        oracle_problems.append(f"{rel}: clean shard but TensorFlow failed: {tf_err}")
 
     count = len(recs)
     kind = record_kind([r[2] for r in recs if r[3]])
     width = max(6, len(str(count - 1)))
-    problems = []
-    if comp_problem:
-        problems.append({"type": "compressed", "index": None, "offset": None, "reason": comp_problem})
-    if framing:
-        problems.append({"type": framing[0], "index": count, "offset": framing[1]})
     selected = list(range(count))
     sampled = None
     if sample is not None and count > sample:
@@ -475,18 +635,17 @@ def oracle_shard(b: Builder, path: str, rel: str, comp: str, sample: int | None,
         rx = {"user.tfrfs.shard": rel, "user.tfrfs.index": str(i),
               "user.tfrfs.offset": str(off), "user.tfrfs.length": str(length)}
         if not ok:
-            problems.append({"type": "data_crc", "index": i, "offset": off})
-            if kind == "raw":
-                alts = [num + ".bin"]
-            elif parses(cls, data) is not None:
-                alts = [num]
+            # the contract: a folder if its unverified bytes parse as the shard's kind, else .bin;
+            # listing the folder, and reading it or any of its files, fails with EIO
+            msg = None if kind == "raw" else parses(cls, data)
+            if msg is None:
+                names.append([num + ".bin"])
+                if i in sel_set:
+                    b.add(f"{rel}/{num}.bin", {"t": "damaged", "names": [num + ".bin"], "files": [], "x": {}})
             else:
-                # SPEC 6 says "still listed; reading any of its files fails with EIO"; SPEC 2 shows a
-                # record that fails to parse as NNNNNN.bin. Damaged bytes that do not parse: either.
-                alts = [num, num + ".bin"]
-            names.append(alts)
-            if i in sel_set:
-                b.add(f"{rel}/{num}", {"t": "damaged", "names": alts, "x": rx})
+                names.append([num])
+                if i in sel_set:
+                    b.add(f"{rel}/{num}", {"t": "damaged", "names": [num], "files": damaged_files(kind, msg), "x": rx})
             continue
         if kind == "raw":
             names.append([num + ".bin"])
@@ -508,10 +667,19 @@ def oracle_shard(b: Builder, path: str, rel: str, comp: str, sample: int | None,
             b.sequence(f"{rel}/{num}", msg)
         else:
             b.example(f"{rel}/{num}", msg)
+    problems.sort(key=lambda p: (p["offset"], p["index"] if p["index"] is not None else -1))
+    sound = [r for r in recs if r[3]]
+    small = count <= 2000
     return {"compression": comp, "tf_count": len(tf_recs), "tf_error": tf_err, "count": count,
             "kind": kind, "names": names, "problems": problems, "sampled": sampled,
-            "records_sha256": [hashlib.sha256(r[2]).hexdigest() for r in recs] if count <= 2000 else None,
-            "mtime": os.stat(path).st_mtime}
+            "records_sha256": [hashlib.sha256(r[2]).hexdigest() for r in recs] if small else None,
+            "records_ok": [r[3] for r in recs] if small else None,
+            "tf_sha256": [hashlib.sha256(d).hexdigest() for d in tf_recs] if len(tf_recs) <= 2000 else None,
+            # what a repair keeps: every record whose header and data checksums hold, framed as it was
+            "sound_framed_sha256": hashlib.sha256(b"".join(stream[r[0]:r[0] + 16 + r[1]] for r in sound)).hexdigest(),
+            "sound_count": len(sound),
+            "stream_size": len(stream), "stream_sha256": hashlib.sha256(stream).hexdigest(),
+            "size": len(raw), "mtime": os.stat(path).st_mtime}
 
 
 def oracle_source(source: str, sample: int | None) -> dict:
@@ -521,28 +689,30 @@ def oracle_source(source: str, sample: int | None) -> dict:
     oracle_problems: list[str] = []
     if os.path.isdir(source):
         for dirpath, dirnames, filenames in os.walk(source):
-            dirnames.sort()
+            dirnames[:] = sorted(d for d in dirnames if d not in OWN_DIRS)
             rel_dir = os.path.relpath(dirpath, source)
             if rel_dir != ".":
                 b.add(rel_dir, {"t": "dir"})
             for fn in sorted(filenames):
+                if fn in OWN_FILES:
+                    continue
                 full = os.path.join(dirpath, fn)
                 rel = fn if rel_dir == "." else f"{rel_dir}/{fn}"
                 if not os.path.isfile(full) or os.path.islink(full):
                     continue
-                comp = sniff(full, False)
-                if comp is None:
+                c = classify(full, False)
+                if c is None:
                     data = open(full, "rb").read()
                     plain.append(rel)
                     b.add(rel, {"t": "file", "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)})
                 else:
-                    shards[rel] = oracle_shard(b, full, rel, comp, sample, oracle_problems)
+                    shards[rel] = oracle_shard(b, full, rel, c[0], sample, oracle_problems)
     else:
-        comp = sniff(source, True)
-        if comp is None:
+        c = classify(source, True)
+        if c is None:
             raise SystemExit(f"{source} is not a shard")
         rel = os.path.basename(source)
-        shards[rel] = oracle_shard(b, source, rel, comp, sample, oracle_problems)
+        shards[rel] = oracle_shard(b, source, rel, c[0], sample, oracle_problems)
     return {"tree": b.tree, "shards": shards, "plain": plain,
             "name_problems": sorted(set(b.name_problems)), "oracle_problems": oracle_problems}
 

@@ -234,8 +234,17 @@ def test_inflate_cut_short_and_members() -> None:
 
 def test_stream_damage_absorbs_the_cut_record_at_its_end() -> None:
     stream = tfrecord.Problem(100, "GZIP stream is damaged", compressed_offset=40)
-    end = tfrecord.Problem(90, "record is cut short", 3, skipped=10)
-    gap = tfrecord.Problem(10, "gap", 1, resync_offset=30, skipped=20)
-    crc = tfrecord.Problem(50, "data checksum failed", 2)
-    assert salvage.merge_stream_problem(stream, [gap, crc, end]) == [stream, gap, crc]
-    assert salvage.merge_stream_problem(None, [gap, end]) == [gap, end]
+    recs = b"".join(_frame(b"r" * 30) for _ in range(3))
+    cut = recs[:-5]
+    _, w = _walk(cut)
+    assert w.cut and salvage.merge_stream_problem(stream, w) == [stream]
+    assert salvage.merge_stream_problem(None, w) == w.problems
+    bad_header = recs[:46] + b"\xff" * 20      # records stop at a header that fails, well before the end
+    _, w = _walk(bad_header)
+    assert not w.cut and salvage.merge_stream_problem(stream, w) == [stream, *w.problems] and len(w.problems) == 1
+
+
+@pytest.mark.parametrize("zeros_before", [0, 1, 5, 8, 11, 12, 100, 70000])
+def test_an_empty_record_after_zeros_is_found(zeros_before: int) -> None:
+    data = b"\x01" * 3 + bytes(zeros_before) + _frame(b"") + bytes(20) + _frame(b"x")
+    assert salvage.find_sound(lambda n, off: data[off:off + n], len(data), 1) == 3 + zeros_before
