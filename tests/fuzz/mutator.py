@@ -235,7 +235,8 @@ def draw_mutants(bases: list[Base], count: int, seed_value: int) -> list[Mutant]
 def edge_mutants(bases: list[Base]) -> list[Mutant]:
     """Hand-made damage at the edges of the contract, checked like the drawn mutants: bytes after
     a compressed stream (a gzip magic and junk, a lone first magic byte, zeros, a second ZLIB
-    stream), GZIP members one after the other, empty streams, files cut inside a header, a sound
+    stream), garbage inside a stream cut short, GZIP members one after the other, empty streams,
+    files cut inside a header, a sound
     header whose length runs past the end, a few trailing bytes, an empty record whose data crc
     fails, and a plain shard whose damaged first header looks like a ZLIB header."""
     lite = next(b for b in bases if b.key == "lite")
@@ -243,6 +244,7 @@ def edge_mutants(bases: list[Base]) -> list[Mutant]:
     half = lite.spans[len(lite.spans) // 2][0]
     g, z = compress(s, GZIP), compress(s, ZLIB)
     huge = struct.pack("<Q", 2 ** 64 - 1)
+    junk = bytes((i * 37 + 11) % 256 for i in range(200))
     bad_empty = frame(b"")[:-4] + struct.pack("<I", masked_crc(b"") ^ 1)
     looks_zlib = bytearray(frame(b"x" * 376) + frame(b"second") + frame(b"third"))   # 78 01 ...
     looks_zlib[9] ^= 1
@@ -257,6 +259,7 @@ def edge_mutants(bases: list[Base]) -> list[Mutant]:
         (gz, g + compress(b"", GZIP), "a gzip member, then an empty one"),
         (gz, compress(b"", GZIP), "an empty gzip stream"),
         (gz, g[:5], "gzip cut inside its header"),
+        (gz, compress(s + junk, GZIP)[:-10], "garbage after the records inside the stream, cut short"),
         (zl, z + z, "a second zlib stream after the first"),
         (zl, z[:1], "zlib cut inside its header"),
         (zl, compress(b"", ZLIB), "an empty zlib stream"),

@@ -260,6 +260,28 @@ def test_damage_inside_a_sound_compressed_stream_is_reported_as_usual():
     assert kinds(view.problems) == [("gap", OFFS[1], 1, OFFS[2], OFFS[2] - OFFS[1], None)]
 
 
+def test_stream_problem_keeps_a_failing_header_where_the_records_stop():
+    # Garbage after the records, compressed with them, the file cut short: what inflates ends in
+    # garbage whose first header fails, with no record after it. That says where the records
+    # stop, and is reported beside the stream's problem.
+    junk = bytes((i * 37 + 11) % 256 for i in range(200))
+    data = gz(STREAM + junk)[:-10]
+    prefix, _ = inflate(data, GZIP)
+    assert len(prefix) > len(STREAM) + 16
+    view = read_file(data, "x.tfrecord.gz")
+    assert kinds(view.problems) == [("stream", len(prefix), None, None, None, len(data)),
+                                    ("cut", len(STREAM), 5, None, len(prefix) - len(STREAM), None)]
+    assert len(view.records) == 5
+
+
+def test_stream_problem_hides_a_last_record_cut_short_by_it():
+    data = gz(STREAM)
+    for cut in range(12, len(data)):
+        prefix, problem = inflate(data[:cut], GZIP)
+        view = read_file(data[:cut], "x.tfrecord.gz")
+        assert [p.kind for p in view.problems] == ["stream"], (cut, view.problems)
+
+
 def test_stream_problem_keeps_gaps_inside_the_prefix():
     bad = bytearray(STREAM)
     bad[OFFS[1] + 2] ^= 0x04
