@@ -36,6 +36,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import time
 from collections import Counter
@@ -452,6 +453,20 @@ def test_repair_a_copy(corpus, tfrfs_mount):
     assert errors == "", f"the mount of the repaired copy reports problems:\n{errors[:3000]}"
 
 
+def verify_lines(stdout: str, problems: list[Problem], name: str) -> list[str]:
+    """``tfrfs verify`` prints a line per problem naming the shard, the index and the offset."""
+    lines = [line for line in stdout.splitlines() if name in line]
+    out = []
+    for p in problems:
+        words = [str(p.offset)] + ([str(p.index)] if p.index is not None else [])
+        hit = next((line for line in lines if all(re.search(rf"\b{w}\b", line) for w in words)), None)
+        if hit is None:
+            out.append(f"verify prints no line for {p.describe()}: {stdout.strip()[-400:]!r}")
+        else:
+            lines.remove(hit)
+    return out
+
+
 def alone_sample(cases: list[Case]) -> list[Case]:
     if ALONE <= 0 or not cases:
         return []
@@ -472,6 +487,8 @@ def test_mutants_alone_as_source(corpus, tfrfs_mount, tmp_path):
         if proc.returncode != want:
             problems.append(f"verify of it alone exited {proc.returncode}, expected {want}: "
                             f"{(proc.stdout + proc.stderr).strip()[-300:]}")
+        if view.is_shard:
+            problems += verify_lines(proc.stdout, view.problems, name)
         if view.is_shard:
             mnt = tfrfs_mount(src, *RAW)
             problems += check_mounted(mnt / name, view, c.mutant.data, name)
