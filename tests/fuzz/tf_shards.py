@@ -4,7 +4,8 @@
 
 Every shard is written by ``tf.io.TFRecordWriter`` through the interop fixtures' helpers
 (tests/interop/tf_fixtures.py): Examples, SequenceExamples (with an empty record), raw records,
-and a GZIP and a ZLIB shard. Nothing from tfrfs is used.
+and a GZIP and a ZLIB shard. Messages are serialized deterministically (map entries in key order),
+so a run writes the same bytes as the last. Nothing from tfrfs is used.
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ def main(argv: list[str]) -> int:
         return 2
     out = os.path.abspath(argv[1])
     for name, (records, compression) in SHARDS.items():
-        tff.write_shard(os.path.join(out, name), records(), compression)
+        # map entries in key order, so the same bytes every run (and the same mutants for a seed)
+        data = [r if isinstance(r, (bytes, bytearray)) else r.SerializeToString(deterministic=True)
+                for r in records()]
+        tff.write_shard(os.path.join(out, name), data, compression)
     return 0
 
 
