@@ -236,9 +236,10 @@ def edge_mutants(bases: list[Base]) -> list[Mutant]:
     """Hand-made damage at the edges of the contract, checked like the drawn mutants: bytes after
     a compressed stream (a gzip magic and junk, a lone first magic byte, zeros, a second ZLIB
     stream), garbage inside a stream cut short, GZIP members one after the other, empty streams,
-    files cut inside a header, a sound
-    header whose length runs past the end, a few trailing bytes, an empty record whose data crc
-    fails, and a plain shard whose damaged first header looks like a ZLIB header."""
+    files cut inside a header, a sound header whose length runs past the end, a few trailing
+    bytes, an empty record whose data crc fails, a plain shard whose damaged first header looks
+    like a ZLIB header, and files not named like shards (a damaged first header with sound
+    records after it, text, nothing): plain files in a folder, alone a shard or no source."""
     lite = next(b for b in bases if b.key == "lite")
     s = lite.stream
     half = lite.spans[len(lite.spans) // 2][0]
@@ -270,5 +271,8 @@ def edge_mutants(bases: list[Base]) -> list[Mutant]:
         (pl, b"", "an empty file"),
         (pl, s[:half] + bad_empty + s[half:], "an empty record whose data crc fails"),
         (pl, bytes(looks_zlib), "damaged first header whose bytes 78 01 look like a zlib header"),
+        (NOT_A_SHARD_NAME, _flip(s, 9, 0), "damaged first header, not named like a shard"),
+        (NOT_A_SHARD_NAME, b"plain text, not named like a shard\n" * 3, "text, not named like a shard"),
+        (NOT_A_SHARD_NAME, b"", "an empty file not named like a shard"),
     ]
     return [Mutant("edge", name, data, what) for name, data, what in cases]

@@ -2,16 +2,16 @@
 the reference reader (reference.py) through a real mount, ``tfrfs verify`` and ``tfrfs repair``.
 
 The mutants are drawn once by Hypothesis from a fixed seed, after a few hand-made ones at the
-edges of the contract (mutator.edge_mutants), and checked in batches: one mount of
-a folder holding many mutants, each in its own sub-folder beside a healthy shard, is far cheaper
-than a mount per mutant. Every record is seen through ``--records raw`` (``NNNNNN.bin`` holding
-the record's bytes), so bytes compare directly.
+edges of the contract (mutator.edge_mutants), and checked in batches: one mount of a folder
+holding many mutants, each in its own sub-folder beside a healthy shard, is far cheaper than a
+mount per mutant. Every record is seen through ``--records raw`` (``NNNNNN.bin`` holding the
+record's bytes), so bytes compare directly.
 
 For each mutant:
 - in a folder beside a healthy shard: a shard folder exactly when the reference says it is a
   shard (else the plain file, unchanged); its compression and record count (xattrs); one entry per
   record the reference finds, named by its number, no other; every sound record's bytes, size and
-  offset/index xattrs; a record whose data crc fails reads with EIO, never other bytes; one
+  offset/index/length xattrs; a record whose data crc fails reads with EIO, never other bytes; one
   ``.tfrfs/errors`` line per problem the reference finds (shard, index, offset, plus resync_offset
   and skipped for gaps, compressed_offset for a damaged compressed stream) and no other line;
   the healthy neighbour whole; the daemon alive after, and no traceback in its log;
@@ -19,16 +19,19 @@ For each mutant:
   the same records, compression and problems;
 - ``tfrfs repair`` of a copy of every folder: exit 0; each damaged shard rewritten with exactly
   its sound records in order (framed as they were), same compression, no problem left; the
-  original kept as ``.tfrfs-damaged/NAME``; sound shards and plain files untouched;
-- alone (a sample): mounted as SOURCE itself, the same checks; or exit 2 when the reference says
-  it is not a shard.
+  original kept as ``.tfrfs-damaged/NAME``; sound shards and plain files untouched; then
+  ``verify`` of the copy exits 0, and a mount of it reports nothing and hides ``.tfrfs-damaged``;
+- alone (the hand-made ones and a sample of the rest): mounted as SOURCE itself, the same
+  checks, and ``tfrfs verify`` of it (exit status, a line per problem); or exit 2 from both when
+  the reference says it is no shard.
 
-Environment: TFRFS_FUZZ_MUTANTS (default 300), TFRFS_FUZZ_SEED (16), TFRFS_FUZZ_ALONE (mutants
-also mounted alone, 16), TFRFS_FUZZ_BATCH (mutants a mount, 100), TFRFS_FUZZ_KEEP (a folder to copy
-the failing mutants into, each with what differs), TFRFS_FUZZ_SUMMARY (a file for the counts, as
-JSON). ``scripts/fuzz`` runs it longer. A summary line gives the counts: mutants, records, the
-sound records salvaged beyond what a reader that stops at the first damage (as TensorFlow does)
-gets, and the mutants that differ from the reference.
+Environment: TFRFS_FUZZ_MUTANTS (mutants drawn, default 300), TFRFS_FUZZ_SEED (16),
+TFRFS_FUZZ_ALONE (drawn mutants also mounted alone, besides every hand-made one: 10),
+TFRFS_FUZZ_BATCH (mutants a mount, 100), TFRFS_FUZZ_KEEP (a folder to copy the failing mutants
+into, each with what differs), TFRFS_FUZZ_SUMMARY (a file for the counts, as JSON).
+``scripts/fuzz`` runs it longer. A summary line gives the counts: mutants, records, the sound
+records salvaged beyond what a reader that stops at the first damage (as TensorFlow does) gets,
+and the mutants that differ from the reference.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ pytestmark = pytest.mark.mount
 
 MUTANTS = int(os.environ.get("TFRFS_FUZZ_MUTANTS", "300"))
 SEED = int(os.environ.get("TFRFS_FUZZ_SEED", "16"))
-ALONE = int(os.environ.get("TFRFS_FUZZ_ALONE", "16"))
+ALONE = int(os.environ.get("TFRFS_FUZZ_ALONE", "10"))
 BATCH = int(os.environ.get("TFRFS_FUZZ_BATCH", "100"))
 KEEP = os.environ.get("TFRFS_FUZZ_KEEP")            # copy the failing mutants here
 SUMMARY = os.environ.get("TFRFS_FUZZ_SUMMARY")      # write the counts here, as JSON
@@ -468,10 +471,12 @@ def verify_lines(stdout: str, problems: list[Problem], name: str) -> list[str]:
 
 
 def alone_sample(cases: list[Case]) -> list[Case]:
-    if ALONE <= 0 or not cases:
-        return []
-    step = max(1, len(cases) // ALONE)
-    return cases[::step][:ALONE]
+    """Every hand-made mutant, and ALONE drawn ones spread over the rest."""
+    edges = [c for c in cases if c.mutant.base == "edge"]
+    drawn = [c for c in cases if c.mutant.base != "edge"]
+    if ALONE <= 0 or not drawn:
+        return edges
+    return edges + drawn[::max(1, len(drawn) // ALONE)][:ALONE]
 
 
 def test_mutants_alone_as_source(corpus, tfrfs_mount, tmp_path):
