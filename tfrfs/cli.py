@@ -553,7 +553,9 @@ def cmd_repair(args: argparse.Namespace) -> int:
             dropped = [f"record {i} (bytes {o}..{o + n + OVERHEAD})" for i, o, n in r.dropped_records]
             dropped += [f"bytes {a}..{b}" for a, b in r.dropped_ranges if b > a]
             if r.compressed_tail:
-                dropped.append(f"compressed bytes {r.compressed_tail[0]}..{r.compressed_tail[1]} (do not inflate)")
+                a, b = r.compressed_tail
+                dropped.append(f"compressed bytes {a}..{b} (do not inflate)" if b > a else
+                               f"nothing more: the compressed stream is cut short at byte {a}")
             if r.error:
                 failed += 1
                 print(f"{rel}: NOT repaired: {r.error}", file=sys.stderr)

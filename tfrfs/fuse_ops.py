@@ -193,7 +193,10 @@ class _Fuse(fuse.FUSE):
         for position, name, attrs in self.operations.readdir(path.decode(self.encoding, self.errors), offset, plus):
             ctypes.memset(ctypes.byref(st), 0, ctypes.sizeof(st))
             fuse.set_st_attrs(st, attrs, use_ns=True)
-            if filler(buf, name.encode(self.encoding, self.errors), st, position, fill_flags):
+            # An entry without its size is listed without attributes: the kernel asks for them
+            # by name (and gets the error a stat of it gives).
+            flags_here = fill_flags if "st_size" in attrs else 0
+            if filler(buf, name.encode(self.encoding, self.errors), st, position, flags_here):
                 break
         return 0
 
@@ -310,7 +313,12 @@ class Operations(_Edge):
         tree = self.tree
         if plus:
             for pos, name, child in tree.entries(node, max(0, offset - 2)):
-                yield pos + 3, name, self._attrs(tree.stat(child), prefix + name, child)
+                try:
+                    attrs = self._attrs(tree.stat(child), prefix + name, child)
+                except DataLoss:
+                    # (an empty record whose checksum fails: listed, but its stat is EIO)
+                    attrs = {"st_mode": _stat.S_IFREG, "st_ino": _node_ino(prefix + name, child)}
+                yield pos + 3, name, attrs
             return
         if isinstance(node, ShardDir):
             for rid, name, is_dir in tree.record_names(node):

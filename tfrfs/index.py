@@ -158,20 +158,29 @@ def judge_head(head: bytes, name: str, *, named_as_source: bool,
 
 
 def damaged_compression(head: bytes, name: str) -> str:
-    """How a damaged shard (its first header fails, plain and inflated) is compressed: GZIP when it
-    starts with a gzip header zlib accepts, or is called ``*.gz``; ZLIB likewise; else NONE."""
+    """How a damaged shard (its first header fails, plain and inflated) is compressed: as its name
+    says (``.gz``/``.gzip``, ``.zlib``), else GZIP (the gzip magic first) or ZLIB when its first
+    bytes (``head``) start such a stream: inflating them gives at least one byte, or fails on
+    none of them (a stream cut short). Else NONE. (A plain shard may start with two bytes that make a zlib header: 78 01
+    is a 376-byte first record. zlib refuses the zero bytes of its length at once.)"""
+    import io
     import zlib
-    stem = name.lower()
-    if head[:2] == b"\x1f\x8b" or stem.endswith((".gz", ".gzip")):
-        try:
-            zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head[:10])
-            return tfrecord.GZIP
-        except zlib.error:
-            if stem.endswith((".gz", ".gzip")):
-                return tfrecord.GZIP
-    zlib_header = len(head) >= 2 and (head[0] & 0x0F) == 8 and (head[0] << 8 | head[1]) % 31 == 0
-    if zlib_header or stem.endswith(".zlib"):
+    lower = name.lower()
+    if lower.endswith((".gz", ".gzip")):
+        return tfrecord.GZIP
+    if lower.endswith(".zlib"):
         return tfrecord.ZLIB
+    for comp, wbits in ((tfrecord.GZIP, 16 + zlib.MAX_WBITS), (tfrecord.ZLIB, zlib.MAX_WBITS)):
+        if comp == tfrecord.GZIP and head[:2] != b"\x1f\x8b":
+            continue
+        try:
+            zlib.decompressobj(wbits).decompress(head)
+            return comp
+        except zlib.error:
+            out = io.BytesIO()
+            salvage.inflate(io.BytesIO(head), out, comp)
+            if out.tell():
+                return comp
     return tfrecord.NONE
 
 

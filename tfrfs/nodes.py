@@ -95,6 +95,8 @@ class RecordBin:
     rid: RecordId
     size: int
     mtime_ns: int
+    damaged: str | None = None   # an empty record whose data checksum fails (SPEC 6): no byte to
+                                 # fail a read on, so its stat fails with EIO
 
 
 @dataclass(frozen=True)

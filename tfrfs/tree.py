@@ -186,7 +186,10 @@ class Tree:
             if not dot:
                 raise NotFound(name)
             size = len(store.record_bytes(node.shard, i)[0]) if ch is not None and i in ch.edited else idx.span(i)[1]
-            return RecordBin(node.shard, i, size, node.mtime_ns)
+            # A read of an empty file never reaches the daemon: an empty record's checksum (four
+            # bytes to read) is checked here, so that its damage is seen.
+            damaged = store.record_bytes(node.shard, i)[1] if size == 0 else None
+            return RecordBin(node.shard, i, size, node.mtime_ns, damaged)
         if dot:
             raise NotFound(name)
         # A record found not to parse only now was listed as a folder (listings come from the
@@ -200,6 +203,8 @@ class Tree:
             return Stat(False, len(node.data), node.mtime_ns)
         if isinstance(node, Dir):
             return Stat(True, 0, node.mtime_ns, 2 + sum(1 for c in node.children.values() if is_dir(c)))
+        if isinstance(node, RecordBin) and node.damaged:
+            raise DataLoss(node.damaged)
         if isinstance(node, (RecordBin, PlainFile)):
             return Stat(False, node.size, node.mtime_ns)
         if isinstance(node, (ShardDir, RecordDir)):
@@ -272,13 +277,19 @@ class Tree:
     # -- content -------------------------------------------------------------------
 
     def open(self, node: Node) -> ReadHandle:
+        """A handle to read ``node``; a file of a record whose data checksum fails raises
+        DataLoss (EIO) at once."""
+        if isinstance(node, DataFile) and node.damaged:
+            raise DataLoss(node.damaged)
         if isinstance(node, DataFile):
             if isinstance(node.data, InShard):
                 return ReadHandle(as_bytes(self.store.serve(node.data, node.data.length, 0)), damaged=node.damaged)
             return ReadHandle(node.data, damaged=node.damaged)
         if isinstance(node, RecordBin):
             data, damaged = self.store.record_bytes(node.shard, node.rid)
-            return ReadHandle(data, damaged=damaged)
+            if damaged:
+                raise DataLoss(damaged)
+            return ReadHandle(data)
         if isinstance(node, PlainFile):
             return ReadHandle(fd=os.open(self.discovery.access.plain_path(node.path), os.O_RDONLY))
         if isinstance(node, ScratchFile):

@@ -197,10 +197,21 @@ def zlib_header_valid(data: bytes) -> bool:
 
 
 def damaged_compression(data: bytes, name: str) -> str:
-    if name.endswith(GZIP_SUFFIXES) or gzip_header_accepted(data):
+    """As the name says (.gz/.gzip, .zlib); else GZIP (magic 1f 8b first) or ZLIB when the first
+    4096 bytes start such a stream: inflating them gives at least one byte, or fails on none of
+    them (the input ends first, or the stream ends); else NONE."""
+    if name.endswith(GZIP_SUFFIXES):
         return GZIP
-    if name.endswith(ZLIB_SUFFIXES) or zlib_header_valid(data):
+    if name.endswith(ZLIB_SUFFIXES):
         return ZLIB
+    for comp in (GZIP, ZLIB):
+        head = data[:4096]
+        if comp == GZIP and head[:2] != b"\x1f\x8b":
+            continue                          # GZIP by content starts with its magic
+        out, problem = inflate(head, comp)
+        rejected = problem is not None and problem.kind == "stream" and problem.compressed_offset != len(head)
+        if out or not rejected:
+            return comp
     return NONE
 
 

@@ -353,9 +353,16 @@ def test_damaged_compression_of_a_shard_named_like_one():
     assert kinds(view.problems) == [("stream", 0, None, None, None, 3)]
     view = read_file(bytes(data), "x.tfrecord")
     assert view.compression == NONE          # neither the name nor the header says GZIP
-    # zlib stream cut to 1 byte: its header is gone, and so is ZLIB by content
-    assert read_file(zlib.compress(STREAM)[:1], "x.tfrecord").compression == NONE
+    # zlib stream cut to 1 byte: zlib fails on none of it (it waits for more): ZLIB by content
+    assert read_file(zlib.compress(STREAM)[:1], "x.tfrecord").compression == ZLIB
     assert read_file(zlib.compress(STREAM)[:1], "x.tfrecord.zlib").compression == ZLIB
+    # a plain shard whose first two bytes make a zlib header (a 376-byte first record: 78 01), its
+    # header damaged: zlib refuses the zero length bytes after them at once, before any output
+    plain = bytearray(frame(b"x" * 376) + frame(b"second"))
+    assert plain[:2] == b"\x78\x01"
+    plain[9] ^= 1
+    view = read_file(bytes(plain), "x.tfrecord")
+    assert view.compression == NONE and [r.data for r in view.records] == [b"second"]
     # a sound zlib header, damaged data: ZLIB by content
     data = bytearray(zlib.compress(STREAM))
     data[3] ^= 0xFF

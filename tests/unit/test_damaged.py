@@ -218,3 +218,20 @@ def test_verify_into_a_closed_pipe_stops_quietly(tmp_path: Path) -> None:
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141 and "Traceback" not in err, err
+
+
+def test_a_damaged_plain_shard_that_starts_like_zlib_stays_plain(tmp_path: Path) -> None:
+    """A 376-byte first record starts with 78 01, a valid zlib header; its header damaged, the
+    shard is still walked plain, and the records after it are salvaged."""
+    first = tfrecord.frame(b"x" * 376)
+    assert first[:2] == b"\x78\x01"
+    buf = bytearray(first + tfrecord.frame(b"second") + tfrecord.frame(b"third"))
+    buf[9] ^= 1
+    (tmp_path / "x.tfrecord").write_bytes(bytes(buf))
+    (tmp_path / "y.tfrecord").write_bytes(gzip.compress(bytes(buf)))       # a gzip shard, not so named
+    (tmp_path / "z.tfrecord.gz").write_bytes(b"\x1f\x8b\x08\x00" + bytes(40))  # hopeless, but named gzip
+    got = {s.relpath: s.compression for s in index.discover(str(tmp_path)).shards}
+    assert got == {"x.tfrecord": "NONE", "y.tfrecord": "GZIP", "z.tfrecord.gz": "GZIP"}
+    idx, _ = index.IndexCache(tmp_path / "c").get(next(s for s in index.discover(str(tmp_path)).shards
+                                                        if s.relpath == "x.tfrecord"))
+    assert idx.count == 2
