@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator
 
 from . import tfrecord
+from .errors import DataLoss
 from .tfrecord import HEADER, OVERHEAD, Problem, PRead
 
 CHUNK = 1 << 20            # bytes read at once while walking small records and while resyncing
@@ -74,8 +75,8 @@ def find_sound(pread: PRead, size: int, start: int) -> int | None:
             at = pos + i
             try:
                 tfrecord.read_record(pread, at, length)
-            except Exception:   # noqa: BLE001 - DataLoss: not sound, look further
-                continue
+            except DataLoss:
+                continue    # not sound: look further
             return at
         pos += limit
     return None
@@ -145,7 +146,10 @@ class Walk:
             length, problem = tfrecord.header_problem(head, pos, size, self.count)
             if length is None:
                 assert problem is not None
-                if not self._resync(pos, problem, trailing=len(head) < HEADER):
+                # Fewer than 12 bytes left, or a sound header whose length runs past the end: the
+                # stream was cut short (unless records resume after it).
+                cut = len(head) < HEADER or tfrecord.parse_header(head) is not None
+                if not self._resync(pos, problem, trailing=len(head) < HEADER, cut=cut):
                     return
                 pos = self.problems[-1].resync_offset   # type: ignore[assignment]
                 continue
@@ -160,12 +164,12 @@ class Walk:
             self.end = pos
             ahead = CHUNK if length < _SMALL else 4096
 
-    def _resync(self, pos: int, problem: Problem, *, trailing: bool) -> bool:
+    def _resync(self, pos: int, problem: Problem, *, trailing: bool, cut: bool) -> bool:
         """Record the problem at ``pos``; whether records resume after it (then the last problem
         says where)."""
         found = None if trailing else find_sound(self.pread, self.size, pos + 1)
         if found is None:
-            self.cut = trailing or problem.reason.startswith("record is cut short")
+            self.cut = cut
             reason = problem.reason if self.cut else \
                 f"{problem.reason}; no sound record in the {self.size - pos} bytes after it"
             self.problems.append(Problem(pos, reason, self.count, skipped=self.size - pos))
