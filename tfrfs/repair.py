@@ -26,7 +26,7 @@ from .index import DAMAGED_DIR, ShardFile
 from .repack import TMP_PREFIX, _FaultedFile, check_new_shard
 from .sources import Source
 from .staging import Staging
-from .verify import ShardReport, verify_shard
+from .verify import ShardReport, verify_source
 
 log = logging.getLogger("tfrfs")
 
@@ -71,10 +71,7 @@ def repair_source(source: Source, *, backup: bool = True, dry_run: bool = False,
     if not dry_run:
         for folder in {os.path.dirname(s.path) for s in source.discovery.shards}:
             _clear_leftovers(folder)
-    reports: list[ShardReport] = []
-    for n, shard in enumerate(source.discovery.shards):
-        done = None if progress is None else _progress_of(progress, shard, n)
-        reports.append(verify_shard(shard, source.readers, source, None, done))
+    reports = list(verify_source(source, None, progress))
     # What each sound (or repaired) shard holds, by folder: a TFDS dataset_info.json there follows.
     figures: dict[str, dict[str, tfds.ShardFigures]] = {}
     for r in reports:
@@ -99,11 +96,6 @@ def repair_source(source: Source, *, backup: bool = True, dry_run: bool = False,
         for folder, shards in figures.items():
             for note in tfds.update(folder, shards):
                 log.info("%s", note)
-
-
-def _progress_of(progress: Callable[[ShardFile, int, int], None], shard: ShardFile,
-                 n: int) -> Callable[[int], None]:
-    return lambda done: progress(shard, n, done)
 
 
 def _repair_shard(result: Repaired, *, backup: bool, dry_run: bool) -> None:

@@ -16,7 +16,6 @@ from typing import Callable, Iterator
 
 from . import salvage, tfrecord
 from .index import ShardFile, detect_kind, parse_problem
-from .readers import Readers
 from .sources import Source
 from .tfrecord import Problem
 
@@ -44,7 +43,7 @@ class ShardReport:
                 "problems": [dict(p.fields(), shard=self.shard.relpath) for p in self.problems]}
 
 
-def verify_shard(shard: ShardFile, readers: Readers, source: Source, records: str | None = None,
+def verify_shard(shard: ShardFile, source: Source, records: str | None = None,
                  done: BytesDone | None = None) -> ShardReport:
     """Check the framing, both checksums and the parse of every record of one shard.
 
@@ -63,7 +62,7 @@ def verify_shard(shard: ShardFile, readers: Readers, source: Source, records: st
             size = os.fstat(fd).st_size
             pread: tfrecord.PRead = functools.partial(os.pread, fd)
         else:
-            reader = readers.open(shard.path)
+            reader = source.readers.open(shard.path)
             stack.callback(reader.close)
             pread, size = reader.pread, reader.size
         if records is None:
@@ -101,6 +100,6 @@ def verify_source(source: Source, records: str | None = None,
     """Every shard's report, in order; ``progress(shard, shards done, stream bytes done)``."""
     for n, shard in enumerate(source.discovery.shards):
         done = None if progress is None else (lambda b, s=shard, k=n: progress(s, k, b))
-        yield verify_shard(shard, source.readers, source, records, done)
+        yield verify_shard(shard, source, records, done)
         if progress is not None:
             progress(shard, n + 1, 0)
