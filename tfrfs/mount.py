@@ -56,11 +56,13 @@ class CommitResult:
     shards: tuple[ShardResult, ...] = ()
     seconds: float = 0.0
     error: str | None = None
+    notes: tuple[str, ...] = ()   # what else the commit did or could not do (TFDS metadata), one line each
 
     def to_json(self) -> dict:
         if not self.ok:
             return {"ok": False, "error": self.error, "done": [r.relpath for r in self.shards]}
-        return {"ok": True, "shards": [asdict(r) for r in self.shards], "seconds": self.seconds}
+        return {"ok": True, "shards": [asdict(r) for r in self.shards], "seconds": self.seconds,
+                "notes": list(self.notes)}
 
 
 @dataclass(frozen=True)
