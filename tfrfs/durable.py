@@ -64,12 +64,15 @@ def mkstemp(folder: PathLike, prefix: str = ".tmp-") -> tuple[int, str]:
     return tempfile.mkstemp(dir=folder, prefix=prefix)
 
 
-def write_file(path: PathLike, data: bytes, *, prefix: str = ".tmp-") -> None:
+def write_file(path: PathLike, data: bytes, *, prefix: str = ".tmp-", mode: int | None = None) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves the old or the new file, whole (and
-    maybe a temporary file named ``prefix``... beside it)."""
+    maybe a temporary file named ``prefix``... beside it). ``mode``: the new file's (mkstemp's
+    0600 otherwise), e.g. the old file's, so a file others read stays readable."""
     path = Path(path)
     fd, tmp = mkstemp(path.parent, prefix)
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             write(f, data, tmp)
             f.flush()

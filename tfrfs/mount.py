@@ -16,11 +16,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from . import repack
+from . import repack, tfds
 from .errors import UsageError
 from .remote import is_url
 from .index import Discovery, IndexCache, IndexProgress, ShardFile, ShardIndex, discover, local_identity
-from .nodes import MetaFile
+from .nodes import MetaFile, PlainFile
 from .readers import Readers, default_readers
 from .records import RecordStore
 from .repack import CommitFailed, ShardResult
@@ -139,7 +139,7 @@ class Mount:
                 result = repack.commit_shard(self.discovery.root, ch, idx, reader, staging)
             except CommitFailed as exc:
                 log.error("%s", exc)
-                self.last_commit = CommitResult(False, tuple(done), error=str(exc))
+                self.last_commit = CommitResult(False, tuple(done), error=str(exc), notes=self._follow_tfds(done))
                 raise
             done.append(result)
             if n is not None:
@@ -148,8 +148,28 @@ class Mount:
                 else:
                     self._reload(n, relpath)
             log.info("committed %s: %s, %d records, %d bytes", relpath, result.action, result.records, result.bytes)
-        self.last_commit = CommitResult(True, tuple(done), round(time.monotonic() - started, 3))
+        notes = self._follow_tfds(done)
+        self.last_commit = CommitResult(True, tuple(done), round(time.monotonic() - started, 3), notes=notes)
         return self.last_commit
+
+    def _follow_tfds(self, done: list[ShardResult]) -> tuple[str, ...]:
+        """A TFDS ``dataset_info.json`` beside committed shards follows every shard of its folder
+        (written after them: a crash between leaves it stale until the folder's next commit or
+        ``tfrfs repair``). Not a failure of the commit: what it did or could not do are notes."""
+        notes: list[str] = []
+        root = self.discovery.root
+        for folder in sorted({os.path.dirname(r.relpath) for r in done}):
+            here = {os.path.basename(idx.shard.relpath): tfds.figures_of(idx) for idx in reversed(self.store.shards)
+                    if os.path.dirname(idx.shard.relpath) == folder and os.path.exists(idx.shard.path)}
+            changed = {os.path.basename(r.relpath) for r in done if os.path.dirname(r.relpath) == folder}
+            rel = os.path.join(folder, tfds.INFO)
+            for note in tfds.update(os.path.join(root, folder), here, changed, label=rel):
+                log.info("%s", note)
+                notes.append(note)
+            parent = self.tree.dirs.get(folder)
+            if parent is not None and isinstance(parent.children.get(tfds.INFO), PlainFile):
+                parent.children[tfds.INFO] = PlainFile(rel, *self.discovery.access.plain_stat(rel))
+        return tuple(notes)
 
     def _reload(self, n: int, relpath: str) -> None:
         path = os.path.join(self.discovery.root, relpath)
