@@ -153,22 +153,18 @@ class Mount:
         return self.last_commit
 
     def _follow_tfds(self, done: list[ShardResult]) -> tuple[str, ...]:
-        """A TFDS ``dataset_info.json`` beside committed shards follows every shard of its folder
-        (written after them: a crash between leaves it stale until the folder's next commit or
-        ``tfrfs repair``). Not a failure of the commit: what it did or could not do are notes."""
-        notes: list[str] = []
-        root = self.discovery.root
-        for folder in sorted({os.path.dirname(r.relpath) for r in done}):
-            here = {os.path.basename(idx.shard.relpath): tfds.figures_of(idx) for idx in reversed(self.store.shards)
-                    if os.path.dirname(idx.shard.relpath) == folder and os.path.exists(idx.shard.path)}
-            changed = {os.path.basename(r.relpath) for r in done if os.path.dirname(r.relpath) == folder}
-            rel = os.path.join(folder, tfds.INFO)
-            for note in tfds.update(os.path.join(root, folder), here, changed, label=rel):
-                log.info("%s", note)
-                notes.append(note)
-            parent = self.tree.dirs.get(folder)
+        """A TFDS ``dataset_info.json`` beside committed shards follows them: not a failure of the
+        commit, what it did or could not do are notes. The mount then shows the new file."""
+        notes = tfds.after_commit(self.discovery.root, self.store.shards, [r.relpath for r in done])
+        for note in notes:
+            log.info("%s", note)
+        for rel in {os.path.join(os.path.dirname(r.relpath), tfds.INFO) for r in done}:
+            parent = self.tree.dirs.get(os.path.dirname(rel))
             if parent is not None and isinstance(parent.children.get(tfds.INFO), PlainFile):
-                parent.children[tfds.INFO] = PlainFile(rel, *self.discovery.access.plain_stat(rel))
+                try:
+                    parent.children[tfds.INFO] = PlainFile(rel, *self.discovery.access.plain_stat(rel))
+                except OSError:   # gone from under the mount: it is shown as it was
+                    pass
         return tuple(notes)
 
     def _reload(self, n: int, relpath: str) -> None:

@@ -65,7 +65,9 @@ class _Template:
         body: list[str] = []
         for k, p in enumerate(self.parts):
             piece = regex.get(p, "") if k % 2 else re.escape(p)
-            body.append(piece.replace("(?P<n>", "(") if "(?P<n>" in "".join(body) else piece)
+            if "(?P<n>" in piece and any("(?P<n>" in b for b in body):
+                piece = piece.replace("(?P<n>", "(")     # the count named twice: one group for it
+            body.append(piece)
         self.pattern = re.compile("".join(body)) if self.usable else None
 
     def name(self, i: int, n: int) -> str:
@@ -132,10 +134,10 @@ def place(info: dict, name: str) -> tuple[dict, int] | None:
 def follow(info: dict, shards: dict[str, ShardFigures], changed: Collection[str] | None = None) -> Followed:
     """Bring ``info`` (a parsed ``dataset_info.json``) in step with ``shards``: every shard file in
     its folder, by name, with what it holds. ``changed``: the names a commit wrote, made or removed
-    (None: any of ``shards`` may have changed, none was removed). Problems are reported for these
-    names only, so a folder holding part of a dataset, or other shards too, is not reported at
-    every commit; lengths are taken from every file, so a split left stale by a crash between a
-    commit's shards and this file is put right by the next commit or repair of the folder.
+    (None: not known, as in a repair). Problems are reported for these names only, so a folder
+    holding part of a dataset, or other shards too, is not reported at every commit; lengths are
+    taken from every file, so a split left stale by a crash between a commit's shards and this
+    file is put right by the next commit or repair of the folder.
 
     Per split, the files that fit its template count. When they are one whole set (shards
     ``0 .. n-1``, named for ``n`` shards where the names carry a count), the split lists exactly
@@ -145,7 +147,7 @@ def follow(info: dict, shards: dict[str, ShardFigures], changed: Collection[str]
     splits = _splits(info)
     if not splits:
         return out
-    touched = set(shards) if changed is None else set(changed)
+    touched = set(changed or ())
     fitted: set[str] = set()
     for split in splits:
         t = _Template(info, split)
@@ -266,3 +268,21 @@ def update(folder: str, shards: dict[str, ShardFigures], changed: Collection[str
         return [f"{label}: not updated ({exc.strerror or exc}): the shards are committed; the next commit "
                 "or tfrfs repair of this folder updates it"]
     return lines
+
+
+def after_commit(root: str, indexes: Iterable[ShardIndex], committed: Collection[str]) -> list[str]:
+    """After a commit of the shards ``committed`` (paths relative to ``root``), the
+    ``dataset_info.json`` of each of their folders follows every shard file there, as ``indexes``
+    (the mount's, reloaded from the new files) count them. Runs after the shards are in place: a
+    crash between leaves the file stale until the folder's next commit or ``tfrfs repair``."""
+    notes = []
+    for folder in sorted({os.path.dirname(rel) for rel in committed}):
+        here: dict[str, ShardFigures] = {}
+        for idx in indexes:
+            name = os.path.basename(idx.shard.relpath)
+            # A shard removed earlier in this mount stays among the indexes, hidden: ask the disk.
+            if os.path.dirname(idx.shard.relpath) == folder and name not in here and os.path.exists(idx.shard.path):
+                here[name] = figures_of(idx)
+        changed = {os.path.basename(rel) for rel in committed if os.path.dirname(rel) == folder}
+        notes += update(os.path.join(root, folder), here, changed, label=os.path.join(folder, INFO))
+    return notes

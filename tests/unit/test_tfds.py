@@ -348,6 +348,35 @@ def test_commit_updates_dataset_info(tmp_path: Path) -> None:
     assert result.notes[2].startswith(f"{tfds.INFO}: extra.tfrecord: fits no split's filepathTemplate")
 
 
+def test_a_failed_commit_updates_the_metadata_of_what_it_committed(tmp_path: Path) -> None:
+    """The second shard's commit fails (EIO at its rename): the first stays committed, and so does
+    the metadata of it."""
+    root, cache = tmp_path / "toy", tmp_path / "cache"
+    toy(root)
+    second = root / "toy-train.tfrecord-00001-of-00002"
+
+    def fail(op: str, path: str) -> None:
+        if op == "rename" and path == str(second):
+            raise OSError(5, "Input/output error")
+    s = Session(root, cache)
+    try:
+        for rec in ("toy-train.tfrecord-00000-of-00002/000000", "toy-train.tfrecord-00001-of-00002/000000"):
+            for call in s.rm_r_calls(rec):
+                s.do(call)
+        durable.fault_hook = fail
+        with pytest.raises(OSError):
+            s.mount.commit()
+        result = s.mount.last_commit
+    finally:
+        durable.fault_hook = None
+        s.close()
+    assert result is not None and not result.ok
+    assert len(result.notes) == 1
+    assert result.notes[0].startswith(f"{tfds.INFO}: split 'train': 1 shard length changed, 10 -> 9 records")
+    assert json.loads((root / tfds.INFO).read_text())["splits"][0]["shardLengths"] == ["4", "5"]
+    assert len(list(tfrecord.iter_records(second))) == 5
+
+
 CRASHED = 86
 
 
