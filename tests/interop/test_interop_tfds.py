@@ -68,8 +68,9 @@ else:
 
 
 def _need_tfds_and_fuse() -> None:
-    if importlib.util.find_spec("tensorflow_datasets") is None:
-        pytest.skip("tensorflow-datasets is not installed")
+    for module, package in (("tensorflow", "TensorFlow"), ("tensorflow_datasets", "tensorflow-datasets")):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"{package} is not installed")
     if not os.path.exists("/dev/fuse"):
         pytest.skip("no /dev/fuse")
 
