@@ -375,6 +375,10 @@ def _await_mount(args: argparse.Namespace, log_path: Path, proc: subprocess.Pope
             if failure is not None:
                 print(f"tfrfs: {failure['error']}", file=sys.stderr)
                 return int(failure.get("status", EXIT_PROBLEMS))
+            refusal = _fuse_refusal(log_path)
+            if refusal:
+                print(f"tfrfs: cannot mount {args.mountpoint}: {refusal}; log: {log_path}", file=sys.stderr)
+                return EXIT_PROBLEMS
             print(f"tfrfs: mount failed (daemon exited with status {proc.returncode}); log: {log_path}\n"
                   f"{_tail(log_path)}", file=sys.stderr)
             return EXIT_PROBLEMS
@@ -382,6 +386,15 @@ def _await_mount(args: argparse.Namespace, log_path: Path, proc: subprocess.Pope
             proc.terminate()
             print(f"tfrfs: mount did not become ready within {MOUNT_WAIT_S:.0f}s; log: {log_path}", file=sys.stderr)
             return EXIT_PROBLEMS
+
+
+def _fuse_refusal(log_path: Path) -> str | None:
+    """What libfuse or fusermount3 said when it refused to mount (they write it to the daemon's
+    stderr, which is the log), or None."""
+    for line in reversed(_tail(log_path, 20).splitlines()):
+        if line.startswith(("fusermount3:", "fusermount:", "fuse:")):
+            return line.strip()
+    return None
 
 
 def _drain(fd: int) -> bytes:
@@ -644,7 +657,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         feats = schema.get(section)
         if not feats:
             continue
-        frows = [(k, str(v["kind"]), f"{v['records']:,}", f"{v['min_values']}..{v['max_values']}",
+        frows = [(k, _kind_words(v["kind"]), f"{v['records']:,}", f"{v['min_values']}..{v['max_values']}",
                   " ".join(v["shown_as"])) for k, v in sorted(feats.items())]
         _table((section[:-1] if section == "features" else "feature list", "kind", "records", "values",
                 "shown as"), frows)
@@ -660,6 +673,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(f"{problems} problem(s) found; run `tfrfs verify {args.source}` for details "
               f"and `tfrfs repair` to rewrite damaged shards")
     return EXIT_OK
+
+
+def _kind_words(kind: str | None | list[str | None]) -> str:
+    """A feature's kinds as schema.json gives them (one, or a list, most records first), in words:
+    ``bytes_list or none`` (none: a feature with no kind)."""
+    kinds = kind if isinstance(kind, list) else [kind]
+    return " or ".join(k or "none" for k in kinds)
 
 
 def cmd_index(args: argparse.Namespace) -> int:

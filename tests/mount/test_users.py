@@ -201,3 +201,20 @@ def test_unusable_dev_fuse(users: Setup) -> None:
         assert not ns.mounts()
     finally:
         ns.close()
+
+
+def test_what_fusermount3_refuses_is_one_line(users: Setup) -> None:
+    ns = Namespace(users.base)
+    try:
+        ns.python_reachable()
+        ns.fuse_device(0o666)
+        ns.file_over("/etc/fuse.conf", "mount_max = 0\n")   # no FUSE mount for users at all
+        mnt = users.mountpoint()
+        proc = ns.tfrfs("mount", str(users.data), str(mnt), "--cache-dir", str(users.home / "cache"),
+                        user=USER, home=users.home)
+        lines = [x for x in proc.stderr.strip().splitlines() if not x.startswith("indexing: ")]   # progress
+        assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+        assert lines[0].startswith(f"tfrfs: cannot mount {mnt}: fusermount3: too many FUSE filesystems mounted")
+        assert not ns.mounts()
+    finally:
+        ns.close()
