@@ -728,18 +728,39 @@ STORE_OPTIONS_HELP = ("store options for a URL source, passed to its fsspec file
                       "-o anon=true, -o endpoint_url=http://host:9000, -o requester_pays=true), plus "
                       "retries=N and timeout=SECONDS for each request")
 
-MOUNT_OPTIONS_HELP = (
-    "mount options, comma-separated, as sshfs and mount(8) take them: "
-    "allow_other (let every user read the mount), allow_root (let root read it), "
-    "default_permissions (the kernel checks the modes below), "
-    "uid=N, gid=N (owner of every file; default: the mounting user), "
-    "umask=M (octal: files show 0666 & ~M, folders 0777 & ~M; default 022; no write bits when read-only), "
-    "ro (read-only, the default), rw (as --rw), fsname=NAME (the source column of the mount table); "
-    "every long option in this form: cache_dir=DIR, cache_size=SIZE, records=KIND, no_decode_raw, "
-    "index_dir=DIR, log=FILE, poll_us=N, debug, foreground (a long option given too must agree); "
-    "fstab words with no meaning here (nofail, noauto, _netdev, dev, suid, noatime, ...) are ignored; "
-    "for a URL source, any other KEY=VALUE is a store option (anon=true, endpoint_url=URL, "
-    "retries=N, timeout=SECONDS)")
+MOUNT_OPTIONS_HELP = "mount options, comma-separated, as sshfs and mount(8) take them (below)"
+
+MOUNT_DESCRIPTION = """\
+Mount SOURCE (a shard file, a folder, or a quoted glob; or a URL: s3://bucket/prefix,
+gs://bucket/prefix, https://host/path) at MOUNTPOINT. Returns once the mount is usable;
+the daemon logs to the file it names. Remote sources are read-only.
+
+`tfrfs SOURCE MOUNTPOINT -o OPTS`, without the word mount, mounts too: that is how
+mount(8) runs tfrfs for an fstab line such as
+  /data/ds  /mnt/ds  fuse.tfrfs  ro,allow_other,nofail  0 0"""
+
+MOUNT_EPILOG = """\
+mount options (-o OPT[,OPT...]):
+  allow_other          let every user in (as root, or with user_allow_other in /etc/fuse.conf)
+  allow_root           let root in too (the same condition)
+  default_permissions  have the kernel check the owner and modes below on every access
+  uid=N, gid=N         owner of every file and folder (a number or a name; default: yours)
+  umask=M              octal; files show 0666 & ~M, folders 0777 & ~M (default 022);
+                       a read-only mount shows no write bits
+  ro                   read-only (the default)
+  rw                   writable, as --rw (mount(8) passes rw unless the fstab line says ro)
+  fsname=NAME          the mount's source in the mount table (default tfrfs)
+  cache_dir=DIR, cache_size=SIZE, records=KIND, no_decode_raw, index_dir=DIR,
+  log=FILE, poll_us=N, debug, foreground
+                       the long options of the same name; one given both ways must agree
+  nofail, noauto, _netdev, dev, suid, noatime, ...
+                       fstab words that mean nothing here: ignored
+  KEY=VALUE            for a URL source, a store option (anon=true, endpoint_url=URL,
+                       retries=N, timeout=SECONDS)
+
+Without default_permissions, uid, gid and umask are only what stat shows: every user the
+mount lets in may read every file. Mounting as a user other than root needs a usable
+/dev/fuse and a mount point that user may write to."""
 
 
 def _add_source_options(p: argparse.ArgumentParser, *, index_dir: bool = True, mount: bool = False) -> None:
@@ -772,16 +793,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tfrfs {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("mount", help="mount SOURCE at MOUNTPOINT",
-                       description="Mount SOURCE (a shard file, a folder, or a quoted glob; or a URL: "
-                                   "s3://bucket/prefix, gs://bucket/prefix, https://host/path) at MOUNTPOINT. "
-                                   "Returns once the mount is usable; the daemon logs to the file it names. "
-                                   "Remote sources are read-only. `tfrfs SOURCE MOUNTPOINT -o OPTS`, without "
-                                   "the word mount, mounts too: that is how mount(8) runs tfrfs for an fstab "
-                                   "line `SOURCE MOUNTPOINT fuse.tfrfs ro,allow_other,nofail 0 0`.",
-                       epilog="Mounting as a user other than root needs a usable /dev/fuse and a mount "
-                              "point the user may write to; allow_other and allow_root need "
-                              "user_allow_other in /etc/fuse.conf.")
+    p = sub.add_parser("mount", help="mount SOURCE at MOUNTPOINT", description=MOUNT_DESCRIPTION,
+                       epilog=MOUNT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("source", metavar="SOURCE")
     p.add_argument("mountpoint", metavar="MOUNTPOINT")
     p.add_argument("--rw", action="store_true", help="allow edits; they are staged and written at commit")
