@@ -89,7 +89,7 @@ def open_dataset(args: argparse.Namespace, *, quiet: bool = False,
              f"{done_bytes / 2**20:,.0f}/{total_bytes / 2**20:,.0f} MiB", done == total)
 
     if not getattr(args, "cache_dir", None):
-        _check_folder(str(default_cache_dir()), "cache folder", hint="choose one with --cache-dir DIR")
+        _check_folder(str(default_cache_dir()), "cache folder", hint="choose one with --cache-dir DIR (-o cache_dir=DIR)")
     src = open_args(args)
     try:
         indexes, cache = index_source(src, None if quiet else report, getattr(args, "index_dir", None))
@@ -182,7 +182,7 @@ def cmd_mount(args: argparse.Namespace) -> int:
         args.cache_dir = os.path.abspath(args.cache_dir)
         _check_folder(args.cache_dir, "--cache-dir")
     else:
-        _check_folder(default_cache_dir(), "cache folder", hint="choose one with --cache-dir DIR")
+        _check_folder(default_cache_dir(), "cache folder", hint="choose one with --cache-dir DIR (-o cache_dir=DIR)")
     if args.log:
         args.log = os.path.abspath(args.log)
     if args.index_dir:
