@@ -7,21 +7,23 @@ its work), 2 bad usage or bad input.
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 import json
 import logging
 import os
 import resource
 import shutil
+import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from . import __version__, mounttab
+from . import __version__, canmount, mounttab, options
 from .errors import TfrfsError, UsageError
-from .index import IndexCache, ShardIndex, default_cache_dir
+from .index import IndexCache, ShardIndex, default_cache_dir, named_like_shard
 from .remote import is_url, parse_options
 from .sources import Source, index_source, open_source
 
@@ -62,8 +64,13 @@ class Progress:
 
 def open_args(args: argparse.Namespace) -> Source:
     """SOURCE as the command's arguments name it (with ``-o`` store options, cache folder and size)."""
-    return open_source(args.source, options=parse_options(getattr(args, "options", None) or []),
-                       cache_dir=getattr(args, "cache_dir", None), cache_size=getattr(args, "cache_size", None))
+    store = getattr(args, "store_options", None)   # mount: sorted from its other -o items
+    if store is None:
+        store = parse_options(getattr(args, "options", None) or [])
+    if getattr(args, "cache_dir", None):
+        _check_folder(args.cache_dir, "--cache-dir")
+    return open_source(args.source, options=store, cache_dir=getattr(args, "cache_dir", None),
+                       cache_size=getattr(args, "cache_size", None))
 
 
 def open_dataset(args: argparse.Namespace, *, quiet: bool = False,
@@ -81,6 +88,8 @@ def open_dataset(args: argparse.Namespace, *, quiet: bool = False,
         show(f"{done}/{total} shards, {records:,} records, "
              f"{done_bytes / 2**20:,.0f}/{total_bytes / 2**20:,.0f} MiB", done == total)
 
+    if not getattr(args, "cache_dir", None):
+        _check_folder(str(default_cache_dir()), "cache folder", hint="choose one with --cache-dir DIR (-o cache_dir=DIR)")
     src = open_args(args)
     try:
         indexes, cache = index_source(src, None if quiet else report, getattr(args, "index_dir", None))
@@ -95,9 +104,16 @@ def open_dataset(args: argparse.Namespace, *, quiet: bool = False,
 
 
 def _check_mountpoint(mnt: str) -> None:
+    try:
+        st = os.stat(mnt)
+    except FileNotFoundError:
+        raise UsageError(f"{mnt}: mount point does not exist") from None
+    except OSError as exc:   # Permission denied on a folder above it, say: never "does not exist"
+        raise UsageError(f"{mnt}: cannot reach the mount point: {exc.strerror}") from None
     if not os.path.isdir(mnt):
-        raise UsageError(f"{mnt}: mount point is not a folder" if os.path.exists(mnt)
-                         else f"{mnt}: mount point does not exist")
+        shard = " (a shard file: if the shell expanded an unquoted glob, quote it)" \
+            if stat.S_ISREG(st.st_mode) and named_like_shard(os.path.basename(mnt)) else ""
+        raise UsageError(f"{mnt}: mount point is not a folder{shard}")
     if mounttab.fstype_at(mnt):
         raise UsageError(f"{mnt}: something is already mounted there")
     try:
@@ -105,6 +121,29 @@ def _check_mountpoint(mnt: str) -> None:
             raise UsageError(f"{mnt}: mount point is not empty")
     except PermissionError as exc:
         raise UsageError(f"{mnt}: cannot read mount point: {exc.strerror}") from exc
+
+
+def _check_folder(path: str | Path, what: str, *, hint: str = "") -> None:
+    """That ``path`` is a folder this user can write in, made if missing. Raises UsageError."""
+    hint = f"; {hint}" if hint else ""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except FileExistsError:
+        raise UsageError(f"{what} {path}: not a folder{hint}") from None
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: cannot be made: {exc.strerror}{hint}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"{what} {path}: not writable ({os.strerror(errno.EACCES)}){hint}")
+
+
+def _check_log(path: Path, what: str) -> None:
+    """That the log file ``path`` can be written (its folder made if missing). Raises UsageError."""
+    _check_folder(path.parent, f"{what}'s folder")
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: cannot be written: {exc.strerror}") from None
 
 
 def _default_log(cache_dir: str | None, mnt: str) -> Path:
@@ -124,20 +163,34 @@ def _setup_logging(log_path: Path, *, also_stderr: bool, debug: bool = False) ->
 
 
 def cmd_mount(args: argparse.Namespace) -> int:
+    opts = options.parse(args.options, remote=is_url(args.source))
+    options.merge(args, opts)
+    args.store_options = opts.store
+    if args.poll_us is None:
+        args.poll_us = POLL_US
     if args.rw and is_url(args.source):
-        raise UsageError(f"{args.source}: a remote source is read-only (SPEC 1.1); mount it without --rw")
+        raise UsageError(f"{args.source}: a remote source is read-only (SPEC 1.1); mount it without --rw "
+                         "(in fstab: with ro)")
     _check_mountpoint(args.mountpoint)
+    for problem in (canmount.fuse_device_problem(), canmount.mountpoint_problem(args.mountpoint),
+                    canmount.allow_other_problem(opts.fuse)):
+        if problem:
+            raise UsageError(problem)
     # libfuse changes the daemon's working folder to /: every path it keeps must be absolute.
     args.mountpoint = os.path.abspath(args.mountpoint)
     if args.cache_dir:
         args.cache_dir = os.path.abspath(args.cache_dir)
+        _check_folder(args.cache_dir, "--cache-dir")
+    else:
+        _check_folder(default_cache_dir(), "cache folder", hint="choose one with --cache-dir DIR (-o cache_dir=DIR)")
     if args.log:
         args.log = os.path.abspath(args.log)
     if args.index_dir:
         args.index_dir = os.path.abspath(args.index_dir)
     log_path = Path(args.log) if args.log else _default_log(args.cache_dir, args.mountpoint)
+    _check_log(log_path, "--log" if args.log else "log file")
     if not args.foreground:
-        return _spawn_daemon(args, log_path)
+        return _spawn_daemon(args, opts, log_path)
     _setup_logging(log_path, also_stderr=not args.daemon, debug=args.debug)
     for noisy in ("botocore", "aiobotocore", "s3fs", "fsspec", "gcsfs", "urllib3", "asyncio", "google", "fuse"):
         logging.getLogger(noisy).setLevel(logging.WARNING)   # the requests are tfrfs's own lines
@@ -170,7 +223,8 @@ def cmd_mount(args: argparse.Namespace) -> int:
             log.error("cannot mount: %s", exc)
             return EXIT_PROBLEMS
         try:
-            fuse_ops.mount(m, args.mountpoint, poll_us=args.poll_us)
+            fuse_ops.mount(m, args.mountpoint, poll_us=args.poll_us, options=opts.fuse,
+                           owner=opts.owner(os.getuid(), os.getgid()))
         except RuntimeError as exc:
             log.error("FUSE failed: %s", exc)
             return EXIT_PROBLEMS
@@ -240,7 +294,7 @@ class Report:
             self.fd = None
 
 
-def _spawn_daemon(args: argparse.Namespace, log_path: Path) -> int:
+def _spawn_daemon(args: argparse.Namespace, opts: options.MountOptions, log_path: Path) -> int:
     """Start the daemon, show its progress, and return once the mount is usable. The daemon
     finds and indexes the shards itself (once: a remote source is listed once), telling this
     command how it goes through a pipe."""
@@ -261,8 +315,8 @@ def _spawn_daemon(args: argparse.Namespace, log_path: Path) -> int:
         cmd.append("--debug")
     if args.index_dir:
         cmd += ["--index-dir", args.index_dir]
-    for opt in args.options or []:
-        cmd += ["-o", opt]
+    if opts.passed:   # the -o items that are no long option (those are given as such above)
+        cmd += ["-o", ",".join(opts.passed)]
     cmd += ["--poll-us", str(args.poll_us)]
     read_end, write_end = os.pipe()
     cmd += ["--report-fd", str(write_end)]
@@ -321,6 +375,10 @@ def _await_mount(args: argparse.Namespace, log_path: Path, proc: subprocess.Pope
             if failure is not None:
                 print(f"tfrfs: {failure['error']}", file=sys.stderr)
                 return int(failure.get("status", EXIT_PROBLEMS))
+            refusal = _fuse_refusal(log_path)
+            if refusal:
+                print(f"tfrfs: cannot mount {args.mountpoint}: {refusal}; log: {log_path}", file=sys.stderr)
+                return EXIT_PROBLEMS
             print(f"tfrfs: mount failed (daemon exited with status {proc.returncode}); log: {log_path}\n"
                   f"{_tail(log_path)}", file=sys.stderr)
             return EXIT_PROBLEMS
@@ -328,6 +386,15 @@ def _await_mount(args: argparse.Namespace, log_path: Path, proc: subprocess.Pope
             proc.terminate()
             print(f"tfrfs: mount did not become ready within {MOUNT_WAIT_S:.0f}s; log: {log_path}", file=sys.stderr)
             return EXIT_PROBLEMS
+
+
+def _fuse_refusal(log_path: Path) -> str | None:
+    """What libfuse or fusermount3 said when it refused to mount (they write it to the daemon's
+    stderr, which is the log), or None."""
+    for line in reversed(_tail(log_path, 20).splitlines()):
+        if line.startswith(("fusermount3:", "fusermount:", "fuse:")):
+            return line.strip()
+    return None
 
 
 def _drain(fd: int) -> bytes:
@@ -371,12 +438,9 @@ def _fusermount() -> str:
 
 def _non_negative_int(text: str) -> int:
     try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 0 or more")
-    return value
+        return options.whole_number(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _tail(path: Path, lines: int = 10) -> str:
@@ -593,7 +657,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         feats = schema.get(section)
         if not feats:
             continue
-        frows = [(k, str(v["kind"]), f"{v['records']:,}", f"{v['min_values']}..{v['max_values']}",
+        frows = [(k, _kind_words(v["kind"]), f"{v['records']:,}", f"{v['min_values']}..{v['max_values']}",
                   " ".join(v["shown_as"])) for k, v in sorted(feats.items())]
         _table((section[:-1] if section == "features" else "feature list", "kind", "records", "values",
                 "shown as"), frows)
@@ -609,6 +673,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(f"{problems} problem(s) found; run `tfrfs verify {args.source}` for details "
               f"and `tfrfs repair` to rewrite damaged shards")
     return EXIT_OK
+
+
+def _kind_words(kind: str | None | list[str | None]) -> str:
+    """A feature's kinds as schema.json gives them (one, or a list, most records first), in words:
+    ``bytes_list or none`` (none: a feature with no kind)."""
+    kinds = kind if isinstance(kind, list) else [kind]
+    return " or ".join(k or "none" for k in kinds)
 
 
 def cmd_index(args: argparse.Namespace) -> int:
@@ -647,24 +718,55 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
 
 def _size(text: str) -> int:
     """A size in bytes: a whole number with an optional K, M, G or T (powers of 1024)."""
-    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    t = text.strip().upper().removesuffix("IB").removesuffix("B")
-    unit = t[-1:] if t[-1:] in units else ""
     try:
-        value = float(t[:len(t) - len(unit)])
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size (like 500M or 20G)")
-    return int(value * units[unit])
+        return options.size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _add_source_options(p: argparse.ArgumentParser, *, index_dir: bool = True) -> None:
+STORE_OPTIONS_HELP = ("store options for a URL source, passed to its fsspec file system (for example "
+                      "-o anon=true, -o endpoint_url=http://host:9000, -o requester_pays=true), plus "
+                      "retries=N and timeout=SECONDS for each request")
+
+MOUNT_OPTIONS_HELP = "mount options, comma-separated, as sshfs and mount(8) take them (below)"
+
+MOUNT_DESCRIPTION = """\
+Mount SOURCE (a shard file, a folder, or a quoted glob; or a URL: s3://bucket/prefix,
+gs://bucket/prefix, https://host/path) at MOUNTPOINT. Returns once the mount is usable;
+the daemon logs to the file it names. Remote sources are read-only.
+
+`tfrfs SOURCE MOUNTPOINT -o OPTS`, without the word mount, mounts too: that is how
+mount(8) runs tfrfs for an fstab line such as
+  /data/ds  /mnt/ds  fuse.tfrfs  ro,allow_other,nofail  0 0"""
+
+MOUNT_EPILOG = """\
+mount options (-o OPT[,OPT...]):
+  allow_other          let every user in (as root, or with user_allow_other in /etc/fuse.conf)
+  allow_root           let root in too (the same condition)
+  default_permissions  have the kernel check the owner and modes below on every access
+  uid=N, gid=N         owner of every file and folder (a number or a name; default: yours)
+  umask=M              octal; files show 0666 & ~M, folders 0777 & ~M (default 022);
+                       a read-only mount shows no write bits
+  ro                   read-only (the default)
+  rw                   writable, as --rw (mount(8) passes rw unless the fstab line says ro)
+  fsname=NAME          the mount's source in the mount table (default tfrfs)
+  cache_dir=DIR, cache_size=SIZE, records=KIND, no_decode_raw, index_dir=DIR,
+  log=FILE, poll_us=N, debug, foreground
+                       the long options of the same name; one given both ways must agree
+  nofail, noauto, _netdev, dev, suid, noatime, ...
+                       fstab words that mean nothing here: ignored
+  KEY=VALUE            for a URL source, a store option (anon=true, endpoint_url=URL,
+                       retries=N, timeout=SECONDS)
+
+Without default_permissions, uid, gid and umask are only what stat shows: every user the
+mount lets in may read every file. Mounting as a user other than root needs a usable
+/dev/fuse and a mount point that user may write to."""
+
+
+def _add_source_options(p: argparse.ArgumentParser, *, index_dir: bool = True, mount: bool = False) -> None:
     """Options of every command that reads a SOURCE, local or remote."""
-    p.add_argument("-o", dest="options", action="append", metavar="KEY=VALUE[,...]",
-                   help="store options for a URL source, passed to its fsspec file system (for example "
-                        "-o anon=true, -o endpoint_url=http://host:9000, -o requester_pays=true), plus "
-                        "retries=N and timeout=SECONDS for each request")
+    p.add_argument("-o", dest="options", action="append", metavar="OPT[,OPT...]" if mount else "KEY=VALUE[,...]",
+                   help=MOUNT_OPTIONS_HELP if mount else STORE_OPTIONS_HELP)
     p.add_argument("--cache-dir", metavar="DIR", help="where indexes, fetched blocks and logs are kept "
                                                       "(default: $XDG_CACHE_HOME/tfrfs or ~/.cache/tfrfs)")
     p.add_argument("--cache-size", metavar="SIZE", type=_size,
@@ -691,19 +793,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tfrfs {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("mount", help="mount SOURCE at MOUNTPOINT",
-                       description="Mount SOURCE (a shard file, a folder, or a quoted glob; or a URL: "
-                                   "s3://bucket/prefix, gs://bucket/prefix, https://host/path) at MOUNTPOINT. "
-                                   "Returns once the mount is usable; the daemon logs to the file it names. "
-                                   "Remote sources are read-only.")
+    p = sub.add_parser("mount", help="mount SOURCE at MOUNTPOINT", description=MOUNT_DESCRIPTION,
+                       epilog=MOUNT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("source", metavar="SOURCE")
     p.add_argument("mountpoint", metavar="MOUNTPOINT")
     p.add_argument("--rw", action="store_true", help="allow edits; they are staged and written at commit")
     p.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground, logging to stderr too")
     _add_read_options(p)
-    _add_source_options(p)
+    _add_source_options(p, mount=True)
     p.add_argument("--log", metavar="FILE", help="daemon log file (default: CACHE_DIR/logs/NAME-HASH.log)")
-    p.add_argument("--poll-us", metavar="N", type=_non_negative_int, default=POLL_US,
+    p.add_argument("--poll-us", metavar="N", type=_non_negative_int,
                    help="after each request, watch N microseconds for the next before sleeping "
                         f"(default {POLL_US}; 0: sleep at once). Waking a sleeping daemon is slow on "
                         "virtual machines; once requests stop, it sleeps after N microseconds")
@@ -788,12 +887,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = _mount_without_command(list(sys.argv[1:] if argv is None else argv), parser)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        hint = _glob_hint(args, extra)
+        if hint:
+            print(f"tfrfs: {hint}", file=sys.stderr)
+            return EXIT_USAGE
+        parser.parse_args(argv)   # says what was not recognized, and exits 2
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
-        return args.func(args)
+        status = args.func(args)
+        # Written out here, not at exit: a reader that went away shows as BrokenPipeError below,
+        # not as Python's "Exception ignored" at shutdown.
+        sys.stdout.flush()
+        return status
     except UsageError as exc:
         print(f"tfrfs: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -810,6 +920,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
         return 128 + 13
+
+
+def _mount_without_command(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
+    """``tfrfs SOURCE MOUNTPOINT [-o OPTS]`` as ``tfrfs mount ...``: mount.fuse3 runs a file
+    system's program so for an fstab line (SPEC 8). Two arguments that are not options, the first
+    no command's name, are taken so."""
+    commands = next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if len(argv) >= 2 and argv[0] not in commands and not argv[0].startswith("-") \
+            and not argv[1].startswith("-"):
+        return ["mount", *argv]
+    return argv
+
+
+def _glob_hint(args: argparse.Namespace, extra: list[str]) -> str | None:
+    """When the arguments left over are shards, as a glob the shell expanded leaves them: say to
+    quote it. None when they are something else."""
+    source = getattr(args, "source", None)
+    if source is None or any(e.startswith("-") for e in extra):
+        return None
+    given = [source, *([args.mountpoint] if getattr(args, "mountpoint", None) else []), *extra]
+    shards = [g for g in given if os.path.isfile(g) and named_like_shard(os.path.basename(g))]
+    if len(shards) < 2:
+        return None
+    folder = os.path.dirname(shards[0])
+    suffix = os.path.splitext(shards[0])[1]
+    example = os.path.join(folder, "*" + suffix) if suffix else os.path.join(folder, "*")
+    rest = " MOUNTPOINT" if args.command == "mount" else ""
+    return (f"{args.command}: {len(shards)} shard files were given where SOURCE is one argument: the shell "
+            f"expanded an unquoted glob; quote it, as in: tfrfs {args.command} '{example}'{rest}")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ import posixpath
 import stat as _stat
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 if not (os.environ.get("FUSE_LIBRARY_PATH") or os.environ.get("FUSE_LIBRARY_NAME")):
     os.environ["FUSE_LIBRARY_NAME"] = "fuse3"   # mfusepy would take libfuse2 first where both exist
@@ -47,6 +47,7 @@ from . import fuse_loop
 from .errors import DataLoss, NoAttr, TfrfsError
 from .mount import Mount
 from .nodes import FILE_NODES, FileHandle, MetaFile, RecordBin, RecordDir, ShardDir, Stat
+from .options import FUSE_FLAGS, FUSE_VALUES, Owner
 from .tree import Tree
 
 log = logging.getLogger("tfrfs")
@@ -229,9 +230,13 @@ class Operations(_Edge):
 
     use_ns = True   # times in nanoseconds
 
-    def __init__(self, tree: Tree, mountpoint: str = "") -> None:
+    def __init__(self, tree: Tree, mountpoint: str = "", owner: Owner | None = None) -> None:
         self.tree = tree
         self.mountpoint = mountpoint
+        owner = owner or Owner(tree.uid, tree.gid)
+        self._uid, self._gid = owner.uid, owner.gid
+        file_mode, dir_mode = owner.modes(tree.writable)
+        self._file_mode, self._dir_mode = _stat.S_IFREG | file_mode, _stat.S_IFDIR | dir_mode
         self._handles: dict[int, FileHandle] = {}
         self._next_fh = 1
         self._fh_lock = threading.Lock()   # not "lock": that would register a lock operation
@@ -240,11 +245,10 @@ class Operations(_Edge):
     # -- helpers --------------------------------------------------------------
 
     def _attrs(self, st: Stat, path: str, node: object = None) -> dict[str, int]:
-        mode = (_stat.S_IFDIR | self.tree.dir_mode) if st.is_dir else (_stat.S_IFREG | self.tree.file_mode)
         return {
             "st_ino": _node_ino(path, node),
-            "st_mode": mode, "st_nlink": st.nlink, "st_size": st.size,
-            "st_uid": self.tree.uid, "st_gid": self.tree.gid,
+            "st_mode": self._dir_mode if st.is_dir else self._file_mode, "st_nlink": st.nlink, "st_size": st.size,
+            "st_uid": self._uid, "st_gid": self._gid,
             "st_mtime": st.mtime_ns, "st_ctime": st.mtime_ns, "st_atime": st.mtime_ns,
             "st_blocks": (st.size + 511) // 512, "st_blksize": 131072,
         }
@@ -391,8 +395,8 @@ class WritableOperations(Operations):
 
     read_buf = None   # type: ignore[assignment]  # unset: reads go through open handles (read)
 
-    def __init__(self, mount: Mount) -> None:
-        super().__init__(mount.tree)
+    def __init__(self, mount: Mount, owner: Owner | None = None) -> None:
+        super().__init__(mount.tree, owner=owner)
         assert mount.files is not None and mount.folders is not None and mount.renames is not None
         self.mount = mount
         self.files = mount.files
@@ -525,17 +529,22 @@ class MountFailed(RuntimeError):
     """No mount was made, or it ended as it began: the message says why."""
 
 
-def mount(m: Mount, mountpoint: str, *, poll_us: int, fsname: str = "tfrfs") -> None:
+def mount(m: Mount, mountpoint: str, *, poll_us: int, options: Mapping[str, str | bool] | None = None,
+          owner: Owner | None = None) -> None:
     """Serve mount ``m`` at ``mountpoint`` until it is unmounted (in this process, in the foreground);
     after each request, watch ``poll_us`` microseconds for the next before sleeping (see fuse_loop.Loop).
-    Raises ``MountFailed`` if libfuse cannot mount, or the mount's init fails."""
+    ``options``: the user's FUSE mount options (``tfrfs.options.FUSE_FLAGS``, ``FUSE_VALUES``), added
+    to tfrfs's own; ``owner``: the owner and modes every file shows (default: the mounting user's,
+    umask 022). Raises ``MountFailed`` if libfuse cannot mount, or the mount's init fails."""
     opts: dict[str, Any] = dict(
         foreground=True,
         nothreads=True,     # one thread: the tree's caches and the journal need no locking
-        fsname=fsname,
-        subtype="tfrfs",
+        fsname="tfrfs",
+        subtype="tfrfs",    # the mount table's type, fuse.tfrfs, is how tfrfs knows its mounts
         use_ino=True,       # inode numbers from _ino()
     )
+    opts.update({k: v for k, v in (options or {}).items() if k in FUSE_FLAGS + FUSE_VALUES})
+    owner = owner or Owner(os.getuid(), os.getgid())
     if m.writable:
         # No attribute or name caching: names and sizes change without a call through the kernel
         # for that path (a commit renumbers records; a PNG sets height.json; a value becomes
@@ -544,12 +553,12 @@ def mount(m: Mount, mountpoint: str, *, poll_us: int, fsname: str = "tfrfs") -> 
         # (Writes come in requests of up to 1 MiB, and open(O_TRUNC) as one open with the flag:
         # see init_with_config.)
         opts.update(attr_timeout=0.0, entry_timeout=0.0, negative_timeout=0)
-        ops: Operations = WritableOperations(m)
+        ops: Operations = WritableOperations(m, owner)
     else:
         # Nothing changes under a read-only mount: let the kernel keep attributes, names and data.
         opts.update(ro=True, kernel_cache=True, attr_timeout=86400.0, entry_timeout=86400.0,
                     negative_timeout=60.0)
-        ops = Operations(m.tree, mountpoint)
+        ops = Operations(m.tree, mountpoint, owner)
     loop = fuse_loop.Loop(_LIBFUSE, poll_us)
     if not loop.usable():
         log.warning("this libfuse lacks a function the request loop needs; using libfuse's own loop "

@@ -229,6 +229,12 @@ def shipped_names(shard_name: str, present: set[str]) -> list[str]:
 
 def discover(source: str) -> Discovery:
     """Find the shards of SOURCE (a shard file, a folder, or a glob). Raises UsageError."""
+    try:
+        os.stat(source)
+    except PermissionError as exc:   # a folder above it is closed: never "no such file"
+        raise UsageError(f"{source}: {exc.strerror} (a folder above it cannot be entered)") from None
+    except OSError:
+        pass   # missing, or a glob
     if os.path.isdir(source):
         return _discover_dir(source)
     if os.path.exists(source):
