@@ -398,6 +398,8 @@ class WritableOperations(Operations):
         self.files = mount.files
         self.folders = mount.folders
         self.renames = mount.renames
+        # Why the request loop ended, asked at destroy; None: not known (libfuse's own loop).
+        self.ended: Callable[[], fuse_loop.End | None] = lambda: None
 
     def getattr(self, path: str, fh: Any = None) -> dict[str, int]:
         size = self.files.pending_size(path)
@@ -512,11 +514,13 @@ class WritableOperations(Operations):
                                             "f_files", "f_ffree", "f_favail", "f_namemax")}
 
     def destroy(self, path: str) -> None:
-        # fusermount -u and tfrfs umount both end here: commit what is staged.
+        # Only the kernel's unmount (fusermount3 -u, umount, tfrfs umount) commits; a stop signal
+        # leaves the edits staged (SPEC 7). The mount decides, and says what it did.
         try:
-            self.mount.commit()
-        except TfrfsError as exc:
-            log.error("commit at unmount failed, edits stay staged: %s", exc)
+            end = self.ended()
+            self.mount.finish(end is not None and end.unmounted,
+                              str(end) if end is not None else "ended (libfuse's own request loop cannot "
+                                                               "tell an unmount from a signal)")
         finally:
             super().destroy(path)
 
@@ -551,10 +555,17 @@ def mount(m: Mount, mountpoint: str, *, poll_us: int, fsname: str = "tfrfs") -> 
                     negative_timeout=60.0)
         ops = Operations(m.tree, mountpoint)
     loop = fuse_loop.Loop(_LIBFUSE, poll_us)
-    if not loop.usable():
+    if loop.usable():
+        if isinstance(ops, WritableOperations):
+            ops.ended = lambda: loop.ended
+    else:
         log.warning("this libfuse lacks a function the request loop needs; using libfuse's own loop "
                     "(no --poll-us): %s", fuse._libfuse_path)
-    with _libfuse_main(loop.main if loop.usable() else None):
+        if m.writable:
+            log.warning("with libfuse's own loop an unmount cannot be told from SIGTERM or Ctrl-C, so "
+                        "staged edits are committed only by tfrfs commit and tfrfs umount")
+    m.attach(mountpoint)
+    with _libfuse_main(loop.main if loop.usable() else None), _libfuse_signals(not loop.usable()):
         try:
             _Fuse(ops, mountpoint, raw_fi=True, encoding="utf-8", errors="surrogateescape", **opts)
         except RuntimeError as exc:
@@ -566,6 +577,22 @@ def mount(m: Mount, mountpoint: str, *, poll_us: int, fsname: str = "tfrfs") -> 
     if ops.init_failure is not None:
         failure = ops.init_failure
         raise MountFailed(f"init failed ({type(failure).__name__}: {failure}), so the mount ended")
+
+
+@contextlib.contextmanager
+def _libfuse_signals(libfuses: bool) -> Iterator[None]:
+    """With libfuse's own loop (``libfuses``), let libfuse's handler end the mount on SIGINT as on
+    SIGTERM and SIGHUP: it sets one only where the handler is SIG_DFL, and Python holds SIGINT
+    (its KeyboardInterrupt would surface inside an operation)."""
+    import signal
+    if not libfuses or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 @contextlib.contextmanager
