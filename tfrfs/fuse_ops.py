@@ -58,6 +58,7 @@ _CAP_READDIRPLUS_AUTO = 1 << 14
 _READDIR_PLUS = 1 << 0        # readdir flag: the kernel wants attributes too
 _FILL_DIR_PLUS = 1 << 1       # filler flag: this entry's attributes are complete
 _RENAME_NOREPLACE = 1 << 0
+_MAIN_LOOP_ENDED = 8          # fuse_main_real's status when its loop ended with an error (a signal)
 _SETTLE_S = 0.25   # the most a read answered EIO waits for .tfrfs/errors to be made fresh
 
 _LIBFUSE = fuse._libfuse._handle   # the libfuse the binding loaded, for what fuse_loop does below it
@@ -571,6 +572,11 @@ def mount(m: Mount, mountpoint: str, *, poll_us: int, fsname: str = "tfrfs") -> 
         except RuntimeError as exc:
             if not (exc.args and isinstance(exc.args[0], int)):
                 raise
+            if not loop.usable() and exc.args[0] == _MAIN_LOOP_ENDED and ops.init_failure is None:
+                # libfuse's own loop ends so after a stop signal (libfuse 3.10 on), or a failed read.
+                log.info("libfuse's own request loop ended with status %d: stopped by a signal (or "
+                         "reading from the kernel failed)", _MAIN_LOOP_ENDED)
+                return
             # The binding's report of a non-zero return from libfuse's main: say what failed.
             raise MountFailed(loop.failure if loop.usable() and loop.failure
                               else f"libfuse's fuse_main returned {exc.args[0]}") from None
