@@ -676,17 +676,15 @@ def cmd_status(args: argparse.Namespace) -> int:
             for r in rejected:
                 print(f"  {time.strftime('%H:%M:%S', time.localtime(r['time']))}  {r['path']}: {r['reason']}")
         return EXIT_OK
-    from .mount import source_root
+    from .mount import source_root, writable_holder
     from .staging import Staging
     pending = list(staged_in(target))
     holder = Staging(source_root(target)).holder() if not is_url(target) else {}
-    from .mount import writable_holder
-    if writable_holder(target):
-        print(f"mounted writable at {holder.get('mountpoint', '?')} (process {holder.get('pid', '?')})")
-    elif holder.get("mountpoint") and mounttab.fstype_at(holder["mountpoint"]) == FSTYPE \
-            and _daemon_state(holder["mountpoint"]) == "gone":
-        print(f"its --rw mount at {holder['mountpoint']} was left by a daemon that is gone: "
-              f"fusermount3 -u {holder['mountpoint']}")
+    where = holder.get("mountpoint")
+    if where and not writable_holder(target) and mounttab.fstype_at(where) == FSTYPE \
+            and _daemon_state(where) == "gone":
+        print(f"warning: its --rw mount at {where} was left by a daemon that is gone: fusermount3 -u {where}",
+              file=sys.stderr)
     _print_pending(pending)
     return EXIT_OK
 

@@ -254,7 +254,8 @@ def test_status_of_a_mount_whose_daemon_died(src: Path, tfrfs_mount) -> None:
         proc = run_tfrfs("commit", str(mnt))
         assert proc.returncode == 1 and f"tfrfs commit {src}" in proc.stderr, proc.stderr
         proc = run_tfrfs("status", str(src))
-        assert proc.returncode == 0 and f"fusermount3 -u {mnt}" in proc.stdout, proc.stdout
+        assert proc.returncode == 0 and f"fusermount3 -u {mnt}" in proc.stderr, proc.stderr
+        assert sorted(proc.stdout.splitlines()) == ["clips.tfrecord: 1 deleted", "tabular.tfrecord.gz: 1 edited"]
     finally:
         force_unmount(mnt)
     proc = run_tfrfs("umount", str(mnt))
