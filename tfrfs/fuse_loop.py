@@ -141,7 +141,6 @@ class Loop:
         self.unmount = function("fuse_unmount", "FUSE_3.0", None, vp)
         self.destroy = function("fuse_destroy", "FUSE_3.0", None, vp)
         self.session = function("fuse_get_session", "FUSE_3.0", vp, vp)
-        self.exit = function("fuse_session_exit", "FUSE_3.0", None, vp)
         self.session_fd = function("fuse_session_fd", "FUSE_3.0", i, vp)
         self.exited = function("fuse_session_exited", "FUSE_3.0", i, vp)
         self.receive = function("fuse_session_receive_buf", "FUSE_3.0", i, vp, ctypes.POINTER(_Buf))

@@ -29,6 +29,7 @@ import inspect
 import logging
 import os
 import posixpath
+import signal
 import stat as _stat
 import threading
 import time
@@ -590,7 +591,6 @@ def _libfuse_signals(libfuses: bool) -> Iterator[None]:
     """With libfuse's own loop (``libfuses``), let libfuse's handler end the mount on SIGINT as on
     SIGTERM and SIGHUP: it sets one only where the handler is SIG_DFL, and Python holds SIGINT
     (its KeyboardInterrupt would surface inside an operation)."""
-    import signal
     if not libfuses or threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -210,3 +210,26 @@ def test_open_mount_of_an_empty_folder(tmp_path: Path) -> None:
     assert m.store.shards == [] or len(m.store.shards) == 0
     m.close()
     assert os.listdir(empty) == []
+
+
+@pytest.mark.parametrize("left", ["lock only", "sub-folders only", "empty folder", "tmp holds a file"])
+def test_a_tidy_cut_short_leaves_a_journal_the_next_mount_reuses(left: str, src: Path, tmp_path: Path) -> None:
+    """A crash part way through removing an empty staging folder leaves some of it: the next
+    writable mount works, stages and commits as usual, and removes it at the end."""
+    folder = src / STAGING_DIR
+    folder.mkdir()
+    if left == "lock only":
+        (folder / "lock").write_bytes(b"")
+    elif left == "sub-folders only":
+        for sub in ("shards", "scratch", "tmp"):
+            (folder / sub).mkdir()
+    elif left == "tmp holds a file":
+        (folder / "tmp").mkdir()
+        (folder / "tmp" / "half-written").write_bytes(b"x")
+    assert staged_in(str(src)) == ()
+    s = session(src, tmp_path)
+    s.write("/a.tfrecord/000002/label.json", b"[9]")
+    s.commit()
+    s.close()
+    assert labels(src / "a.tfrecord") == [0, 1, 9]
+    assert not folder.exists()
