@@ -7,7 +7,9 @@ whatever ``fsname=`` said). So each daemon writes a small JSON file per mount po
 cache folder, ``CACHE/mounts/NAME-HASH.json`` (``default_cache_dir()``, whatever ``--cache-dir``
 says, so that a later command finds it without being told), and removes it when it ends. A
 record is believed only while the kernel still lists the mount point as tfrfs's, and its process
-is told alive or gone by ``/proc``; a stale record is simply replaced by the next mount there.
+is told alive or gone by ``/proc``; a stale record is replaced by the next mount there, and
+records of processes that are gone and whose mount point the kernel no longer lists are removed
+whenever a record is written.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .index import default_cache_dir
+from .mounttab import TFRFS_FSTYPE, fstype_at
 
 log = logging.getLogger("tfrfs")
 
@@ -57,6 +60,25 @@ def write(record: MountRecord, base: Path | None = None) -> None:
     except OSError as exc:
         log.warning("could not note this mount in %s (tfrfs status cannot name its source if this "
                     "daemon dies): %s", path, exc)
+        return
+    _prune(path.parent, keep=path)
+
+
+def _prune(folder: Path, keep: Path) -> None:
+    """Remove the records left by daemons that died and whose dead mounts are detached since."""
+    try:
+        for other in folder.glob("*.json"):
+            if other == keep:
+                continue
+            try:
+                doc = json.loads(other.read_bytes())
+                stale = not alive(int(doc["pid"])) and fstype_at(str(doc["mountpoint"])) != TFRFS_FSTYPE
+            except (OSError, ValueError, KeyError, TypeError):
+                stale = True
+            if stale:
+                other.unlink(missing_ok=True)
+    except OSError as exc:   # tidying only
+        log.debug("could not remove old mount records in %s: %s", folder, exc)
 
 
 def read(mountpoint: str, base: Path | None = None) -> MountRecord | None:

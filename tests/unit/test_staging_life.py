@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -233,3 +234,24 @@ def test_a_tidy_cut_short_leaves_a_journal_the_next_mount_reuses(left: str, src:
     s.close()
     assert labels(src / "a.tfrecord") == [0, 1, 9]
     assert not folder.exists()
+
+
+def test_mount_records_of_dead_daemons_are_pruned(tmp_path: Path) -> None:
+    from tfrfs import mountrecord
+    dead = _dead_pid()
+    old = mountrecord.MountRecord(str(tmp_path / "old"), "/src", "/src", True, dead)
+    mountrecord.write(old, base=tmp_path)
+    assert mountrecord.read(str(tmp_path / "old"), base=tmp_path) == \
+        mountrecord.MountRecord(str(tmp_path / "old"), "/src", "/src", True, dead)
+    live = mountrecord.MountRecord(str(tmp_path / "new"), "/src", "/src", False, os.getpid())
+    mountrecord.write(live, base=tmp_path)
+    assert mountrecord.read(str(tmp_path / "old"), base=tmp_path) is None
+    assert mountrecord.read(str(tmp_path / "new"), base=tmp_path) == live
+    mountrecord.remove(str(tmp_path / "new"), os.getpid(), base=tmp_path)
+    assert list((tmp_path / "mounts").iterdir()) == []
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
