@@ -63,14 +63,15 @@ class Progress:
 
 
 def open_args(args: argparse.Namespace) -> Source:
-    """SOURCE as the command's arguments name it (with ``-o`` store options, cache folder and size)."""
+    """SOURCE as the command's arguments name it (with ``-o`` store options, cache folder and size).
+    A --rw mount may start from a folder without shards."""
     store = getattr(args, "store_options", None)   # mount: sorted from its other -o items
     if store is None:
         store = parse_options(getattr(args, "options", None) or [])
     if getattr(args, "cache_dir", None):
         _check_folder(args.cache_dir, "--cache-dir")
     return open_source(args.source, options=store, cache_dir=getattr(args, "cache_dir", None),
-                       cache_size=getattr(args, "cache_size", None))
+                       cache_size=getattr(args, "cache_size", None), empty_ok=bool(getattr(args, "rw", False)))
 
 
 def open_dataset(args: argparse.Namespace, *, quiet: bool = False,
@@ -189,6 +190,7 @@ def cmd_mount(args: argparse.Namespace) -> int:
         args.index_dir = os.path.abspath(args.index_dir)
     log_path = Path(args.log) if args.log else _default_log(args.cache_dir, args.mountpoint)
     _check_log(log_path, "--log" if args.log else "log file")
+    _warn_staged(args)
     if not args.foreground:
         return _spawn_daemon(args, opts, log_path)
     _setup_logging(log_path, also_stderr=not args.daemon, debug=args.debug)
@@ -455,31 +457,71 @@ def cmd_umount(args: argparse.Namespace) -> int:
     fstype = mounttab.fstype_at(mnt)
     if fstype != FSTYPE:
         raise UsageError(f"{mnt}: not a tfrfs mount")
-    if os.path.exists(os.path.join(mnt, ".tfrfs", "commit")):
-        result = _commit(mnt)
-        if result is not None:
-            print(f"tfrfs: {result}; {mnt} stays mounted", file=sys.stderr)
+    if _daemon_state(mnt) == "gone":
+        source = _source_of(mnt)
+        proc = subprocess.run([_fusermount(), "-u", mnt], capture_output=True, text=True)
+        left = f"; {_staged_summary(source)}" if source else ""
+        if proc.returncode != 0:
+            print(f"tfrfs: {mnt}: its daemon is gone and the mount cannot be detached: {proc.stderr.strip()}{left}",
+                  file=sys.stderr)
+            return EXIT_PROBLEMS
+        print(f"tfrfs: {mnt}: its daemon was gone, so nothing was committed; the dead mount is detached{left}",
+              file=sys.stderr)
+        return EXIT_PROBLEMS
+    info = _mount_status(mnt)   # None: a read-only mount
+    committed: dict | None = None
+    if info is not None:
+        if args.discard:
+            failure = _control(mnt, b"discard\n")
+        else:
+            failure = _with_progress("committing", lambda: _control(mnt, b"commit\n"))
+            committed = _last_commit(mnt) if failure is None else None
+        if failure is not None:
+            print(f"tfrfs: {failure}; {mnt} stays mounted", file=sys.stderr)
             return EXIT_PROBLEMS
     proc = subprocess.run([_fusermount(), "-u", mnt], capture_output=True, text=True)
     if proc.returncode != 0:
-        print(f"tfrfs: cannot unmount {mnt}: {proc.stderr.strip()}", file=sys.stderr)
+        if info is not None and args.discard:
+            _control(mnt, b"keep\n")   # the edits are committed at a later unmount again
+        what = "; nothing was discarded" if info is not None and args.discard else ""
+        print(f"tfrfs: cannot unmount {mnt}: {proc.stderr.strip()}{what}", file=sys.stderr)
         return EXIT_PROBLEMS
-    # fusermount3 returns once the kernel lets go; wait for the daemon to finish too.
-    for _ in range(200):
-        if mounttab.fstype_at(mnt) != FSTYPE:
-            break
+    # fusermount3 returns once the kernel lets go; the daemon then finishes (commits or drops what
+    # is staged, lets go of the source's lock) and exits: wait for that too.
+    deadline = time.monotonic() + 10
+    while mounttab.fstype_at(mnt) == FSTYPE and time.monotonic() < deadline:
         time.sleep(0.05)
+    if info is not None and info.get("pid"):
+        _wait_gone(int(info["pid"]), 120 if args.discard else 10)
+    if committed is not None:
+        _print_commit(committed)
+    if info is not None and args.discard:
+        left = _staged_summary(info.get("source") or "") if info.get("source") else ""
+        if left and not left.startswith("nothing"):
+            print(f"tfrfs: unmounted {mnt}, but its staged edits could not all be dropped ({left}); "
+                  f"see its log, then tfrfs discard {info['source']}", file=sys.stderr)
+            return EXIT_PROBLEMS
+        print(f"discarded the staged edits of {len(info.get('pending', []))} shard(s)")
     print(f"unmounted {mnt}")
     return EXIT_OK
 
 
-def _commit(mnt: str) -> str | None:
-    """Ask the daemon to commit; None on success, else the reason."""
+def _wait_gone(pid: int, seconds: float) -> None:
+    from .mountrecord import alive
+    deadline = time.monotonic() + seconds
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _control(mnt: str, word: bytes) -> str | None:
+    """Write ``word`` to a writable mount's ``.tfrfs/commit`` (``commit``: commit now; ``discard``:
+    drop the staged edits at unmount; ``keep``: commit them at unmount again); None on success,
+    else the reason."""
     control = os.path.join(mnt, ".tfrfs", "commit")
     try:
         fd = os.open(control, os.O_WRONLY)
         try:
-            os.write(fd, b"commit\n")
+            os.write(fd, word)
         finally:
             os.close(fd)
     except OSError as exc:
@@ -488,40 +530,172 @@ def _commit(mnt: str) -> str | None:
                 detail = json.loads(f.read() or "{}").get("error")
         except (OSError, ValueError):
             detail = None
-        return detail or f"commit failed: {exc.strerror}"
+        return detail or f"{word.decode().strip()} failed: {exc.strerror}"
     return None
 
 
-def _with_progress(what: str, work: Callable[[], str | None]) -> str | None:
+def _last_commit(mnt: str) -> dict:
+    try:
+        with open(os.path.join(mnt, ".tfrfs", "commit")) as f:
+            return json.loads(f.read() or "{}")
+    except (OSError, ValueError):
+        return {}
+
+
+def _mount_status(mnt: str) -> dict | None:
+    """A writable mount's ``.tfrfs/status``; None for a read-only mount (it has none)."""
+    try:
+        with open(os.path.join(mnt, ".tfrfs", "status")) as f:
+            return json.loads(f.read() or "{}")
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return {}
+
+
+def _daemon_state(mnt: str, wait: float = 5.0) -> str:
+    """"serving", "gone" (a dead daemon's mount: "Transport endpoint is not connected") or
+    "silent" (no answer within ``wait`` seconds, and its process still runs). Asked on a thread:
+    a hung daemon's mount would keep a stat waiting."""
+    import errno as _errno
+    import threading
+    from . import mountrecord
+    answer: list[str] = []
+
+    def ask() -> None:
+        try:
+            os.stat(mnt)
+            answer.append("serving")
+        except OSError as exc:
+            answer.append("gone" if exc.errno == _errno.ENOTCONN else "serving")
+
+    asking = threading.Thread(target=ask, daemon=True)
+    asking.start()
+    asking.join(wait)
+    if answer:
+        return answer[0]
+    record = mountrecord.read(mnt)
+    return "gone" if record is not None and not mountrecord.alive(record.pid) else "silent"
+
+
+def _source_of(mnt: str) -> str | None:
+    """The source mounted at ``mnt``: from the note its daemon left (see ``mountrecord``), else from
+    the file system's name in the mount table when that is a local folder whose staging lock names
+    this mount point."""
+    from . import mountrecord
+    from .mount import source_root
+    from .staging import Staging
+    record = mountrecord.read(mnt)
+    if record is not None:
+        return record.source
+    point = os.path.abspath(mnt)
+    for entry in mounttab.entries():
+        if entry.point == point and entry.fstype == FSTYPE and os.path.isabs(entry.source):
+            try:
+                if Staging(source_root(entry.source)).holder().get("mountpoint") == point:
+                    return entry.source
+            except TfrfsError:
+                pass
+    return None
+
+
+def _staged_summary(source: str) -> str:
+    from .mount import staged_in
+    try:
+        pending = staged_in(source)
+    except TfrfsError:
+        return ""
+    if not pending:
+        return f"nothing staged in {source}"
+    return f"{len(pending)} shard(s)' edits stay staged in {source}: tfrfs commit or tfrfs discard it"
+
+
+def _with_progress(what: str, work: Callable[[], Any]) -> Any:
     """Run ``work`` while telling the user it is still going (after the first second)."""
     import threading
-    result: list[str | None] = []
-    worker = threading.Thread(target=lambda: result.append(work()), daemon=True)
+    result: list[Any] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(work())
+        except BaseException as exc:   # raised again in the caller's thread
+            failed.append(exc)
+    worker = threading.Thread(target=run, daemon=True)
     worker.start()
     progress = Progress(what, delay=1.0)
     while worker.is_alive():
         worker.join(0.2)
         progress.update("writing changed shards")
     progress.update("done", final=True)
+    if failed:
+        raise failed[0]
     return result[0] if result else "commit did not finish"
 
 
+def _print_commit(result: dict) -> None:
+    """What a commit did: each shard written, the totals, and the commit's notes."""
+    shards = result.get("shards", [])
+    staged = {p["shard"]: p for p in result.get("staged", [])}
+    for s in shards:
+        p = staged.get(s["relpath"], {})
+        changes = ", ".join(f"{p[k]} {k}" for k in ("edited", "deleted", "added") if p.get(k))
+        print(f"{s['action']:>9}  {s['relpath']}  ({s['records']:,} records" + (f"; {changes}" if changes else "")
+              + ")")
+    if shards:
+        changed = result.get("records_changed", 0)
+        print(f"committed {len(shards)} shard(s), {changed:,} record(s) changed, in {result.get('seconds', 0)}s")
+    else:
+        print("nothing to commit")
+    for note in result.get("notes", []):
+        print(note)
+
+
 def cmd_commit(args: argparse.Namespace) -> int:
-    mnt = args.mountpoint
-    if mounttab.fstype_at(mnt) != FSTYPE:
-        raise UsageError(f"{mnt}: not a tfrfs mount")
-    if not os.path.exists(os.path.join(mnt, ".tfrfs", "commit")):
-        raise UsageError(f"{mnt}: not a writable mount (mount with --rw to make changes)")
-    failure = _with_progress("committing", lambda: _commit(mnt))
+    target = args.target
+    if mounttab.fstype_at(target) != FSTYPE:
+        return _commit_source(args)
+    if _daemon_state(target) == "gone":
+        source = _source_of(target) or "SOURCE"
+        print(f"tfrfs: {target}: its daemon is gone; detach the dead mount (fusermount3 -u {target}), "
+              f"then tfrfs commit {source}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    if _mount_status(target) is None:
+        raise UsageError(f"{target}: not a writable mount (mount with --rw to make changes)")
+    failure = _with_progress("committing", lambda: _control(target, b"commit\n"))
     if failure:
         print(f"tfrfs: {failure}", file=sys.stderr)
         return EXIT_PROBLEMS
-    with open(os.path.join(mnt, ".tfrfs", "commit")) as f:
-        result = json.loads(f.read() or "{}")
-    shards = result.get("shards", [])
-    for s in shards:
-        print(f"{s['action']:>9}  {s['relpath']}  ({s['records']:,} records)")
-    print(f"committed {len(shards)} shard(s)" + (f" in {result.get('seconds')}s" if shards else ""))
+    _print_commit(_last_commit(target))
+    return EXIT_OK
+
+
+def _commit_source(args: argparse.Namespace) -> int:
+    """tfrfs commit SOURCE: a source that is not mounted (after a crash, or a stop by a signal)."""
+    from .mount import commit_source, staged_in, writable_holder
+    from .repack import CommitFailed
+    source = args.target
+    if is_url(source):
+        raise UsageError(f"{source}: a remote source is read-only: nothing is ever staged for it")
+    holder = writable_holder(source)
+    if holder:
+        where = holder.get("mountpoint") or "MOUNTPOINT"
+        raise UsageError(f"{source} is mounted writable" + (f" at {where}" if holder.get("mountpoint") else "")
+                         + f": commit it there (tfrfs commit {where})")
+    if not staged_in(source):
+        print("nothing staged")
+        return EXIT_OK
+    args.source = source
+    args.rw = True   # a dataset built from nothing has no shard file before its first commit
+    src, indexes, cache = open_dataset(args)
+    try:
+        result = _with_progress("committing", lambda: commit_source(src, (indexes, cache)))
+    except CommitFailed as exc:
+        print(f"tfrfs: {exc}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    finally:
+        src.close()
+    _print_commit(result.to_json())
     return EXIT_OK
 
 
@@ -529,29 +703,86 @@ def cmd_status(args: argparse.Namespace) -> int:
     from .mount import PendingShard, staged_in
     target = args.target
     if mounttab.fstype_at(target) == FSTYPE:
-        status_file = os.path.join(target, ".tfrfs", "status")
-        if not os.path.exists(status_file):
-            print(f"{target}: read-only mount, nothing staged")
+        state = _daemon_state(target)
+        if state != "serving":
+            source = _source_of(target)
+            if state == "silent":
+                print(f"{target}: its tfrfs daemon does not answer (its log may say why); "
+                      + (_staged_summary(source) if source else "its source is not known"))
+                return EXIT_PROBLEMS
+            print(f"{target}: the tfrfs daemon of this mount is gone (the mount is left as \"Transport endpoint "
+                  f"is not connected\"); clean up: fusermount3 -u {target}, then tfrfs status, commit or discard "
+                  f"{source or 'SOURCE'}")
+            if source:
+                print(f"staged in {source}:")
+                _print_pending(list(staged_in(source)))
+            return EXIT_PROBLEMS
+        info = _mount_status(target)
+        if info is None:
+            from . import mountrecord
+            print(f"{target}: read-only mount, nothing staged by it")
+            record = mountrecord.read(target)
+            if record is not None and not is_url(record.source):
+                try:
+                    pending = list(staged_in(record.root))
+                except TfrfsError:
+                    pending = []
+                if pending:
+                    print(f"{record.source} has staged edits from a --rw mount, not shown in this one "
+                          f"(tfrfs commit or tfrfs discard it):")
+                    _print_pending(pending)
             return EXIT_OK
-        with open(status_file) as f:
-            pending = [PendingShard(**p) for p in json.loads(f.read())["pending"]]
-    else:
-        pending = list(staged_in(target))
+        _print_pending([PendingShard(**p) for p in info.get("pending", [])])
+        rejected = info.get("rejected", [])
+        if rejected:
+            print(f"refused writes (the last {len(rejected)}, oldest first; their old values stay):")
+            for r in rejected:
+                print(f"  {time.strftime('%H:%M:%S', time.localtime(r['time']))}  {r['path']}: {r['reason']}")
+        return EXIT_OK
+    from .mount import source_root, writable_holder
+    from .staging import Staging
+    pending = list(staged_in(target))
+    holder = Staging(source_root(target)).holder() if not is_url(target) else {}
+    where = holder.get("mountpoint")
+    if where and not writable_holder(target) and mounttab.fstype_at(where) == FSTYPE \
+            and _daemon_state(where) == "gone":
+        print(f"warning: its --rw mount at {where} was left by a daemon that is gone: fusermount3 -u {where}",
+              file=sys.stderr)
+    _print_pending(pending)
+    return EXIT_OK
+
+
+def _print_pending(pending: list) -> None:
     if not pending:
         print("nothing staged")
-        return EXIT_OK
+        return
     for p in pending:
         what = "removed" if p.removed else ", ".join(
             f"{n} {k}" for k, n in (("edited", p.edited), ("deleted", p.deleted), ("added", p.added)) if n) or "empty"
         print(f"{p.shard}: {'new shard, ' if p.new else ''}{what}")
-    return EXIT_OK
 
 
 def cmd_discard(args: argparse.Namespace) -> int:
     from .mount import discard
     result = discard(args.source)
-    print(f"discarded staged changes of {result.shards} shard(s)")
+    print(f"discarded the staged edits of {result.shards} shard(s)")
     return EXIT_OK
+
+
+def _warn_staged(args: argparse.Namespace) -> None:
+    """tfrfs mount (read-only) of a local source with staged edits: say that they exist (the daemon
+    logs it too; with -f that line is on the terminal already)."""
+    if args.rw or args.foreground or is_url(args.source):
+        return
+    from .mount import staged_in
+    try:
+        pending = staged_in(args.source)
+    except TfrfsError:
+        return   # the daemon says what is wrong with SOURCE
+    if pending:
+        print(f"warning: {args.source} has staged edits that a read-only mount does not show "
+              f"({', '.join(p.shard for p in pending)}); mount it --rw, or tfrfs commit / tfrfs discard it",
+              file=sys.stderr)
 
 
 # --- verify / inspect ------------------------------------------------------------
@@ -814,26 +1045,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_mount)
 
     p = sub.add_parser("umount", help="unmount a tfrfs mount (committing staged edits first)",
-                       description="Unmount MOUNTPOINT. A writable mount commits its staged edits first; "
-                                   "if that fails, exit status 1 and the mount stays.")
+                       description="Unmount MOUNTPOINT. A writable mount commits its staged edits first and "
+                                   "says what it committed; if that fails, exit status 1 and the mount stays. "
+                                   "(fusermount3 -u and umount commit too; SIGTERM and Ctrl-C of the daemon "
+                                   "unmount leaving the edits staged.)")
     p.add_argument("mountpoint", metavar="MOUNTPOINT")
+    p.add_argument("--discard", action="store_true",
+                   help="drop the staged edits instead of committing them (the shard files stay as they are)")
     p.set_defaults(func=cmd_umount)
 
-    p = sub.add_parser("commit", help="write staged edits of a writable mount into new shards",
-                       description="Commit MOUNTPOINT's staged edits: every changed shard is written anew "
-                                   "(temporary file, fsync, check, rename). On failure the old shards and the "
-                                   "staged edits stay as they were; exit status 1.")
-    p.add_argument("mountpoint", metavar="MOUNTPOINT")
+    p = sub.add_parser("commit", help="write staged edits into new shards (of a mount, or of a source not mounted)",
+                       description="Commit the staged edits of a writable mount (MOUNTPOINT), or of a SOURCE that "
+                                   "is not mounted (after its daemon was stopped or crashed): every changed shard "
+                                   "is written anew (temporary file, fsync, check, rename). On failure the old "
+                                   "shards and the staged edits stay as they were; exit status 1. A SOURCE "
+                                   "mounted writable is refused (exit 2): commit its mount point.")
+    p.add_argument("target", metavar="MOUNTPOINT|SOURCE")
+    p.add_argument("--cache-dir", metavar="DIR", help="where indexes are kept (SOURCE only; default: "
+                                                      "$XDG_CACHE_HOME/tfrfs or ~/.cache/tfrfs)")
     p.set_defaults(func=cmd_commit)
 
     p = sub.add_parser("status", help="list staged edits",
                        description="List what is staged for a writable mount (MOUNTPOINT) or for a source "
-                                   "(SOURCE), per shard.")
+                                   "(SOURCE), per shard, and a mount's last refused writes with their reasons. "
+                                   "Says so when a mount's daemon is gone, and how to clean up.")
     p.add_argument("target", metavar="MOUNTPOINT|SOURCE")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("discard", help="drop every staged edit of SOURCE",
-                       description="Drop every staged edit of SOURCE. Refused while SOURCE is mounted writable.")
+                       description="Drop every staged edit of SOURCE, and the scratch files made in its records. "
+                                   "Refused while SOURCE is mounted writable (use tfrfs umount --discard).")
     p.add_argument("source", metavar="SOURCE")
     p.set_defaults(func=cmd_discard)
 

@@ -23,11 +23,11 @@ from .stager import Stager, is_scratch, split_path
 class FileEditor:
     """Feature files: their content, their creation and removal."""
 
-    def __init__(self, stager: Stager, commit: Callable[[], Any]) -> None:
+    def __init__(self, stager: Stager, commit: Callable[[bytes], Any]) -> None:
         self.stager = stager
         self.tree = stager.tree
         self.store = stager.store
-        self.commit = commit   # writing to .tfrfs/commit runs it
+        self.commit = commit   # writing to .tfrfs/commit runs it, with what was written
         self.pending: dict[str, WriteHandle] = {}   # path -> handle of a file created and not yet flushed
 
     def pending_size(self, path: str) -> int | None:
@@ -81,7 +81,7 @@ class FileEditor:
         try:
             node, record, inner = self._locate_for_write(handle.path)
             if isinstance(node, MetaFile):
-                self.commit()
+                self.commit(handle.content())
                 return
             assert record is not None
             self.write_content(record, inner, handle.content(), existing=node)

@@ -5,7 +5,8 @@ ctypes, on the libfuse the binding loaded: ``fuse_ops`` (the only module that im
 binding) hands over its handle. Nothing here knows the binding or the tree.
 
 - ``Loop``: libfuse's fuse_main, with a request loop that watches for the next request a
-  little while before sleeping.
+  little while before sleeping, and knows why it ended (``End``): the kernel's unmount, or a
+  stop signal (SIGTERM, SIGINT, SIGHUP) — a writable mount commits on the first only.
 - ``MetaInvalidator``: tells the kernel to forget ``.tfrfs`` when ``.tfrfs/errors`` grows.
 - ``fill_read_buf``: the answer to a read_buf call, from a (descriptor, position, count) or
   from bytes in memory.
@@ -14,14 +15,17 @@ binding) hands over its handle. Nothing here knows the binding or the tree.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import logging
 import os
 import select
+import signal
 import threading
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Iterator
 
 log = logging.getLogger("tfrfs")
 
@@ -81,6 +85,26 @@ def _libfuse_function(libfuse: int, name: str, version: str, restype: Any, *argt
     return ctypes.CFUNCTYPE(restype, *argtypes)(address) if address else None
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+@dataclass(frozen=True)
+class End:
+    """Why a request loop ended."""
+
+    how: str                    # "unmounted", "signal", "failed", or "exited" (the session was ended from inside)
+    signal: str | None = None   # with "signal": its name (SIGTERM)
+
+    @property
+    def unmounted(self) -> bool:
+        """Ended by the kernel: fusermount3 -u, umount, or tfrfs umount (or the connection aborted)."""
+        return self.how == "unmounted"
+
+    def __str__(self) -> str:
+        return {"unmounted": "unmounted", "signal": f"stopped by {self.signal}", "failed": "ended by an error",
+                "exited": "ended from inside"}[self.how]
+
+
 class Loop:
     """libfuse's fuse_main, with a request loop that watches for the next request before sleeping.
 
@@ -91,8 +115,16 @@ class Loop:
     only when nothing came: a reader going through many files finds the daemon awake, and an idle
     mount costs at most ``poll_us`` of CPU after its last request. ``poll_us=0`` is libfuse's loop.
     ``main`` takes the arguments of libfuse's fuse_main_real, and runs in its place; when it
-    returns non-zero, ``failure`` says what failed.
+    returns non-zero, ``failure`` says what failed. Once the loop is over, ``ended`` says why
+    (before the operations' destroy is called).
     ``libfuse`` is the handle of the loaded libfuse (a ctypes CDLL's ``_handle``).
+
+    Signals: libfuse's fuse_set_signal_handlers would end the session on SIGTERM, SIGINT and
+    SIGHUP exactly as an unmount ends it, so nobody could tell the two apart (and it leaves alone
+    a signal whose handler is not SIG_DFL, such as Python's SIGINT). Instead Python handlers are
+    set for the three, with a wakeup pipe (``signal.set_wakeup_fd``): the C part of Python's
+    handler writes the signal's number there at once, and the loop watches the pipe beside the
+    device, so a signal ends the loop even while it sleeps, and the loop knows which one it was.
     """
 
     def __init__(self, libfuse: int, poll_us: int) -> None:
@@ -109,8 +141,6 @@ class Loop:
         self.unmount = function("fuse_unmount", "FUSE_3.0", None, vp)
         self.destroy = function("fuse_destroy", "FUSE_3.0", None, vp)
         self.session = function("fuse_get_session", "FUSE_3.0", vp, vp)
-        self.set_signals = function("fuse_set_signal_handlers", "FUSE_3.0", i, vp)
-        self.remove_signals = function("fuse_remove_signal_handlers", "FUSE_3.0", None, vp)
         self.session_fd = function("fuse_session_fd", "FUSE_3.0", i, vp)
         self.exited = function("fuse_session_exited", "FUSE_3.0", i, vp)
         self.receive = function("fuse_session_receive_buf", "FUSE_3.0", i, vp, ctypes.POINTER(_Buf))
@@ -118,9 +148,10 @@ class Loop:
         self.reset = function("fuse_session_reset", "FUSE_3.0", None, vp)
         self.free_args = function("fuse_opt_free_args", "FUSE_3.0", None, ctypes.POINTER(_Args))
         self.failure: str | None = None   # what failed, when main returns non-zero
+        self.ended: End | None = None     # why the loop ended, once it has
 
     def usable(self) -> bool:
-        return all(f is not None for name, f in vars(self).items() if name != "failure")
+        return all(f is not None for name, f in vars(self).items() if name not in ("failure", "ended", "poll_s"))
 
     def main(self, argc: int, argv: Any, ops: Any, ops_size: int, user_data: Any) -> int:
         # The steps of libfuse's fuse_main_real (helper.c), single-threaded, in the foreground.
@@ -142,14 +173,11 @@ class Loop:
                     self.failure = "libfuse could not mount (libfuse's message says why)"
                     return 4
                 se = self.session(f)
-                if self.set_signals(se) != 0:
-                    self.unmount(f)
-                    self.failure = "libfuse could not set its signal handlers"
-                    return 6
                 try:
-                    res = self.serve(se)
+                    with _stop_signals() as wakeup:
+                        res = self.serve(se, wakeup)
                 finally:
-                    self.remove_signals(se)
+                    # (After a signal, libfuse detaches the mount lazily: fuse_unmount.)
                     self.unmount(f)
                 if res < 0:
                     self.failure = f"reading a request from the kernel failed: {os.strerror(-res)}"
@@ -161,34 +189,88 @@ class Loop:
             _libc.free(opts.mountpoint)
             self.free_args(ctypes.byref(args))
 
-    def serve(self, se: int) -> int:
-        """Answer requests until the file system is unmounted or a signal ends the session
-        (libfuse's fuse_session_loop, with the watch described above)."""
+    def serve(self, se: int, wakeup: int | None = None) -> int:
+        """Answer requests until the file system is unmounted, a stop signal arrives (its number
+        is read from the pipe ``wakeup``), or the session is ended from inside (libfuse's
+        fuse_session_loop, with the watch described above). Sets ``ended``."""
         buf = _Buf()
         bufp = ctypes.byref(buf)
         receive, process, exited = self.receive, self.process, self.exited
+        device = self.session_fd(se)
         watch = select.poll()
-        watch.register(self.session_fd(se), select.POLLIN)
+        watch.register(device, select.POLLIN)
+        if wakeup is not None:
+            watch.register(wakeup, select.POLLIN)
         poll, clock, poll_s = watch.poll, time.perf_counter, self.poll_s
         res = 0
+        ended: End | None = None
         try:
             while not exited(se):
-                if poll_s and not poll(0):
-                    until = clock() + poll_s
-                    while not poll(0) and clock() < until:
-                        pass
-                    if exited(se):
-                        break
+                ready = poll(0)
+                if not ready:
+                    if poll_s:
+                        until = clock() + poll_s
+                        while not ready and clock() < until:
+                            ready = poll(0)
+                    if not ready:
+                        ready = poll()   # sleep until a request or a signal comes
+                if wakeup is not None and any(fd == wakeup for fd, _ in ready):
+                    ended = End("signal", _signal_name(_read_signal(wakeup)))
+                    break
+                if exited(se):
+                    break
                 res = receive(se, bufp)
-                if res == -errno.EINTR:
+                if res in (-errno.EINTR, -errno.EAGAIN):
                     continue
-                if res <= 0:   # 0: unmounted
+                if res <= 0:   # 0: unmounted (libfuse read ENODEV)
+                    ended = End("unmounted") if res == 0 else End("failed")
                     break
                 process(se, bufp)
         finally:
             _libc.free(buf.mem)
             self.reset(se)
+            self.ended = ended or End("exited")
         return min(res, 0)
+
+
+@contextlib.contextmanager
+def _stop_signals() -> Iterator[int | None]:
+    """Python handlers for the stop signals, and the read end of a pipe that receives the number
+    of each one that arrives (None, and the handlers left as they are, off the main thread: only
+    it may set them). Put back as they were on the way out."""
+    if threading.current_thread() is not threading.main_thread():
+        yield None
+        return
+    read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    old_wakeup = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    old = {sig: signal.signal(sig, _noted) for sig in STOP_SIGNALS}
+    try:
+        yield read_end
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        signal.set_wakeup_fd(old_wakeup)
+        os.close(read_end)
+        os.close(write_end)
+
+
+def _noted(signum: int, frame: Any) -> None:
+    """The Python side of a stop signal's handler: nothing to do, the loop has read the pipe."""
+
+
+def _read_signal(fd: int) -> int:
+    try:
+        data = os.read(fd, 64)
+    except BlockingIOError:
+        data = b""
+    return data[0] if data else signal.SIGTERM
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 class MetaInvalidator:

@@ -29,6 +29,7 @@ import inspect
 import logging
 import os
 import posixpath
+import signal
 import stat as _stat
 import threading
 import time
@@ -59,6 +60,7 @@ _CAP_READDIRPLUS_AUTO = 1 << 14
 _READDIR_PLUS = 1 << 0        # readdir flag: the kernel wants attributes too
 _FILL_DIR_PLUS = 1 << 1       # filler flag: this entry's attributes are complete
 _RENAME_NOREPLACE = 1 << 0
+_MAIN_LOOP_ENDED = 8          # fuse_main_real's status when its loop ended with an error (a signal)
 _SETTLE_S = 0.25   # the most a read answered EIO waits for .tfrfs/errors to be made fresh
 
 _LIBFUSE = fuse._libfuse._handle   # the libfuse the binding loaded, for what fuse_loop does below it
@@ -402,6 +404,8 @@ class WritableOperations(Operations):
         self.files = mount.files
         self.folders = mount.folders
         self.renames = mount.renames
+        # Why the request loop ended, asked at destroy; None: not known (libfuse's own loop).
+        self.ended: Callable[[], fuse_loop.End | None] = lambda: None
 
     def getattr(self, path: str, fh: Any = None) -> dict[str, int]:
         size = self.files.pending_size(path)
@@ -516,11 +520,13 @@ class WritableOperations(Operations):
                                             "f_files", "f_ffree", "f_favail", "f_namemax")}
 
     def destroy(self, path: str) -> None:
-        # fusermount -u and tfrfs umount both end here: commit what is staged.
+        # Only the kernel's unmount (fusermount3 -u, umount, tfrfs umount) commits; a stop signal
+        # leaves the edits staged (SPEC 7). The mount decides, and says what it did.
         try:
-            self.mount.commit()
-        except TfrfsError as exc:
-            log.error("commit at unmount failed, edits stay staged: %s", exc)
+            end = self.ended()
+            self.mount.finish(end is not None and end.unmounted,
+                              str(end) if end is not None else "ended (libfuse's own request loop cannot "
+                                                               "tell an unmount from a signal)")
         finally:
             super().destroy(path)
 
@@ -560,21 +566,48 @@ def mount(m: Mount, mountpoint: str, *, poll_us: int, options: Mapping[str, str 
                     negative_timeout=60.0)
         ops = Operations(m.tree, mountpoint, owner)
     loop = fuse_loop.Loop(_LIBFUSE, poll_us)
-    if not loop.usable():
+    if loop.usable():
+        if isinstance(ops, WritableOperations):
+            ops.ended = lambda: loop.ended
+    else:
         log.warning("this libfuse lacks a function the request loop needs; using libfuse's own loop "
                     "(no --poll-us): %s", fuse._libfuse_path)
-    with _libfuse_main(loop.main if loop.usable() else None):
+        if m.writable:
+            log.warning("with libfuse's own loop an unmount cannot be told from SIGTERM or Ctrl-C, so "
+                        "staged edits are committed only by tfrfs commit and tfrfs umount")
+    m.attach(mountpoint)
+    with _libfuse_main(loop.main if loop.usable() else None), _libfuse_signals(not loop.usable()):
         try:
             _Fuse(ops, mountpoint, raw_fi=True, encoding="utf-8", errors="surrogateescape", **opts)
         except RuntimeError as exc:
             if not (exc.args and isinstance(exc.args[0], int)):
                 raise
+            if not loop.usable() and exc.args[0] == _MAIN_LOOP_ENDED and ops.init_failure is None:
+                # libfuse's own loop ends so after a stop signal (libfuse 3.10 on), or a failed read.
+                log.info("libfuse's own request loop ended with status %d: stopped by a signal (or "
+                         "reading from the kernel failed)", _MAIN_LOOP_ENDED)
+                return
             # The binding's report of a non-zero return from libfuse's main: say what failed.
             raise MountFailed(loop.failure if loop.usable() and loop.failure
                               else f"libfuse's fuse_main returned {exc.args[0]}") from None
     if ops.init_failure is not None:
         failure = ops.init_failure
         raise MountFailed(f"init failed ({type(failure).__name__}: {failure}), so the mount ended")
+
+
+@contextlib.contextmanager
+def _libfuse_signals(libfuses: bool) -> Iterator[None]:
+    """With libfuse's own loop (``libfuses``), let libfuse's handler end the mount on SIGINT as on
+    SIGTERM and SIGHUP: it sets one only where the handler is SIG_DFL, and Python holds SIGINT
+    (its KeyboardInterrupt would surface inside an operation)."""
+    if not libfuses or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 @contextlib.contextmanager

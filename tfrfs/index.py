@@ -227,8 +227,9 @@ def shipped_names(shard_name: str, present: set[str]) -> list[str]:
     return [n for n in wanted if n in present]
 
 
-def discover(source: str) -> Discovery:
-    """Find the shards of SOURCE (a shard file, a folder, or a glob). Raises UsageError."""
+def discover(source: str, *, empty_ok: bool = False) -> Discovery:
+    """Find the shards of SOURCE (a shard file, a folder, or a glob). Raises UsageError, also for a
+    folder without shards unless ``empty_ok`` (a --rw mount, where a dataset can be made)."""
     try:
         os.stat(source)
     except PermissionError as exc:   # a folder above it is closed: never "no such file"
@@ -236,7 +237,7 @@ def discover(source: str) -> Discovery:
     except OSError:
         pass   # missing, or a glob
     if os.path.isdir(source):
-        return _discover_dir(source)
+        return _discover_dir(source, empty_ok)
     if os.path.exists(source):
         return _discover_files([source], named=True)
     if any(ch in source for ch in "*?["):
@@ -284,7 +285,7 @@ def _holds_a_sound_record(path: str) -> bool:
         return salvage.find_sound(lambda n, off: os.pread(fd, n, off), os.fstat(fd).st_size, 0) is not None
 
 
-def _discover_dir(source: str) -> Discovery:
+def _discover_dir(source: str, empty_ok: bool = False) -> Discovery:
     root = os.path.abspath(source)
     shards: list[ShardFile] = []
     plain: list[str] = []
@@ -312,7 +313,7 @@ def _discover_dir(source: str) -> Discovery:
                 plain.append(rel)
             else:
                 shards.append(_shard_file(full, rel, comp, filenames))
-    if not shards:
+    if not shards and not empty_ok:
         raise UsageError(f"{source}: no TFRecord shard in this folder")
     return Discovery(root=root, shards=tuple(shards), plain_files=tuple(plain), dirs=tuple(dirs),
                      mirrors_dir=True)

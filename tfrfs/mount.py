@@ -5,10 +5,16 @@ loads the staged changes and recovers an interrupted commit; then it builds the 
 namespace and the editors. The FUSE adapter serves the ``Mount`` it returns; the command line,
 the crash tests and the library use the same function. ``commit``, ``status`` and ``discard``
 return small result values; only the command line prints them.
+
+How a writable mount ends (SPEC 7): ``finish`` commits only when the kernel unmounted it
+(``fusermount3 -u``, ``umount``, ``tfrfs umount``), or drops the staged edits when asked to
+(``tfrfs umount --discard`` writes ``discard`` to ``.tfrfs/commit`` first); a stop signal
+(SIGTERM, Ctrl-C) leaves them staged for ``tfrfs commit SOURCE`` or the next mount.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -16,11 +22,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from . import repack, tfds
-from .errors import UsageError
+from . import mountrecord, repack, tfds
+from .errors import Busy, UsageError
 from .remote import is_url
 from .index import Discovery, IndexCache, IndexProgress, ShardFile, ShardIndex, discover, local_identity
 from .nodes import MetaFile, PlainFile
+from .problems import Rejected
 from .readers import Readers, default_readers
 from .records import RecordStore
 from .repack import CommitFailed, ShardResult
@@ -57,12 +64,18 @@ class CommitResult:
     seconds: float = 0.0
     error: str | None = None
     notes: tuple[str, ...] = ()   # what else the commit did or could not do (TFDS metadata), one line each
+    staged: tuple[PendingShard, ...] = ()   # what was staged for the shards it wrote
+
+    @property
+    def records_changed(self) -> int:
+        return sum(p.edited + p.deleted + p.added for p in self.staged)
 
     def to_json(self) -> dict:
         if not self.ok:
             return {"ok": False, "error": self.error, "done": [r.relpath for r in self.shards]}
         return {"ok": True, "shards": [asdict(r) for r in self.shards], "seconds": self.seconds,
-                "notes": list(self.notes)}
+                "notes": list(self.notes), "staged": [asdict(p) for p in self.staged],
+                "records_changed": self.records_changed}
 
 
 @dataclass(frozen=True)
@@ -70,10 +83,14 @@ class StatusResult:
     writable: bool
     pending: tuple[PendingShard, ...] = ()
     last_commit: CommitResult | None = None
+    rejected: tuple[Rejected, ...] = ()       # the last writes refused, oldest first
+    source: str = ""
+    pid: int = 0
 
     def to_json(self) -> dict:
         return {"pending": [asdict(p) for p in self.pending],
-                "last_commit": self.last_commit.to_json() if self.last_commit else {}}
+                "last_commit": self.last_commit.to_json() if self.last_commit else {},
+                "rejected": [asdict(r) for r in self.rejected], "source": self.source, "pid": self.pid}
 
 
 @dataclass(frozen=True)
@@ -103,6 +120,8 @@ class Mount:
     folders: FolderEditor | None = None
     renames: Renamer | None = None
     last_commit: CommitResult | None = field(default=None)
+    discard_at_unmount: bool = False   # tfrfs umount --discard asked for it (see ``control``)
+    mountpoint: str | None = None      # where it is served (``attach``)
 
     @property
     def store(self) -> RecordStore:
@@ -112,10 +131,72 @@ class Mount:
     def writable(self) -> bool:
         return self.staging is not None
 
+    @property
+    def source_name(self) -> str:
+        """SOURCE as given, made absolute when local: what to name in a message to run later."""
+        name = self.source.name
+        return name if self.source.remote else os.path.abspath(name)
+
     def status(self) -> StatusResult:
         if self.staging is None:
-            return StatusResult(False)
-        return StatusResult(True, pending_of(self.staging), self.last_commit)
+            return StatusResult(False, source=self.source_name, pid=os.getpid())
+        return StatusResult(True, pending_of(self.staging), self.last_commit,
+                            tuple(self.tree.errors.rejected), self.source_name, os.getpid())
+
+    def attach(self, mountpoint: str) -> None:
+        """Note that this mount is served at ``mountpoint`` (see ``mountrecord``); ``close`` forgets it."""
+        self.mountpoint = mountpoint
+        mountrecord.write(mountrecord.MountRecord(mountpoint, self.source_name, self.discovery.root,
+                                                  self.writable, os.getpid()))
+        if self.staging is not None:
+            self.staging.note_holder(mountpoint=mountpoint, source=self.source_name)
+        elif not self.source.remote:
+            staged = staged_in(self.discovery.root)
+            if staged:
+                log.warning("%s has staged edits that this read-only mount does not show (%s): mount it "
+                            "--rw to see them, or tfrfs commit / tfrfs discard it", self.source_name,
+                            ", ".join(p.shard for p in staged))
+
+    def control(self, text: bytes) -> None:
+        """What is written to ``.tfrfs/commit``: ``discard`` (drop the staged edits at unmount
+        instead of committing them), ``keep`` (commit at unmount again), else commit now."""
+        word = text.strip().decode("utf-8", "replace")
+        if word == "discard":
+            self.discard_at_unmount = True
+            log.info("the staged edits are dropped at unmount (tfrfs umount --discard)")
+        elif word == "keep":
+            self.discard_at_unmount = False
+        else:
+            self.commit()
+
+    def finish(self, unmounted: bool, why: str) -> None:
+        """The end of a writable mount: commit when the kernel unmounted it (``unmounted``), or drop
+        the staged edits when ``tfrfs umount --discard`` asked; else (a stop signal: ``why`` says
+        which) leave them staged. Failures are logged: the daemon is ending."""
+        staging = self.staging
+        if staging is None:
+            return
+        if unmounted and self.discard_at_unmount:
+            try:
+                n = staging.drop_all()
+            except OSError as exc:
+                log.error("discarding the staged edits at unmount failed (%s); they stay staged: "
+                          "tfrfs discard %s", exc, self.source_name)
+                return
+            log.info("unmounted: the staged edits of %d shard(s) are discarded", n)
+            return
+        if unmounted:
+            try:
+                self.commit()
+            except CommitFailed as exc:
+                log.error("commit at unmount failed, edits stay staged: %s", exc)
+            return
+        pending = pending_of(staging)
+        if pending:
+            log.warning("%s: %d shard(s)' edits stay staged (%s); tfrfs commit %s or mount again",
+                        why, len(pending), ", ".join(p.shard for p in pending), self.source_name)
+        else:
+            log.info("%s: nothing was staged", why)
 
     def commit(self) -> CommitResult:
         """Write every changed shard anew. Raises CommitFailed; what finished before stays committed."""
@@ -126,10 +207,12 @@ class Mount:
         started = time.monotonic()
         self.tree.schema.forget()   # the shards are about to change
         store = self.store
+        staged: list[PendingShard] = []
         for relpath, ch in sorted(staging.shards.items()):
             if ch.empty:
                 staging.drop_shard(relpath)
                 continue
+            pending = _pending(ch)
             n = store.shard_number(relpath)
             idx = store.shards[n] if n is not None else None
             reader = store.reader(n) if n is not None else None
@@ -139,9 +222,11 @@ class Mount:
                 result = repack.commit_shard(self.discovery.root, ch, idx, reader, staging)
             except CommitFailed as exc:
                 log.error("%s", exc)
-                self.last_commit = CommitResult(False, tuple(done), error=str(exc), notes=self._follow_tfds(done))
+                self.last_commit = CommitResult(False, tuple(done), error=str(exc), staged=tuple(staged),
+                                                notes=self._follow_tfds(done))
                 raise
             done.append(result)
+            staged.append(pending)
             if n is not None:
                 if result.action == "removed":
                     self.tree.hide_shard(n)
@@ -149,7 +234,8 @@ class Mount:
                     self._reload(n, relpath)
             log.info("committed %s: %s, %d records, %d bytes", relpath, result.action, result.records, result.bytes)
         notes = self._follow_tfds(done)
-        self.last_commit = CommitResult(True, tuple(done), round(time.monotonic() - started, 3), notes=notes)
+        self.last_commit = CommitResult(True, tuple(done), round(time.monotonic() - started, 3),
+                                        staged=tuple(staged), notes=notes)
         return self.last_commit
 
     def _follow_tfds(self, done: list[ShardResult]) -> tuple[str, ...]:
@@ -179,7 +265,9 @@ class Mount:
     def close(self) -> None:
         self.tree.close()   # and with it the record store and its shard readers
         if self.staging is not None:
-            self.staging.release()
+            self.staging.release()   # and with nothing staged, the staging folder goes
+        if self.mountpoint is not None:
+            mountrecord.remove(self.mountpoint, os.getpid())
 
 
 def open_mount(source: str | Source, *, writable: bool = False, records: str | None = None, decode_raw: bool = True,
@@ -217,7 +305,7 @@ def open_mount(source: str | Source, *, writable: bool = False, records: str | N
             from .rename import Renamer
             from .stager import Stager
             stager = Stager(tree, staging)
-            mount.files = FileEditor(stager, mount.commit)
+            mount.files = FileEditor(stager, mount.control)
             mount.folders = FolderEditor(stager)
             mount.renames = Renamer(stager)
             _add_write_meta(mount)
@@ -242,15 +330,50 @@ def _add_write_meta(mount: Mount) -> None:
 
 
 def discard(source: str) -> DiscardResult:
-    """Drop every staged change of SOURCE (not mounted writable)."""
+    """Drop every staged change of SOURCE (not mounted writable: raises UsageError then)."""
     staging = Staging(source_root(source))
-    if staging.is_locked():
-        raise UsageError(f"{source} is mounted writable: unmount it first (tfrfs umount commits; "
-                         "to drop the edits instead, kill the daemon, then discard)")
-    shards = [relpath for relpath, ch in staging.load().items()]
-    for relpath in shards:
-        staging.drop_shard(relpath)
-    return DiscardResult(len(shards))
+    if not staging.dir.is_dir():
+        return DiscardResult(0)
+    try:
+        staging.acquire()
+    except Busy as exc:
+        raise UsageError(f"{source} is mounted writable{_where(staging)}: to drop its edits, "
+                         "tfrfs umount --discard MOUNTPOINT") from exc
+    except OSError as exc:
+        if exc.errno not in _NOT_ALLOWED:
+            raise
+        raise UsageError(f"{staging.dir}: {exc.strerror}: cannot change the staged edits") from exc
+    try:
+        return DiscardResult(staging.drop_all())
+    finally:
+        staging.release()
+
+
+def commit_source(source: Source, indexed: tuple[list[ShardIndex], IndexCache]) -> CommitResult:
+    """Commit the staged edits of a SOURCE that is not mounted (after a crash, or a stop by a
+    signal), by the code a mount commits with. Raises UsageError while it is mounted writable,
+    CommitFailed (the edits stay staged)."""
+    try:
+        m = open_mount(source, writable=True, indexed=indexed)
+    except Busy as exc:
+        raise UsageError(f"{source.name} is mounted writable{_where(Staging(source.discovery.root))}: "
+                         "commit it there (tfrfs commit MOUNTPOINT)") from exc
+    except OSError as exc:
+        if exc.errno not in _NOT_ALLOWED:
+            raise
+        raise UsageError(f"{source.discovery.root}: {exc.strerror}: cannot commit there") from exc
+    try:
+        return m.commit()
+    finally:
+        m.close()
+
+
+_NOT_ALLOWED = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def _where(staging: Staging) -> str:
+    where = staging.holder().get("mountpoint")
+    return f" at {where}" if where else ""
 
 
 def staged_in(source: str) -> tuple[PendingShard, ...]:
@@ -258,6 +381,12 @@ def staged_in(source: str) -> tuple[PendingShard, ...]:
     staging = Staging(source_root(source))
     staging.load()
     return pending_of(staging)
+
+
+def writable_holder(source: str) -> dict:
+    """Who mounts SOURCE writable now ({"pid", "mountpoint", "source"}), or {} when nobody does."""
+    staging = Staging(source_root(source))
+    return (staging.holder() or {"pid": None}) if staging.is_locked() else {}
 
 
 def source_root(source: str) -> str:

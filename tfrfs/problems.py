@@ -1,13 +1,29 @@
-"""Problems found in the data while mounted (SPEC 6): logged once each, listed in ``.tfrfs/errors``."""
+"""Problems found in the data while mounted (SPEC 6): logged once each, listed in ``.tfrfs/errors``;
+and the last writes a writable mount refused (SPEC 7), for ``.tfrfs/status``."""
 
 from __future__ import annotations
 
 import json
 import logging
 import threading
+import time
+from collections import deque
+from dataclasses import dataclass
 from typing import Callable
 
 log = logging.getLogger("tfrfs")
+
+REJECTED_KEPT = 20   # refused writes listed in .tfrfs/status (and by tfrfs status)
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A write refused at close. A shell's ``>`` ignores the EINVAL of close, so ``tfrfs status``
+    is where its reason is found."""
+
+    time: float       # seconds since the epoch
+    path: str         # inside the mount
+    reason: str
 
 
 class ErrorLog:
@@ -18,6 +34,12 @@ class ErrorLog:
         self._seen: set[tuple] = set()
         self._lock = threading.Lock()
         self.on_change: Callable[[], None] | None = None   # the adapter tells the kernel the file grew
+        self.rejected: deque[Rejected] = deque(maxlen=REJECTED_KEPT)   # every one, not once each
+
+    def reject(self, path: str, reason: str) -> None:
+        """Keep a refused write among the last ones (its reason goes to ``add`` too)."""
+        with self._lock:
+            self.rejected.append(Rejected(time.time(), path, reason))
 
     def add(self, shard: str | None, index: int | None, offset: int | None, reason: str, **extra: object) -> None:
         key = (shard, index, offset, reason)

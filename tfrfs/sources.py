@@ -52,13 +52,14 @@ class Source:
 
 
 def open_source(source: str, *, options: dict[str, Any] | None = None, cache_dir: str | Path | None = None,
-                cache_size: int | None = None, readers: Readers | None = None) -> Source:
-    """Find SOURCE's shards. Raises UsageError (bad SOURCE, bad options, the store unreachable)."""
+                cache_size: int | None = None, readers: Readers | None = None, empty_ok: bool = False) -> Source:
+    """Find SOURCE's shards. Raises UsageError (bad SOURCE, bad options, the store unreachable; a
+    local folder without shards unless ``empty_ok``)."""
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     if not is_url(source):
         if options:
             raise UsageError(f"store options (-o {', '.join(options)}) apply to URL sources only")
-        return Source(source, discover(source), readers or default_readers(), cache)
+        return Source(source, discover(source, empty_ok=empty_ok), readers or default_readers(), cache)
     from .readers.remote import DEFAULT_CACHE_SIZE, RemoteReaders
     store = Store(source, options)
     remote_readers = RemoteReaders(store, cache, DEFAULT_CACHE_SIZE if cache_size is None else cache_size)

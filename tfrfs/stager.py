@@ -17,7 +17,7 @@ from typing import Any
 from . import codec, durable, names
 from .errors import Invalid
 from .mutate import Target, item_count
-from .nodes import Dir, Node, RecordDir, RecordId
+from .nodes import Dir, Node, RecordDir, RecordId, record_name_width
 from .pins import NamePin
 from .staging import Intent, ShardChanges, Staging
 from .tree import Tree
@@ -72,8 +72,11 @@ class Stager:
         """Report content refused for a record (to ``.tfrfs/errors`` and the log) and say why."""
         where = inner if isinstance(inner, str) else "/".join(inner)
         rid = record.rid if isinstance(record.rid, int) else None
-        self.tree.errors.add(self.store.relpath(record.shard), rid, None, f"{where}: {reason}; the old value stays",
+        shard = self.store.relpath(record.shard)
+        self.tree.errors.add(shard, rid, None, f"{where}: {reason}; the old value stays",
                              record=str(record.rid), path=where)
+        name = record.rid if rid is None else f"{rid:0{record_name_width(self.store.shards[record.shard].count)}d}"
+        self.tree.errors.reject(f"{shard}/{name}/{where}", reason)
         return Invalid(f"{where}: {reason}")
 
     # -- staging a record -----------------------------------------------------------

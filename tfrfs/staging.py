@@ -3,7 +3,8 @@
 Everything lives under ``ROOT/.tfrfs-staging/`` on the shards' own filesystem,
 one folder per shard (named by a hash of its path relative to SOURCE)::
 
-    lock                     flock-ed by the one writable mount
+    lock                     flock-ed by the one writable mount, which notes in it its process
+                             and mount point (JSON; read by status, commit and discard)
     shards/SID/meta.json     {"relpath", "new", "removed", "compression", "kind", "base": {...}}
     shards/SID/edit/N        new bytes of original record N (a serialized Example)
     shards/SID/del/N         marker: original record N is deleted
@@ -18,6 +19,13 @@ Each change is one small file written beside its final name, fsynced, renamed
 into place and the folder fsynced, so once the call that made it returns the
 change survives a crash; a half-written change is only ever a ``.tmp-`` file,
 ignored and removed at the next mount.
+
+When a writable mount ends with nothing staged (after its commit, or when
+nothing was changed), the whole folder is removed (``release``): its
+sub-folders first, then the lock file, then the folder, each only while
+empty. A crash part way leaves an empty journal that the next mount reuses;
+a mount starting meanwhile makes the folder again and checks that the lock it
+took is the one at the path (``acquire``).
 
 Some calls change several files at once: ``mv label.json label.json~`` turns a
 feature into a scratch file (the record loses the key, a scratch file appears),
@@ -43,6 +51,7 @@ source reads the journal files as they are, without finishing an intent.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -113,14 +122,7 @@ class Staging:
 
     def acquire(self) -> None:
         """Take the single-writer lock; raises Busy when another writable mount holds it."""
-        self.dir.mkdir(exist_ok=True)
-        fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise Busy(f"{self.dir.parent} is already mounted writable by another tfrfs process") from None
-        self._lock_fd = fd
+        self._lock_fd = self._take_lock()
         for sub in ("shards", "scratch", "tmp"):
             (self.dir / sub).mkdir(exist_ok=True)
         durable.fsync_dir(self.dir)
@@ -145,6 +147,48 @@ class Staging:
                 for p in folder.glob(".tmp-*") if folder.is_dir() else ():
                     p.unlink()
 
+    def _take_lock(self) -> int:
+        # A mount ending with nothing staged removes the folder and its lock file (``tidy``): a lock
+        # taken on a file that is no longer at the path is taken again, on the file that is.
+        for _ in range(100):
+            self.dir.mkdir(exist_ok=True)
+            try:
+                fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:
+                continue                  # the folder went away just now
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise Busy(f"{self.dir.parent} is already mounted writable by another tfrfs process"
+                           + _held_at(self.holder())) from None
+            try:
+                if os.stat(self.dir / "lock").st_ino == os.fstat(fd).st_ino:
+                    return fd
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+        raise Busy(f"{self.dir}: its lock file keeps going away; is another tfrfs ending a mount there?")
+
+    def note_holder(self, **info: object) -> None:
+        """Note in the lock file who holds it (process, mount point), for status, commit and discard."""
+        if self._lock_fd is None:
+            return
+        data = json.dumps({"pid": os.getpid(), **info}).encode()
+        try:
+            os.ftruncate(self._lock_fd, 0)
+            os.pwrite(self._lock_fd, data, 0)
+        except OSError as exc:   # only a message depends on it
+            log.warning("could not note this mount in %s: %s", self.dir / "lock", exc)
+
+    def holder(self) -> dict:
+        """What the lock file says of the last writable mount (whether or not it still runs)."""
+        try:
+            info = json.loads((self.dir / "lock").read_bytes() or b"{}")
+        except (OSError, ValueError):
+            return {}
+        return info if isinstance(info, dict) else {}
+
     def is_locked(self) -> bool:
         """Whether another process holds the writer lock now."""
         try:
@@ -160,9 +204,60 @@ class Staging:
         return False
 
     def release(self) -> None:
-        if self._lock_fd is not None:
+        """Let go of the lock; with nothing staged, remove the staging folder first (``tidy``)."""
+        if self._lock_fd is None:
+            return
+        try:
+            self.tidy()
+        except OSError as exc:   # an empty journal left behind is harmless
+            log.warning("could not remove the empty %s: %s", self.dir, exc)
+        finally:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+    def holds_anything(self) -> bool:
+        """Whether anything is staged on disk: a shard's journal, a scratch file or folder, an intent."""
+        if self._intent_path.exists():
+            return True
+        shards, scratch = self.dir / "shards", self.dir / "scratch"
+        return (shards.is_dir() and any(shards.iterdir())) or \
+            (scratch.is_dir() and any(_holds_scratch(sdir) for sdir in scratch.iterdir()))
+
+    def tidy(self) -> bool:
+        """Remove the staging folder if nothing is staged in it (the lock held); whether it went.
+
+        Only empty things are removed, in an order that a mount starting meanwhile survives (see
+        the module's docstring): what ``tmp/`` holds is nobody's once the mount is over."""
+        if self._lock_fd is None or self.holds_anything():
+            return False
+        tmp = self.dir / "tmp"
+        if tmp.is_dir():
+            for leftover in tmp.iterdir():
+                if leftover.is_dir() and not leftover.is_symlink():
+                    shutil.rmtree(leftover)
+                else:
+                    leftover.unlink()
+        for p in self.dir.glob(".tmp-*"):
+            p.unlink()
+        scratch = self.dir / "scratch"
+        for sdir in scratch.iterdir() if scratch.is_dir() else ():
+            for rh in sdir.iterdir():
+                rh.rmdir()                # empty (holds_anything said so)
+            sdir.rmdir()
+        for sub in ("tmp", "shards", "scratch"):
+            try:
+                (self.dir / sub).rmdir()
+            except FileNotFoundError:
+                pass
+        os.unlink(self.dir / "lock")
+        try:
+            self.dir.rmdir()
+        except OSError as exc:   # another mount has just made it again: it is theirs now
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            return False
+        durable.fsync_dir(self.dir.parent)
+        return True
 
     # -- loading --------------------------------------------------------------
 
@@ -193,6 +288,20 @@ class Staging:
             self.shards[ch.relpath] = ch
         self.shards = dict(sorted(self.shards.items()))   # in shard order, not by folder hash
         return self.shards
+
+    def drop_all(self) -> int:
+        """Drop everything staged (tfrfs discard, tfrfs umount --discard): every shard's journal and
+        the scratch files and folders; the number of shards that had anything staged."""
+        self.settle()
+        staged = set()
+        for top, holds in (("shards", _holds_changes), ("scratch", _holds_scratch)):
+            folder = self.dir / top
+            for sdir in sorted(folder.iterdir()) if folder.is_dir() else ():
+                if holds(sdir):
+                    staged.add(sdir.name)
+                self._remove_tree(top, sdir.name)
+        self.shards = {}
+        return len(staged)
 
     # -- shard level ------------------------------------------------------------
 
@@ -477,6 +586,27 @@ class Staging:
 
     def committing_path(self, ch: ShardChanges) -> Path:
         return self._sdir(ch) / "committing"
+
+
+def _holds_changes(sdir: Path) -> bool:
+    """Whether a shard's journal folder stages any change."""
+    try:
+        meta = json.loads((sdir / "meta.json").read_text())
+    except (OSError, ValueError):
+        meta = {}
+    return bool(meta.get("new") or meta.get("removed")) or any(
+        any(_entries(sdir / sub)) for sub in ("edit", "del", "add"))
+
+
+def _holds_scratch(sdir: Path) -> bool:
+    """Whether a shard's scratch folder holds any of the user's files or folders (scratch/SID/RH/...;
+    a record's folder there is left empty when its last scratch file goes)."""
+    return any(rh.is_dir() and any(rh.iterdir()) for rh in sdir.iterdir())
+
+
+def _held_at(info: dict) -> str:
+    where = info.get("mountpoint")
+    return f" (mounted at {where}, process {info.get('pid')})" if where else ""
 
 
 def _entries(folder: Path) -> Iterator[Path]:

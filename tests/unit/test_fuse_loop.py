@@ -62,3 +62,25 @@ def test_a_file_place_is_passed_as_descriptor_and_position(tmp_path: Path) -> No
             _free(vec)
     finally:
         os.close(fd)
+
+
+@pytest.mark.parametrize("sig", fuse_loop.STOP_SIGNALS)
+def test_a_stop_signal_is_read_from_the_wakeup_pipe(sig: int) -> None:
+    """While the request loop runs, SIGTERM, SIGINT and SIGHUP neither kill the daemon nor raise
+    KeyboardInterrupt: their number arrives on the pipe the loop watches. Afterwards the handlers
+    are as they were."""
+    import signal
+    before = {s: signal.getsignal(s) for s in fuse_loop.STOP_SIGNALS}
+    with fuse_loop._stop_signals() as wakeup:
+        assert wakeup is not None
+        os.kill(os.getpid(), sig)
+        assert fuse_loop._signal_name(fuse_loop._read_signal(wakeup)) == signal.Signals(sig).name
+    assert {s: signal.getsignal(s) for s in fuse_loop.STOP_SIGNALS} == before
+    assert signal.set_wakeup_fd(-1) == -1   # and no wakeup pipe is left set
+
+
+def test_only_an_unmount_is_an_unmount() -> None:
+    assert fuse_loop.End("unmounted").unmounted
+    for end in (fuse_loop.End("signal", "SIGTERM"), fuse_loop.End("failed"), fuse_loop.End("exited")):
+        assert not end.unmounted
+    assert str(fuse_loop.End("signal", "SIGINT")) == "stopped by SIGINT"

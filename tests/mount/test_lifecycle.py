@@ -1,0 +1,390 @@
+"""How a writable mount ends (SPEC 7 "Commit", "Discard", "Durability"; SPEC 8): only an unmount
+commits; SIGTERM and Ctrl-C leave the edits staged; ``umount --discard`` drops them; ``commit
+SOURCE`` commits a source that is not mounted; ``status`` tells the truth about a mount whose
+daemon died, about a read-only mount of a source with staged edits, and about refused writes; no
+empty staging folder is left behind; a dataset can be built from an empty folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tfrfs import proto, tfrecord
+from tfrfs.index import STAGING_DIR
+from tfrfs.sample import write_sample
+
+from conftest import force_unmount, is_mounted, run_tfrfs
+
+pytestmark = pytest.mark.mount
+
+AGE = "tabular.tfrecord.gz/000000/age.json"
+CLIP = "clips.tfrecord/000001"
+EDITED = ("tabular.tfrecord.gz", "clips.tfrecord")
+
+
+@pytest.fixture
+def src(tmp_path: Path) -> Path:
+    dest = tmp_path / "data"
+    write_sample(dest)
+    return dest
+
+
+def shard_files(root: Path) -> dict[str, bytes]:
+    """Every file of the source outside the staging folder."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != STAGING_DIR]
+        for name in filenames:
+            full = Path(dirpath) / name
+            out[str(full.relative_to(root))] = full.read_bytes()
+    return out
+
+
+def records(path: Path) -> list[proto.Example]:
+    """A shard's records, read with tfrfs's own framing reader (no TensorFlow)."""
+    return [proto.Example.FromString(r) for r in tfrecord.iter_records(path)]
+
+
+def int_feature(ex: proto.Example, key: str) -> list[int]:
+    return list(ex.features.feature[key].int64_list.value)
+
+
+def sh(command: str) -> None:
+    subprocess.run(["bash", "-c", command], check=True, timeout=60)
+
+
+def daemon_pid(mnt: Path) -> int:
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            args = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"--daemon" in args and os.fsencode(str(mnt)) in args:
+            return int(entry)
+    raise AssertionError(f"no daemon found for {mnt}")
+
+
+def gone(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    return any(line.split()[1:2] == ["Z"] for line in status.splitlines() if line.startswith("State:"))
+
+
+def wait_gone(pid: int, seconds: float = 20) -> None:
+    deadline = time.monotonic() + seconds
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(pid), f"daemon {pid} did not end"
+
+
+def stop(mnt: Path, sig: int) -> None:
+    """Send ``sig`` to the daemon of ``mnt`` and wait until it has ended."""
+    pid = daemon_pid(mnt)
+    os.kill(pid, sig)
+    wait_gone(pid)
+
+
+def edit(mnt: Path) -> None:
+    """Stage an edit in one shard and a deleted record in another."""
+    sh(f"echo '[5]' > {mnt}/{AGE}")
+    sh(f"rm -r {mnt}/{CLIP}")
+
+
+def status_lines(target: Path) -> list[str]:
+    proc = run_tfrfs("status", str(target))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout.strip().splitlines()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_stop_signal_unmounts_without_committing(sig: int, src: Path, tfrfs_mount) -> None:
+    before = shard_files(src)
+    clips = len(list(tfrecord.iter_records(src / "clips.tfrecord")))
+    mnt = tfrfs_mount(src, "--rw")
+    edit(mnt)
+    stop(mnt, sig)
+
+    assert not is_mounted(mnt)
+    assert shard_files(src) == before, "a stop signal committed"
+    name = signal.Signals(sig).name
+    assert f"stopped by {name}: 2 shard(s)' edits stay staged" in tfrfs_mount.log_text(mnt)
+    assert sorted(status_lines(src)) == ["clips.tfrecord: 1 deleted", "tabular.tfrecord.gz: 1 edited"]
+
+    mnt2 = tfrfs_mount(src, "--rw")          # the edits show again at the next mount
+    assert json.loads((mnt2 / AGE).read_text()) == [5]
+    assert "000001" not in os.listdir(mnt2 / "clips.tfrecord")
+    proc = run_tfrfs("umount", str(mnt2))    # and tfrfs umount commits them, saying what it did
+    assert proc.returncode == 0, proc.stderr
+    assert "committed 2 shard(s), 2 record(s) changed" in proc.stdout, proc.stdout
+    assert "rewritten  tabular.tfrecord.gz" in proc.stdout and f"unmounted {mnt2}" in proc.stdout
+    assert int_feature(records(src / "tabular.tfrecord.gz")[0], "age") == [5]
+    assert len(list(tfrecord.iter_records(src / "clips.tfrecord"))) == clips - 1
+    assert status_lines(src) == ["nothing staged"]
+    assert not (src / STAGING_DIR).exists()
+
+
+def test_fusermount_u_commits(src: Path, tfrfs_mount) -> None:
+    before = shard_files(src)
+    mnt = tfrfs_mount(src, "--rw")
+    edit(mnt)
+    pid = daemon_pid(mnt)
+    subprocess.run(["fusermount3", "-u", str(mnt)], check=True)
+    wait_gone(pid)
+    assert int_feature(records(src / "tabular.tfrecord.gz")[0], "age") == [5]
+    assert shard_files(src)["clips.tfrecord"] != before["clips.tfrecord"]
+    assert "unmounted" in tfrfs_mount.log_text(mnt) and "stay staged" not in tfrfs_mount.log_text(mnt)
+    assert status_lines(src) == ["nothing staged"]
+    assert not (src / STAGING_DIR).exists()
+
+
+def test_umount_discard(src: Path, tfrfs_mount) -> None:
+    before = shard_files(src)
+    mnt = tfrfs_mount(src, "--rw")
+    edit(mnt)
+    os.mkdir(mnt / "tabular.tfrecord.gz" / "000001" / "notes")   # a folder of the user's own
+
+    # Busy: nothing is discarded, and a later unmount commits again.
+    holder = subprocess.Popen(["sleep", "60"], cwd=mnt / "tabular.tfrecord.gz")
+    try:
+        proc = run_tfrfs("umount", "--discard", str(mnt))
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "nothing was discarded" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert is_mounted(mnt) and json.loads((mnt / AGE).read_text()) == [5]
+    finally:
+        holder.kill()
+        holder.wait()
+
+    proc = run_tfrfs("umount", "--discard", str(mnt))
+    assert proc.returncode == 0, proc.stderr
+    assert "discarded the staged edits of 2 shard(s)" in proc.stdout, proc.stdout
+    assert not is_mounted(mnt)
+    assert shard_files(src) == before
+    assert status_lines(src) == ["nothing staged"]
+    assert not (src / STAGING_DIR).exists()
+    mnt2 = tfrfs_mount(src, "--rw")
+    assert json.loads((mnt2 / AGE).read_text()) != [5]
+    assert "notes" not in os.listdir(mnt2 / "tabular.tfrecord.gz" / "000001")
+
+
+def test_umount_after_a_failed_discard_commits(src: Path, tfrfs_mount) -> None:
+    """umount --discard that cannot unmount takes its request back: the next unmount commits."""
+    mnt = tfrfs_mount(src, "--rw")
+    edit(mnt)
+    holder = subprocess.Popen(["sleep", "60"], cwd=mnt)
+    try:
+        assert run_tfrfs("umount", "--discard", str(mnt)).returncode == 1
+    finally:
+        holder.kill()
+        holder.wait()
+    pid = daemon_pid(mnt)
+    subprocess.run(["fusermount3", "-u", str(mnt)], check=True)
+    wait_gone(pid)
+    assert int_feature(records(src / "tabular.tfrecord.gz")[0], "age") == [5]
+
+
+def test_commit_source_after_a_stop(src: Path, tfrfs_mount, tmp_path: Path) -> None:
+    before = shard_files(src)
+    proc = run_tfrfs("commit", str(src), "--cache-dir", str(tmp_path / "cache"))
+    assert proc.returncode == 0 and proc.stdout.strip() == "nothing staged", proc.stdout + proc.stderr
+
+    mnt = tfrfs_mount(src, "--rw")
+    edit(mnt)
+    proc = run_tfrfs("commit", str(src), "--cache-dir", str(tmp_path / "cache"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr       # mounted writable: commit it there
+    assert proc.stderr.count("\n") == 1 and f"tfrfs commit {mnt}" in proc.stderr, proc.stderr
+    assert shard_files(src) == before
+
+    stop(mnt, signal.SIGTERM)
+    proc = run_tfrfs("commit", str(src), "--cache-dir", str(tmp_path / "cache"))
+    assert proc.returncode == 0, proc.stderr
+    assert "committed 2 shard(s), 2 record(s) changed" in proc.stdout, proc.stdout
+    assert int_feature(records(src / "tabular.tfrecord.gz")[0], "age") == [5]
+    assert shard_files(src)["clips.tfrecord"] != before["clips.tfrecord"]
+    assert status_lines(src) == ["nothing staged"]
+    assert not (src / STAGING_DIR).exists()
+
+
+def test_discard_reports_the_shards_it_dropped(src: Path, tfrfs_mount) -> None:
+    before = shard_files(src)
+    mnt = tfrfs_mount(src, "--rw")
+    edit(mnt)
+    stop(mnt, signal.SIGTERM)
+    proc = run_tfrfs("discard", str(src))
+    assert proc.returncode == 0 and "discarded the staged edits of 2 shard(s)" in proc.stdout, proc.stdout
+    assert shard_files(src) == before and not (src / STAGING_DIR).exists()
+
+    # Folders made in a record live in the staging folder too: discard drops them, and says so.
+    mnt2 = tfrfs_mount(src, "--rw")
+    os.mkdir(mnt2 / "tabular.tfrecord.gz" / "000000" / "sub")
+    stop(mnt2, signal.SIGTERM)
+    proc = run_tfrfs("discard", str(src))
+    assert proc.returncode == 0 and "discarded the staged edits of 1 shard(s)" in proc.stdout, proc.stdout
+    assert not (src / STAGING_DIR).exists()
+    mnt3 = tfrfs_mount(src, "--rw")
+    assert "sub" not in os.listdir(mnt3 / "tabular.tfrecord.gz" / "000000")
+
+
+def test_status_of_a_mount_whose_daemon_died(src: Path, tfrfs_mount) -> None:
+    mnt = tfrfs_mount(src, "--rw")
+    edit(mnt)
+    pid = daemon_pid(mnt)
+    os.kill(pid, signal.SIGKILL)
+    wait_gone(pid)
+    try:
+        assert is_mounted(mnt)     # left as "Transport endpoint is not connected"
+        proc = run_tfrfs("status", str(mnt))
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        lines = proc.stdout.strip().splitlines()
+        assert "daemon of this mount is gone" in lines[0] and f"fusermount3 -u {mnt}" in lines[0], lines
+        assert f"commit or discard {src}" in lines[0], lines
+        assert sorted(lines[2:]) == ["clips.tfrecord: 1 deleted", "tabular.tfrecord.gz: 1 edited"], lines
+        assert "Traceback" not in proc.stderr
+
+        proc = run_tfrfs("commit", str(mnt))
+        assert proc.returncode == 1 and f"tfrfs commit {src}" in proc.stderr, proc.stderr
+        proc = run_tfrfs("status", str(src))
+        assert proc.returncode == 0 and f"fusermount3 -u {mnt}" in proc.stderr, proc.stderr
+        assert sorted(proc.stdout.splitlines()) == ["clips.tfrecord: 1 deleted", "tabular.tfrecord.gz: 1 edited"]
+    finally:
+        force_unmount(mnt)
+    proc = run_tfrfs("umount", str(mnt))
+    assert proc.returncode == 2 and "not a tfrfs mount" in proc.stderr
+
+
+def test_umount_of_a_mount_whose_daemon_died(src: Path, tfrfs_mount) -> None:
+    before = shard_files(src)
+    mnt = tfrfs_mount(src, "--rw")
+    edit(mnt)
+    pid = daemon_pid(mnt)
+    os.kill(pid, signal.SIGKILL)
+    wait_gone(pid)
+    proc = run_tfrfs("umount", str(mnt))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "nothing was committed" in proc.stderr and "2 shard(s)' edits stay staged" in proc.stderr, proc.stderr
+    assert not is_mounted(mnt)
+    assert shard_files(src) == before
+
+
+def test_read_only_mount_of_a_source_with_staged_edits(src: Path, tfrfs_mount, tmp_path: Path) -> None:
+    mnt = tfrfs_mount(src, "--rw")
+    edit(mnt)
+    stop(mnt, signal.SIGTERM)
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    proc = run_tfrfs("mount", str(src), str(ro), "--cache-dir", str(tmp_path / "cache"),
+                     "--log", str(tmp_path / "ro.log"))
+    try:
+        assert proc.returncode == 0, proc.stderr
+        warning = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+        assert len(warning) == 1 and "staged edits" in warning[0] and "tabular.tfrecord.gz" in warning[0], proc.stderr
+        assert "has staged edits that this read-only mount does not show" in (tmp_path / "ro.log").read_text()
+        lines = status_lines(ro)
+        assert lines[0] == f"{ro}: read-only mount, nothing staged by it"
+        assert sorted(lines[2:]) == ["clips.tfrecord: 1 deleted", "tabular.tfrecord.gz: 1 edited"], lines
+    finally:
+        run_tfrfs("umount", str(ro))
+        force_unmount(ro)
+
+
+def test_status_lists_refused_writes(src: Path, tfrfs_mount) -> None:
+    mnt = tfrfs_mount(src, "--rw")
+    old = (mnt / AGE).read_bytes()
+    sh(f"echo '[1, 2' > {mnt}/{AGE}")              # the shell's > cannot report close()'s EINVAL
+    sh(f"echo '[\"x\"]' > {mnt}/{AGE}")             # strings for an int64 key
+    assert (mnt / AGE).read_bytes() == old
+    doc = json.loads((mnt / ".tfrfs" / "status").read_text())
+    assert [r["path"] for r in doc["rejected"]] == [AGE, AGE]
+    assert "JSON" in doc["rejected"][0]["reason"]
+
+    lines = status_lines(mnt)
+    assert lines[0] == "nothing staged"
+    assert lines[1].startswith("refused writes (the last 2")
+    assert lines[2].split("  ", 2)[2].startswith(f"{AGE}: ") and len(lines) == 4, lines
+
+
+def test_no_empty_staging_folder_after_a_clean_unmount(src: Path, tfrfs_mount) -> None:
+    mnt = tfrfs_mount(src, "--rw")
+    os.listdir(mnt / "tabular.tfrecord.gz")
+    assert (src / STAGING_DIR).is_dir()            # the lock lives there while mounted
+    assert run_tfrfs("umount", str(mnt)).returncode == 0
+    assert not (src / STAGING_DIR).exists()
+
+    mnt2 = tfrfs_mount(src, "--rw")
+    edit(mnt2)
+    assert run_tfrfs("commit", str(mnt2)).returncode == 0
+    pid = daemon_pid(mnt2)
+    subprocess.run(["fusermount3", "-u", str(mnt2)], check=True)
+    wait_gone(pid)
+    assert not (src / STAGING_DIR).exists()
+
+
+def test_rw_mount_of_an_empty_folder_builds_a_dataset(tmp_path: Path, tfrfs_mount) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    mnt = tfrfs_mount(empty, "--rw")
+    assert os.listdir(mnt) == []
+    os.mkdir(mnt / "a.tfrecord")
+    os.mkdir(mnt / "a.tfrecord" / "first")
+    sh(f"echo '[1, 2]' > {mnt}/a.tfrecord/first/x.json && printf cat > {mnt}/a.tfrecord/first/label.txt")
+    proc = run_tfrfs("umount", str(mnt))
+    assert proc.returncode == 0, proc.stderr
+    assert "created  a.tfrecord  (1 records" in proc.stdout, proc.stdout
+    assert sorted(os.listdir(empty)) == ["a.tfrecord"]
+    (ex,) = records(empty / "a.tfrecord")
+    assert int_feature(ex, "x") == [1, 2]
+    assert list(ex.features.feature["label"].bytes_list.value) == [b"cat"]
+
+    # A read-only mount of an empty folder is still refused: most likely a wrong path.
+    other, ro = tmp_path / "other", tmp_path / "mnt-ro"
+    other.mkdir()
+    ro.mkdir()
+    proc = run_tfrfs("mount", str(other), str(ro), "--cache-dir", str(tmp_path / "cache"))
+    assert proc.returncode == 2 and "no TFRecord shard" in proc.stderr
+
+
+def test_libfuses_own_loop_never_commits_on_a_signal(src: Path, tmp_path: Path) -> None:
+    """With libfuse's own request loop (a libfuse lacking what tfrfs's loop needs), an unmount cannot
+    be told from a signal: nothing is committed at the end, SIGINT ends the mount as SIGTERM does,
+    and the log says why; tfrfs umount still commits."""
+    before = shard_files(src)
+    code = ("import sys; from tfrfs import fuse_loop; fuse_loop.Loop.usable = lambda self: False; "
+            "from tfrfs.cli import main; sys.exit(main(sys.argv[1:]))")
+    log = tmp_path / "daemon.log"
+    for sig in (signal.SIGINT, signal.SIGTERM, None):
+        mnt = tmp_path / f"mnt-{sig}"
+        mnt.mkdir()
+        proc = subprocess.Popen([sys.executable, "-c", code, "mount", str(src), str(mnt), "--rw", "-f", "--daemon",
+                                 "--cache-dir", str(tmp_path / "cache"), "--log", str(log)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 30
+            while not is_mounted(mnt) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            sh(f"echo '[6]' > {mnt}/{AGE}")
+            if sig is None:
+                subprocess.run(["fusermount3", "-u", str(mnt)], check=True)
+            else:
+                proc.send_signal(sig)
+            assert proc.wait(timeout=30) == 0
+            assert not is_mounted(mnt)
+            assert shard_files(src) == before
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            force_unmount(mnt)
+    text = log.read_text()
+    assert "libfuse's own request loop cannot tell an unmount from a signal" in text and "Traceback" not in text
+    assert status_lines(src) == ["tabular.tfrecord.gz: 1 edited"]
