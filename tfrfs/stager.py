@@ -68,6 +68,15 @@ class Stager:
             return found, raw
         return kind
 
+    def dataset_newline(self, key: str, section: str) -> bool:
+        """``mutate.DatasetNewline``: whether a value of the key in the dataset ends in a newline."""
+        return self.tree.schema.ends_in_newline(key, section)
+
+    def learn(self, msg: Any, section: str, key: str) -> None:
+        """The dataset now holds ``key`` as ``msg`` has it (staged): its kind is the dataset's from
+        now on, also after the value goes (an editor's rename-away-and-write save)."""
+        self.tree.schema.learn(msg, section, key)
+
     def fail(self, record: RecordDir, inner: tuple[str, ...] | str, reason: str) -> Invalid:
         """Report content refused for a record (to ``.tfrfs/errors`` and the log) and say why."""
         where = inner if isinstance(inner, str) else "/".join(inner)

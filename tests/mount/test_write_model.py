@@ -301,9 +301,8 @@ SEQUENCE_SHARDS = ("s.tfrecord", "t.tfrecord")
 SHARDS = EXAMPLE_SHARDS + SEQUENCE_SHARDS
 NEW_RECORD_NAMES = ("new", "rec-b", "zz", "000001")
 # SPEC 7 "Text": a .txt written with one trailing newline (as echo writes) is stored without it
-# here. Not generated while the mount stores the newline: see
-# test_text_written_with_one_trailing_newline_is_stored_without_it.
-ECHO_NEWLINE = False
+# here, where no value ends in one.
+ECHO_NEWLINE = True
 
 
 def _image(fmt: str, size: tuple[int, int], color: tuple[int, int, int]) -> bytes:
@@ -1019,7 +1018,10 @@ class WritableMount(RuleBasedStateMachine):
             return     # refused beside steps of another kind: test_steps_of_mixed_kinds_can_be_written_one_by_one
         event(f"write_item: {suffix} {'replace' if name in same else 'new'}{'' if v else ' into an emptied folder'}")
         self.model.touch(rec)
-        self._write(self._dir(shard, rec) / (prefix + key_path(key) + suffix) / name, b)
+        raw = b
+        if ECHO_NEWLINE and name.endswith(".txt") and data.draw(st.booleans(), label="echo"):
+            raw = b + b"\n"      # as echo writes; stored without it, item by item
+        self._write(self._dir(shard, rec) / (prefix + key_path(key) + suffix) / name, raw)
         item = Feat("bytes_list", (b,)) if sec == "fl" else b
         if v is None:
             v = feats[key] = Feat("steps" if sec == "fl" else "bytes_list", (), [])
@@ -1238,12 +1240,23 @@ def test_a_moved_record_keeps_its_names(tmp_path: Path, tfrfs_mount: Any) -> Non
     assert sorted(os.listdir(mnt / "f.tfrecord" / "moved" / "items.list")) == ["1.bin", "2.bin"]
 
 
-@pytest.mark.xfail(strict=True, reason="SPEC 7 'Text': a KEY.txt written with one trailing newline (echo) is stored "
-                                       "without it when the value it replaces has none, or for a new feature when no "
-                                       "value of the key ends in one; the mount stores the newline")
 def test_text_written_with_one_trailing_newline_is_stored_without_it(tmp_path: Path, tfrfs_mount: Any) -> None:
     src = _example_source(tmp_path, {"t": Feat("bytes_list", (b"dog",))})
     mnt = tfrfs_mount(src, "--rw")
     rec = mnt / "e.tfrecord" / "000000"
     subprocess.run(f"echo cat > {rec}/t.txt && echo new > {rec}/u.txt", shell=True, check=True)
     assert [(rec / "t.txt").read_bytes(), (rec / "u.txt").read_bytes()] == [b"cat", b"new"]
+
+
+def test_text_keeps_its_newline_where_the_key_has_values_ending_in_one(tmp_path: Path, tfrfs_mount: Any) -> None:
+    """SPEC 7 "Text": a feature new to the record keeps echo's newline when a value of the key in the
+    dataset ends in one (what .tfrfs/schema.json counts), and so does a value that ends in one."""
+    src = _example_source(tmp_path, {"t": Feat("bytes_list", (b"line\n",))})
+    with open(src / "e.tfrecord", "ab") as f:
+        f.write(frame(message(Rec("000001", False, {"n": Feat("int64_list", (1,))}))))
+    mnt = tfrfs_mount(src, "--rw")
+    shard = mnt / "e.tfrecord"
+    subprocess.run(f"echo next > {shard}/000000/t.txt && echo other > {shard}/000001/t.txt", shell=True, check=True)
+    assert [(shard / r / "t.txt").read_bytes() for r in ("000000", "000001")] == [b"next\n", b"other\n"]
+    schema = json.loads((mnt / ".tfrfs" / "schema.json").read_bytes())
+    assert schema["features"]["t"]["ending_in_newline"] == 1
