@@ -807,6 +807,42 @@ def test_vim(data: Path, template: Path, orig: dict, tfrfs_mount, tf: TFReader) 
     check_dataset(tf, data, template, orig, {TRAIN0: exp})
 
 
+@pytest.mark.tf
+def test_editor_save_keeps_the_kind_of_a_key_made_in_the_mount(data: Path, template: Path, orig: dict, tfrfs_mount,
+                                                               tf: TFReader) -> None:
+    """SPEC 7: an editor that saves by renaming the old file away and writing a new one ends with the
+    same key and kind, also for a key new to the dataset that was made in this mount: the kinds of
+    the staged records are the dataset's too, also once the value that had the kind is gone."""
+    if shutil.which("vim") is None:
+        pytest.skip("vim is not installed")
+    mnt = tfrfs_mount(data, "--rw")
+    r = mnt / TRAIN0 / "000003"
+    sh("echo '[1.5]' > newf.json && echo '[0.5]' > newg.json && echo '[1.5]' > newh.json"
+       " && printf 'hello' > note.txt", cwd=r)
+    # vim renames newf.json to newf.json~, writes a new newf.json, removes the backup (backupskip=:
+    # its default skips /tmp, where the test runs, and would write in place instead). Its text
+    # gets vim's newline at the end, which the value it stands for never had (SPEC 7 "Text").
+    vim = "vim -u NONE -i NONE -es -c 'set writebackup backupcopy=no backupskip='"
+    sh(f"{vim} -c 's/1.5/2/' -c wq newf.json </dev/null && {vim} -c 's/hello/hi/' -c wq note.txt </dev/null",
+       cwd=r)
+    # The same by hand (mv away, write anew), and rm then write: the key keeps the kind it had.
+    sh("mv newg.json newg.json~ && echo '[3]' > newg.json && rm newg.json~", cwd=r)
+    sh("rm newh.json && echo '[4]' > newh.json", cwd=r)
+    assert [(r / f"{k}.json").read_bytes() for k in ("newf", "newg", "newh")] == [b"[2.0]\n", b"[3.0]\n", b"[4.0]\n"]
+    assert os.getxattr(r / "newf.json", "user.tfrfs.kind") == b"float_list"
+    assert (r / "note.txt").read_bytes() == b"hi"
+    assert not any(name.endswith("~") for name in os.listdir(r))
+    commit(mnt)
+    m = msg(orig[TRAIN0][3])
+    setf(m, "newf", "float_list", 2.0)
+    setf(m, "newg", "float_list", 3.0)
+    setf(m, "newh", "float_list", 4.0)
+    setf(m, "note", "bytes_list", b"hi")
+    exp: list[Expected] = list(orig[TRAIN0])
+    exp[3] = m
+    check_dataset(tf, data, template, orig, {TRAIN0: exp})
+
+
 # --- validation on close, adding features, raw pixels ------------------------------------------
 
 @pytest.mark.tf
