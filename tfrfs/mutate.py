@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import codec
+from . import codec, proto
 from .errors import Invalid
 from .nodes import Loc
 
@@ -178,6 +178,20 @@ def remove(msg: Any, loc: Loc) -> bool:
         return True
     codec.value_to_proto(codec.Value("bytes_list", tuple(values)), reset(feats, loc.key))
     return False
+
+
+def with_both_parts(data: bytes) -> bytes:
+    """A SequenceExample's bytes with ``context`` and ``feature_lists`` present (SPEC 4: a record
+    committed without one gets it empty); ``data`` itself when it has both or does not parse."""
+    try:
+        seq = proto.SequenceExample.FromString(data)
+    except Exception:  # noqa: BLE001 - protobuf raises several types; such bytes stay as they are
+        return data
+    if seq.HasField("context") and seq.HasField("feature_lists"):
+        return data
+    seq.context.SetInParent()
+    seq.feature_lists.SetInParent()
+    return seq.SerializeToString(deterministic=True)
 
 
 def item_count(msg: Any, section: str, key: str) -> int:

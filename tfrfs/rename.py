@@ -195,6 +195,10 @@ class Renamer:
         if existing is not None and (not isinstance(existing, RecordDir) or has_files(self.tree.record_root(existing))):
             raise Exists(new_name)
         data, _ = self.store.record_bytes(node.shard, node.rid)
+        if isinstance(node.rid, int) and self.store.kinds[shard] == "sequence":
+            # Shown with context/ and feature_lists/ (as stored), it keeps them where it goes,
+            # where records made in the mount show only the parts they hold.
+            data = mutate.with_both_parts(data)
         src_ch, dst_ch = self.stager.changes(node.shard), self.stager.changes(shard)
         intent = self.staging.intent()
         touched: dict[tuple[int, RecordId], NamePin | None] = {(node.shard, node.rid): None, (shard, new_name): None}

@@ -296,6 +296,7 @@ RENAMES = [("n", "m"), ("m", "n"), ("x", "y"), ("y", "x"), ("t", "note"), ("note
            ("image/label", "image/label2"), ("image/label2", "image/label"),
            ("image/encoded", "image/picture"), ("image/picture", "image/encoded"), ("id", "name"), ("name", "id")]
 
+SECTIONS = ("context", "feature_lists")
 EXAMPLE_SHARDS = ("a.tfrecord", "b.tfrecord")
 SEQUENCE_SHARDS = ("s.tfrecord", "t.tfrecord")
 SHARDS = EXAMPLE_SHARDS + SEQUENCE_SHARDS
@@ -383,6 +384,9 @@ class Rec:
     lists: dict[str, Feat] = field(default_factory=dict)   # feature lists (SequenceExample)
     ghosts: set[str] = field(default_factory=set)          # folders shown though nothing is in them
     raw: bytes | None = None                   # the stored bytes, while no edit touched the record
+    # Made in the mount and not committed: a SequenceExample shows context/ and feature_lists/ only
+    # once made (then they are among ``ghosts``); a record as stored shows both (SPEC 4).
+    made: bool = False
 
 
 def record_tree(rec: Rec) -> tuple[Tree, dict[str, tuple[bytes, bytes]]]:
@@ -391,7 +395,9 @@ def record_tree(rec: Rec) -> tuple[Tree, dict[str, tuple[bytes, bytes]]]:
     tree: Tree = {}
     attrs: dict[str, tuple[bytes, bytes]] = {}
     if rec.seq:
-        tree["context"] = tree["feature_lists"] = None
+        for part in SECTIONS:
+            if not rec.made or part in rec.ghosts:
+                tree[part] = None
         sections = [("context/", rec.feats, False), ("feature_lists/", rec.lists, True)]
     else:
         sections = [("", rec.feats, False)]
@@ -483,6 +489,7 @@ class Model:
             for i, r in enumerate(recs):
                 r.name = f"{i:0{width}d}"
                 r.ghosts = set()
+                r.made = False
                 for v in (*r.feats.values(), *r.lists.values()):
                     v.items = None
         self.added = {s: set() for s in self.shards}
@@ -764,7 +771,8 @@ class WritableMount(RuleBasedStateMachine):
         for shard, rec in self._records():
             tree = record_tree(rec)[0]
             for p, c in sorted(tree.items()):
-                if c is None and p not in ("context", "feature_lists") and not any(q.startswith(p + "/") for q in tree):
+                # context/ and feature_lists/ can go only from a record made in the mount (SPEC 4).
+                if c is None and (p not in SECTIONS or rec.made) and not any(q.startswith(p + "/") for q in tree):
                     out.append((shard, rec.name, p))
         return out
 
@@ -1059,12 +1067,15 @@ class WritableMount(RuleBasedStateMachine):
         shard, name = data.draw(st.sampled_from(self._new_records()), label="record")
         event("add_record")
         os.mkdir(self.mnt / shard / name)
-        if shard in SEQUENCE_SHARDS:
-            # As cp -r and rsync make them. (A new record should start empty, SPEC 4 and 7; see
-            # test_new_sequence_record_starts_empty.)
-            os.makedirs(self.mnt / shard / name / "context", exist_ok=True)
-            os.makedirs(self.mnt / shard / name / "feature_lists", exist_ok=True)
-        self.model.add(shard, Rec(name, shard in SEQUENCE_SHARDS, {}))
+        rec = Rec(name, shard in SEQUENCE_SHARDS, {}, made=True)
+        if rec.seq:
+            # It starts empty (SPEC 4 and 7); its parts appear when made, as cp -r makes them.
+            assert os.listdir(self.mnt / shard / name) == []
+            for part in SECTIONS:
+                if data.draw(st.booleans(), label=f"mkdir {part}"):
+                    os.mkdir(self.mnt / shard / name / part)
+                    rec.ghosts.add(part)
+        self.model.add(shard, rec)
 
     @precondition(lambda self: self._removable_records())
     @rule(data=st.data())
@@ -1083,6 +1094,8 @@ class WritableMount(RuleBasedStateMachine):
         os.rename(self._dir(shard, rec), self.mnt / dest / name)
         self.model.remove(shard, rec.name)
         rec.name = name
+        rec.ghosts |= visible_folders(rec) & set(SECTIONS)   # the parts it showed, it shows where it goes
+        rec.made = True
         rec.raw = None
         self.model.add(dest, rec)
 
@@ -1091,7 +1104,7 @@ class WritableMount(RuleBasedStateMachine):
     def copy_record(self, data: st.DataObject) -> None:
         """shutil.copytree (cp -a, file by file, xattrs included) into a shard of the record's kind."""
         shard, rec, dest, name = self._draw(data, self._copies(), "copy")
-        copy = Rec(name, rec.seq, {}, {}, ghosts=visible_folders(rec))
+        copy = Rec(name, rec.seq, {}, {}, ghosts=visible_folders(rec), made=True)
         for key, v in rec.feats.items():
             values = written_floats(v.values) if v.kind == "float_list" else v.values
             content = render_value(v)[1]
@@ -1104,9 +1117,7 @@ class WritableMount(RuleBasedStateMachine):
             items = None if isinstance(content, bytes) else list(zip(sorted(content, key=item_number), steps))
             copy.lists[key] = Feat("steps", steps, items)
         event(f"copy_record{' (sequence)' if rec.seq else ''}")
-        # The folders context/ and feature_lists/ of a new SequenceExample record may be there
-        # already (see test_new_sequence_record_starts_empty): copy into them.
-        shutil.copytree(self._dir(shard, rec), self.mnt / dest / name, dirs_exist_ok=True)
+        shutil.copytree(self._dir(shard, rec), self.mnt / dest / name)
         self.model.add(dest, copy)
 
     @rule()
@@ -1179,14 +1190,41 @@ def _sequence_source(tmp_path: Path, lists: dict[str, Feat]) -> Path:
     return src
 
 
-@pytest.mark.xfail(strict=True, reason="a new record in a sequence shard shows context/ and feature_lists/ at once; "
-                                       "SPEC 4 and 7: it starts empty, and they appear when made (as cp -r makes "
-                                       "them, which fails with EEXIST now)")
 def test_new_sequence_record_starts_empty(tmp_path: Path, tfrfs_mount: Any) -> None:
     src = _sequence_source(tmp_path, {"n": Feat("steps", (Feat("int64_list", (1,)),))})
     mnt = tfrfs_mount(src, "--rw")
     os.mkdir(mnt / "s.tfrecord" / "new")
     assert os.listdir(mnt / "s.tfrecord" / "new") == []
+
+
+def test_a_new_sequence_record_shows_the_parts_made_and_commits_both(tmp_path: Path, tfrfs_mount: Any) -> None:
+    """SPEC 4: context/ and feature_lists/ of a record made in the mount appear when made (and can
+    go again while it is new); committed, a record has both, also one that never had them; a
+    record as stored, moved to another shard, keeps showing both."""
+    src = _sequence_source(tmp_path, {"n": Feat("steps", (Feat("int64_list", (1,)),))})
+    (src / "t.tfrecord").write_bytes(frame(message(Rec("000000", True, {"id": Feat("bytes_list", (b"a",))}))))
+    mnt = tfrfs_mount(src, "--rw")
+    s = mnt / "s.tfrecord"
+    for name in ("bare", "ctx", "undone"):
+        os.mkdir(s / name)
+    os.mkdir(s / "ctx" / "context")
+    (s / "ctx" / "context" / "id.txt").write_bytes(b"x")
+    with pytest.raises(FileExistsError):
+        os.mkdir(s / "ctx" / "context")
+    os.mkdir(s / "undone" / "feature_lists")
+    os.rmdir(s / "undone" / "feature_lists")
+    os.rename(mnt / "t.tfrecord" / "000000", s / "moved")
+    assert [sorted(os.listdir(s / n)) for n in ("bare", "ctx", "undone", "moved")] == \
+        [[], ["context"], [], ["context", "feature_lists"]]
+    run_tfrfs("commit", str(mnt), check=True)
+    stored = read_frames(src / "s.tfrecord")
+    assert [canon_stored(d, True) for d in stored] == [
+        ("sequence", {}, {"n": [("int64_list", (1,))]}),
+        ("sequence", {}, {}),                                   # bare
+        ("sequence", {"id": ("bytes_list", (b"x",))}, {}),      # ctx
+        ("sequence", {"id": ("bytes_list", (b"a",))}, {}),      # moved
+        ("sequence", {}, {})]                                   # undone
+    assert all(sorted(os.listdir(s / f"{i:06d}")) == ["context", "feature_lists"] for i in range(5))
 
 
 @pytest.mark.xfail(strict=True, reason="a step written into a KEY.steps/ folder must be of the kind of the steps "

@@ -437,9 +437,6 @@ def test_cp_a(data: Path, template: Path, orig: dict, tfrfs_mount, tf: TFReader,
 
 
 @pytest.mark.tf
-@pytest.mark.xfail(strict=True, reason="SPEC 7 conflict: a new record in a sequence shard starts with context/ and "
-                                       "feature_lists/, so coreutils cp -r, which mkdirs them in the folder it just "
-                                       "made without looking first, fails with EEXIST (rsync -a works)")
 def test_cp_r_sequence_record(data: Path, template: Path, orig: dict, tfrfs_mount, tf: TFReader) -> None:
     mnt = tfrfs_mount(data, "--rw")
     sh(f"cp -r {CLIPS}/000002 {CLIPS}/seq_copy", cwd=mnt)
@@ -1051,8 +1048,7 @@ def test_cp_r_round_trip(data: Path, template: Path, orig: dict, tfrfs_mount, tf
         sh(f"cp -r {mnt / rel} {out / name}", cwd=tmp_path)
     for rel, name in flat.items():
         if rel == CLIPS:
-            # Not cp -r: a new SequenceExample record already has context/ and feature_lists/, and
-            # cp -r mkdirs them without looking (see test_cp_r_sequence_record); rsync looks first.
+            # rsync, which looks before it makes a folder (cp -r: test_cp_r_sequence_record).
             os.mkdir(mnt2 / "back.tfrecord")
             sh(f"rsync -r {out / name}/ {mnt2}/back.tfrecord/", cwd=tmp_path)
         else:
