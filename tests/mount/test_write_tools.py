@@ -1121,6 +1121,54 @@ def test_cp_r_into_a_dataset_without_those_keys(data: Path, orig: dict, tfrfs_mo
                              canon(orig[TAB][0], "example", proto.Example, proto.SequenceExample)]
 
 
+@pytest.mark.tf
+def test_cp_r_round_trip_of_shortened_names(tmp_path: Path, tfrfs_mount, tf: TFReader) -> None:
+    """SPEC 3.1: a shortened name stands for the dataset key it was made from. A record whose keys
+    are over 255 bytes, copied out with cp -r (no xattrs) and back in, into its own shard and into
+    another, has its original keys, not the shortened names as keys; so do its nested folders
+    and its .list/ folder, and a SequenceExample record's."""
+    long_key, folder, listed, ctx = "k" * 300, "d" * 300, "L" * 300, "c" * 300
+    ex = proto.Example()
+    setf(ex, long_key, "bytes_list", b"hello")
+    setf(ex, f"{folder}/leaf", "int64_list", 1, 2)
+    setf(ex, f"{folder}/x", "float_list", 0.5)
+    setf(ex, listed, "bytes_list", b"text", b"\0binary")
+    setf(ex, "short", "int64_list", 3)
+    other = proto.Example()
+    setf(other, "n", "int64_list", 0)
+    seq = proto.SequenceExample()
+    setf(seq, ctx, "bytes_list", b"ctx", section="context")
+    steps = seq.feature_lists.feature_list[f"{folder}/steps"]
+    steps.feature.add().int64_list.value.append(7)
+    src = tmp_path / "src"
+    src.mkdir()
+    for name, records in (("a.tfrecord", [ex]), ("b.tfrecord", [other]), ("s.tfrecord", [seq, seq])):
+        with open(src / name, "wb") as f:
+            for m in records:
+                f.write(tfrecord.frame(m.SerializeToString()))
+    mnt = tfrfs_mount(src, "--rw")
+    shown = [n for n in os.listdir(mnt / "a.tfrecord" / "000000") if "~" in n]
+    assert len(shown) == 3 and all(len(n.encode()) <= 255 for n in shown)
+    out = tmp_path / "out"
+    out.mkdir()
+    sh(f"cp -r a.tfrecord/000000 {out}/rec && cp -r s.tfrecord/000000 {out}/seq"
+       f" && cp -r {out}/rec a.tfrecord/again && cp -r {out}/rec b.tfrecord/copy"
+       f" && cp -r {out}/seq s.tfrecord/copy", cwd=mnt)
+    assert not any(n.startswith("user.") for n in os.listxattr(out / "rec" / shown[0]))   # cp -r keeps none
+    assert sorted(os.listdir(mnt / "b.tfrecord" / "copy")) == sorted(os.listdir(mnt / "a.tfrecord" / "000000"))
+    made = mnt / "b.tfrecord" / "copy"
+    assert {os.getxattr(made / n, "user.tfrfs.key").decode() for n in os.listdir(made)} == \
+        {long_key, folder, listed, "short"}
+    commit(mnt)
+    got = tf.dump([(src / n, "sequence" if n == "s.tfrecord" else "example")
+                   for n in ("a.tfrecord", "b.tfrecord", "s.tfrecord")])
+    want_ex = canon(ex.SerializeToString(), "example", proto.Example, proto.SequenceExample)
+    want_seq = canon(seq.SerializeToString(), "sequence", proto.Example, proto.SequenceExample)
+    assert got[str(src / "a.tfrecord")]["parsed"] == [want_ex, want_ex]
+    assert got[str(src / "b.tfrecord")]["parsed"][1] == want_ex
+    assert got[str(src / "s.tfrecord")]["parsed"] == [want_seq] * 3
+
+
 def test_commit_keeps_shard_file_mode(data: Path, tfrfs_mount) -> None:
     shard = data / TRAIN0
     os.chmod(shard, 0o644)
