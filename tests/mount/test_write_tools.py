@@ -985,10 +985,14 @@ def test_raw_png_write_back(data: Path, template: Path, orig: dict, tfrfs_mount,
 @pytest.mark.tf
 def test_records_and_shards(data: Path, template: Path, orig: dict, tfrfs_mount, tf: TFReader) -> None:
     mnt = tfrfs_mount(data, "--rw")
-    # mkdir in a shard folder adds a record; in a sequence shard it starts with context/ and feature_lists/.
+    # mkdir in a shard folder adds a record; in a sequence shard it starts empty, and context/ and
+    # feature_lists/ appear when made (SPEC 4).
     os.mkdir(mnt / TRAIN1 / "new")
     write_file(mnt / TRAIN1 / "new" / "label.json", "[9]")
     os.mkdir(mnt / CLIPS / "new")
+    assert os.listdir(mnt / CLIPS / "new") == []
+    os.mkdir(mnt / CLIPS / "new" / "context")
+    os.mkdir(mnt / CLIPS / "new" / "feature_lists")
     assert sorted(os.listdir(mnt / CLIPS / "new")) == ["context", "feature_lists"]
     os.mkdir(mnt / CLIPS / "new" / "context" / "video")
     write_file(mnt / CLIPS / "new" / "context" / "video" / "id.txt", "clip-new")
