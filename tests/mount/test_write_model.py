@@ -1046,6 +1046,46 @@ class WritableMount(RuleBasedStateMachine):
         os.rmdir(self._dir(shard, rec) / path)
         rec.ghosts.discard(path)
 
+    def _saveable(self) -> list[tuple]:
+        """(shard, record, section, key): features of an Example or a context shown as one file."""
+        return [(shard, rec.name, sec, key) for shard, rec in self._records()
+                for sec, _, feats, _ in self._sections(rec)[:1] for key in sorted(feats)
+                if isinstance(render_value(feats[key])[1], bytes)]
+
+    @precondition(lambda self: self._saveable())
+    @rule(data=st.data())
+    def editor_save(self, data: st.DataObject) -> None:
+        """Save as an editor that renames the file away: mv F F~, write F anew, rm F~. The key keeps
+        its kind, also one made in this mount (SPEC 7), so content that does not tell the kind may be
+        written; and a .txt's one trailing newline (as editors write) is not stored (SPEC 7 "Text")."""
+        shard, rec, sec, key = self._draw(data, self._saveable(), "feature")
+        _, prefix, feats, pool = self._section(rec, sec)
+        suffix, _ = render_value(feats[key])
+        kind = feats[key].kind
+        path = self._dir(shard, rec) / (prefix + key_path(key) + suffix)
+        style = data.draw(st.integers(0, 2), label="style")
+        bare = data.draw(st.booleans(), label="bare")
+        if kind is None:
+            new, content = Feat(None), b"null\n"
+        elif kind in ("int64_list", "float_list"):
+            drawn = data.draw(value_of(pool[key]), label="value")
+            new = Feat(kind, written_floats(drawn.values) if kind == "float_list" else drawn.values)
+            content = (json_text(kind, new.values, style, True, bare) + "\n").encode()
+        elif suffix == ".json":
+            new = Feat(kind, tuple(t.encode() for t in data.draw(st.lists(texts, max_size=3), label="strings")))
+            content = (json_text(kind, new.values, style, True, bare) + "\n").encode()
+        else:
+            one = data.draw(texts.map(str.encode) if suffix == ".txt" else singles, label="bytes")
+            new = Feat(kind, (one,))
+            content = one + b"\n" if suffix == ".txt" and ECHO_NEWLINE else one
+        event(f"editor_save: {kind} {suffix}")
+        self.model.touch(rec)
+        backup = path.with_name(path.name + "~")
+        os.rename(path, backup)
+        self._write(path, content)
+        os.unlink(backup)
+        feats[key] = new
+
     @precondition(lambda self: self._renames())
     @rule(data=st.data())
     def rename_feature(self, data: st.DataObject) -> None:
