@@ -531,6 +531,19 @@ def parse(suffix: str, data: bytes, kind: str | None) -> Value:
     return Value(kind, _CONVERT[kind](items))
 
 
+def text_as_written(content: bytes, keep_newline: bool) -> bytes:
+    """The value a ``KEY.txt`` written with ``content`` stores (SPEC 7 "Text").
+
+    ``echo`` and most editors end what they write with one newline that the user did not mean
+    as part of a label: unless ``keep_newline`` (the value replaced ends in one, or for a new
+    feature a value of the key in the dataset does), that one newline is dropped. Two newlines
+    at the end, or none, are kept exactly as written.
+    """
+    if keep_newline or not content.endswith(b"\n") or content.endswith(b"\n\n"):
+        return content
+    return content[:-1]
+
+
 def parse_list(items: Sequence[tuple[str, bytes]]) -> Value:
     """The bytes_list a ``KEY.list/`` folder holds: its files' bytes, in name order.
 

@@ -150,7 +150,7 @@ class FileEditor:
         msg = self.store.message(record.shard, record.rid)
         try:
             mutate.apply(msg, target, content, stager.dataset_kind_near(record.shard),
-                         decode_raw=self.store.decode_raw)
+                         decode_raw=self.store.decode_raw, dataset_newline=stager.dataset_newline)
         except Invalid as exc:
             raise stager.fail(record, inner, str(exc)) from None
         pin = None
@@ -161,6 +161,7 @@ class FileEditor:
             pin.set_item_names(target.section, target.key, target.item_names,
                                feature_digest(msg, target.section, target.key), folder=target.folder)
         stager.stage_record(record.shard, record.rid, msg.SerializeToString(deterministic=True), pin)
+        stager.learn(msg, target.section, target.key)
 
     def unlink(self, path: str) -> None:
         node, record, inner = self.tree.locate(path)

@@ -7,11 +7,13 @@ import os
 import time
 from array import array
 
-from . import durable, names, proto, tfrecord
+from . import durable, names, tfrecord
 from .errors import Exists, Invalid, NotADir, NotEmpty, NotFound, NotPermitted
 from .index import ShardFile, ShardIndex
 from .nodes import Dir, RecordDir, ShardDir
 from .stager import Stager, is_scratch, split_path
+
+SECTIONS = ("context", "feature_lists")   # the two folders of a SequenceExample record (SPEC 4)
 
 
 class FolderEditor:
@@ -40,6 +42,9 @@ class FolderEditor:
         except NotFound:
             pass
         if record is not None:
+            if not inner and name in SECTIONS and self.store.kinds[record.shard] == "sequence":
+                self._make_section(record, name)
+                return
             if not is_scratch(name) and inner and names.split_suffix(inner[-1])[1] in (".list", ".steps"):
                 raise Invalid("folders cannot be made inside a .list/ or .steps/ folder")
             try:
@@ -56,12 +61,21 @@ class FolderEditor:
         raise NotPermitted(f"{path}: folders can be made in record folders, shard folders and source folders")
 
     def _empty_record(self, shard: int) -> bytes:
-        if self.store.kinds[shard] == "sequence":
-            seq = proto.SequenceExample()
-            seq.context.SetInParent()
-            seq.feature_lists.SetInParent()
-            return seq.SerializeToString()
+        # An empty Example and an empty SequenceExample are both no bytes: a new record of a
+        # sequence shard starts with neither context/ nor feature_lists/ (SPEC 4).
         return b""
+
+    def _make_section(self, record: RecordDir, name: str) -> None:
+        """mkdir context/ or feature_lists/ in a SequenceExample record made in this mount: the
+        record holds that part from now on (empty)."""
+        msg = self.store.message(record.shard, record.rid)
+        getattr(msg, name).SetInParent()
+        self.stager.stage_record(record.shard, record.rid, msg.SerializeToString(deterministic=True))
+
+    def _remove_section(self, record: RecordDir, name: str) -> None:
+        msg = self.store.message(record.shard, record.rid)
+        msg.ClearField(name)
+        self.stager.stage_record(record.shard, record.rid, msg.SerializeToString(deterministic=True))
 
     def add_record(self, shard: int, name: str, data: bytes) -> None:
         if is_scratch(name) or not name:
@@ -123,6 +137,10 @@ class FolderEditor:
             raise NotADir(path)
         if node.children:
             raise NotEmpty(path)
+        if inner in (("context",), ("feature_lists",)) and isinstance(record.rid, str) and \
+                self.store.kinds[record.shard] == "sequence":
+            # Made in this mount, it can go again, as cp -r's undo (rm -r) expects.
+            self._remove_section(record, inner[0])
         try:
             if node.scratch:
                 os.rmdir(node.scratch)

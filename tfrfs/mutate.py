@@ -11,13 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import codec
+from . import codec, proto
 from .errors import Invalid
 from .nodes import Loc
 
 # (kind, shown as raw pixels) of a key across the dataset, for a key the record does not hold:
 # (None, False) when the dataset has no such key either.
 DatasetKind = Callable[[str, str], "tuple[str | None, bool]"]   # (key, section) -> ...
+# Whether a value of a key in the dataset ends in a newline (SPEC 7 "Text"): (key, section) -> ...
+DatasetNewline = Callable[[str, str], bool]
+
+
+def _no_newline(key: str, section: str) -> bool:
+    return False
 
 
 @dataclass(frozen=True)
@@ -47,16 +53,23 @@ def reset(feats: Any, key: str) -> Any:
     return feats[key]
 
 
-def apply(msg: Any, t: Target, content: bytes, dataset_kind: DatasetKind, *, decode_raw: bool = True) -> None:
-    """Put ``content``, written to the file ``t`` stands for, into ``msg``. Raises ``Invalid``."""
+def apply(msg: Any, t: Target, content: bytes, dataset_kind: DatasetKind, *, decode_raw: bool = True,
+          dataset_newline: DatasetNewline = _no_newline) -> None:
+    """Put ``content``, written to the file ``t`` stands for, into ``msg``. Raises ``Invalid``.
+
+    ``dataset_newline`` answers for a value new to the record whether its ``.txt`` keeps one
+    trailing newline (SPEC 7 "Text"); a value replaced answers for itself."""
     if t.section == "feature_lists":
-        _apply_to_list(msg, t, content, dataset_kind)
+        _apply_to_list(msg, t, content, dataset_kind, dataset_newline)
         return
     feats = features_of(msg, t.section)
     if t.item is not None:
         if t.key in feats and feats[t.key].WhichOneof("kind") not in ("bytes_list", None):
             raise Invalid(f"{t.key} is not a bytes feature")
         values = list(codec.value_from_proto(feats[t.key]).values) if t.key in feats else []
+        if t.suffix == ".txt":
+            replaced = [values[t.item]] if not t.insert and t.item < len(values) else None
+            content = _text(content, replaced, t, dataset_newline)
         if t.insert:
             values.insert(t.item, content)
         else:
@@ -75,7 +88,21 @@ def apply(msg: Any, t: Target, content: bytes, dataset_kind: DatasetKind, *, dec
     if raw and t.suffix == ".png" and decode_raw:
         set_raw_png(feats, t.key, content)
         return
+    if t.suffix == ".txt" and kind in (None, "bytes_list"):
+        replaced = list(codec.value_from_proto(feats[t.key]).values) if present else None
+        content = _text(content, replaced, t, dataset_newline)
     codec.value_to_proto(codec.parse(t.suffix, content, kind), reset(feats, t.key))
+
+
+def _text(content: bytes, replaced: list | None, t: Target, dataset_newline: DatasetNewline) -> bytes:
+    """SPEC 7 "Text": a ``.txt``'s one trailing newline is kept when the value it replaces
+    (``replaced``, its values) ends in one, or, for a value new to the record (None), when a value
+    of the key in the dataset does."""
+    if replaced is not None:
+        keep = any(bytes(v).endswith(b"\n") for v in replaced)
+    else:
+        keep = dataset_newline(t.key, t.section)
+    return codec.text_as_written(content, keep)
 
 
 def set_raw_png(feats: Any, key: str, png: bytes) -> None:
@@ -91,7 +118,8 @@ def set_raw_png(feats: Any, key: str, png: bytes) -> None:
             codec.value_to_proto(codec.Value("int64_list", (n,)), reset(feats, k))
 
 
-def _apply_to_list(msg: Any, t: Target, content: bytes, dataset_kind: DatasetKind) -> None:
+def _apply_to_list(msg: Any, t: Target, content: bytes, dataset_kind: DatasetKind,
+                   dataset_newline: DatasetNewline) -> None:
     lists = msg.feature_lists.feature_list
     if t.item is None:
         steps = codec.parse_feature_list(content, _step_kind(lists, t.key, dataset_kind))
@@ -103,6 +131,10 @@ def _apply_to_list(msg: Any, t: Target, content: bytes, dataset_kind: DatasetKin
     flist = lists[t.key]
     kinds = {f.WhichOneof("kind") for f in flist.feature if f.WhichOneof("kind")}
     step_kind = kinds.pop() if len(kinds) == 1 else None
+    if t.suffix == ".txt":
+        old = flist.feature[t.item] if not t.insert and t.item < len(flist.feature) else None
+        replaced = None if old is None else list(old.bytes_list.value)
+        content = _text(content, replaced, t, dataset_newline)
     if t.insert:
         flist.feature.add()
         for i in range(len(flist.feature) - 1, t.item, -1):   # repeated messages have no insert
@@ -146,6 +178,20 @@ def remove(msg: Any, loc: Loc) -> bool:
         return True
     codec.value_to_proto(codec.Value("bytes_list", tuple(values)), reset(feats, loc.key))
     return False
+
+
+def with_both_parts(data: bytes) -> bytes:
+    """A SequenceExample's bytes with ``context`` and ``feature_lists`` present (SPEC 4: a record
+    committed without one gets it empty); ``data`` itself when it has both or does not parse."""
+    try:
+        seq = proto.SequenceExample.FromString(data)
+    except Exception:  # noqa: BLE001 - protobuf raises several types; such bytes stay as they are
+        return data
+    if seq.HasField("context") and seq.HasField("feature_lists"):
+        return data
+    seq.context.SetInParent()
+    seq.feature_lists.SetInParent()
+    return seq.SerializeToString(deterministic=True)
 
 
 def item_count(msg: Any, section: str, key: str) -> int:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import re
 from types import MappingProxyType
-from typing import Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from . import codec
 from .errors import Invalid, NameTooLong
@@ -43,6 +43,7 @@ _HEX = frozenset("0123456789ABCDEFabcdef")
 _ALL_SUFFIXES = codec.SUFFIXES | frozenset(codec.DIR_SUFFIXES)
 _UNSPLITTABLE = frozenset(("", ".", ".."))
 _HASH_LENGTHS = (8, 16, 32, 64)
+_HASHED = re.compile(r"~([0-9a-f]{8}|[0-9a-f]{16}|[0-9a-f]{32}|[0-9a-f]{64})$")   # a stem as _hashed_names ends it
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -212,8 +213,12 @@ def _layout(entries: Sequence[tuple[str, str]]) -> dict[str, tuple[str, ...]]:
     return result
 
 
-def path_to_key(components: Sequence[str]) -> tuple[str, str | None]:
-    """The key and suffix a NEW path inside a record folder stands for (no shortened names).
+def path_to_key(components: Sequence[str], known: Callable[[], Iterable[str]] | None = None) -> tuple[str, str | None]:
+    """The key and suffix a NEW path inside a record folder stands for.
+
+    A shortened (hashed) name stands for the key it was made from (SPEC 3.1), a folder's for its
+    part of the key: ``known`` gives the dataset's keys to find it among (asked only when a name
+    looks shortened). A name that no known key was shortened to is a key of its own.
 
     Raises ``errors.NameTooLong`` for a component over 255 bytes and ``errors.Invalid`` for a
     path no key is shown as (a bad escape, or a spelling such as ``a%2Fb.json`` for the key
@@ -227,9 +232,38 @@ def path_to_key(components: Sequence[str]) -> tuple[str, str | None]:
             raise NameTooLong(f"{name[:40]!r}...: a name is at most {NAME_MAX} bytes")
     stem, suffix = split_suffix(components[-1])
     names = (*components[:-1], stem)
-    key = "/".join(map(decode_component, names))
-    if key_components(key) != names:
-        shown = "/".join(key_components(key))
+    parts: list[str | None] = [None] * len(names)   # key parts found behind shortened names
+    if known is not None and any(_HASHED.search(n) for n in names):
+        parts = _shortened_parts(components, suffix or "", known())
+    key = "/".join(p if p is not None else decode_component(n) for p, n in zip(parts, names))
+    written = key_components(key)
+    if len(written) != len(names) or any(p is None and w != n for p, w, n in zip(parts, written, names)):
+        shown = "/".join(written)
         raise Invalid(f"{'/'.join(names)!r} is not how a key is written; the key {key!r} "
                       f"is written {shown!r}")
     return key, suffix
+
+
+def _shortened_parts(components: Sequence[str], suffix: str, keys: Iterable[str]) -> list[str | None]:
+    """For each component of a path, the key part it stands for when it is a shortened name of a
+    known key (a folder's: of a part of one; the last: of a whole key), else None. The folders are
+    read first: a file's key must lie under the parts found for them."""
+    depth = len(components)
+    split = [_parts(k) for k in keys]
+    found: list[str | None] = [None] * depth
+    for d, name in enumerate(components):
+        last = d == depth - 1
+        stem = name[:len(name) - len(suffix)] if last and suffix else name
+        if not _HASHED.search(stem):
+            continue
+        for p in split:
+            if (len(p) != depth) if last else len(p) < d + 2:
+                continue
+            if any(p[i] != found[i] if found[i] is not None else encode_component(p[i]) != components[i]
+                   for i in range(d)):
+                continue
+            source = "/".join(p) if last else "/".join(p[:d + 1])
+            if name in _hashed_names(encode_component(p[d]), suffix if last else "", source):
+                found[d] = p[d]
+                break
+    return found

@@ -191,7 +191,7 @@ class RecordStore:
         view = None if self.writable else self._view_in_shard(shard, rid)
         if view is None:
             data, damaged = self.record_bytes(shard, rid)
-            view = render(data, self.options(shard), damaged=damaged, pin=pin)
+            view = render(data, self.options(shard), damaged=damaged, pin=pin, made=isinstance(rid, str))
             if view.failure is not None:
                 self._unparsable(shard, rid, view.failure, report=damaged is None)
         if pin is not None:

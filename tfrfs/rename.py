@@ -17,6 +17,7 @@ from .edit import remove_feature
 from .errors import Exists, Invalid, IsADir, NotADir, NotEmpty, NotFound, NotPermitted
 from .folders import has_files
 from .nodes import DataFile, Dir, Loc, Node, RecordDir, RecordId, ScratchFile, ShardDir
+from .mutate import Target
 from .pins import NamePin, feature_digest
 from .stager import Stager, is_scratch, split_path
 
@@ -76,12 +77,15 @@ class Renamer:
             real = self.stager.scratch_path(record, dest_inner)
             self.stager.make_real_folder(os.path.dirname(real))
             intent.write_file(real, content)
+            target = None
         else:
             mutate.remove(msg, node.loc)
-            self._take_content(record, msg, pin, dest_inner, dest, content)
+            target = self._take_content(record, msg, pin, dest_inner, dest, content, moved=True)
             self.stager.keep_folders(record, inner[:-1])
         self.stager.intend_record(intent, record.shard, record.rid, msg)
         self.stager.run_intent(intent, {(record.shard, record.rid): pin})
+        if target is not None:
+            self.stager.learn(msg, target.section, target.key)
 
     def _rename_scratch(self, record: RecordDir, node: ScratchFile, dest_inner: tuple[str, ...],
                         dest: Node | None) -> None:
@@ -100,26 +104,37 @@ class Renamer:
             content = f.read()
         msg = self.store.message(record.shard, record.rid)
         pin = self.store.names_shown(record.shard, record.rid)
-        self._take_content(record, msg, pin, dest_inner, dest, content)
+        target = self._take_content(record, msg, pin, dest_inner, dest, content)
         intent = self.staging.intent()
         intent.drop(node.path)
         self.stager.intend_record(intent, record.shard, record.rid, msg)
         self.stager.run_intent(intent, {(record.shard, record.rid): pin})
+        self.stager.learn(msg, target.section, target.key)
 
     def _take_content(self, record: RecordDir, msg: Any, pin: NamePin, dest_inner: tuple[str, ...],
-                      dest: Node | None, content: bytes) -> None:
-        """Put ``content`` into ``msg`` as the feature file at ``dest_inner`` (replacing ``dest``)."""
-        if isinstance(dest, DataFile) and dest.loc is not None:
-            mutate.remove(msg, dest.loc)
+                      dest: Node | None, content: bytes, *, moved: bool = False) -> Target:
+        """Put ``content`` into ``msg`` as the feature file at ``dest_inner`` (replacing ``dest``).
+        ``moved``: it is a feature's value moving to another name, kept exactly (SPEC 7 "Text"
+        is about content written)."""
         target = self.stager.target(record, dest_inner)
+        if isinstance(dest, DataFile) and dest.loc is not None:
+            loc = dest.loc
+            # A file renamed over a feature's own file (sed -i, an editor's write-and-rename) is
+            # a new value of that feature, as writing the file is: it keeps the value's kind and
+            # judges a .txt's newline against it. Anything else there goes first.
+            if loc.item is not None or loc.raw or target.item is not None or \
+                    (loc.section, loc.key) != (target.section, target.key):
+                mutate.remove(msg, loc)
         try:
             mutate.apply(msg, target, content, self.stager.dataset_kind_near(record.shard),
-                         decode_raw=self.store.decode_raw)
+                         decode_raw=self.store.decode_raw,
+                         dataset_newline=_keep_newline if moved else self.stager.dataset_newline)
         except Invalid as exc:
             raise self.stager.fail(record, dest_inner, str(exc)) from None
         if target.item_names is not None:
             pin.set_item_names(target.section, target.key, target.item_names,
                                feature_digest(msg, target.section, target.key))
+        return target
 
     def _rename_folder(self, record: RecordDir, node: Dir, inner: tuple[str, ...], dest: tuple[str, ...],
                        existing: Node | None) -> None:
@@ -138,11 +153,14 @@ class Renamer:
                 mutate.remove(msg, Loc(f.loc.section, f.loc.key))
                 removed.add((f.loc.section, f.loc.key))
         kind = self.stager.dataset_kind_near(record.shard)
+        targets = []
         try:
             for rel, f in sorted(files, key=lambda x: x[0]):
                 assert isinstance(f.data, bytes)
-                mutate.apply(msg, self.stager.target(record, dest + rel), f.data, kind,
-                             decode_raw=self.store.decode_raw)
+                targets.append(self.stager.target(record, dest + rel))
+                # The files move as they are: their values, not a newline less.
+                mutate.apply(msg, targets[-1], f.data, kind, decode_raw=self.store.decode_raw,
+                             dataset_newline=_keep_newline)
         except Invalid as exc:
             raise self.stager.fail(record, dest, str(exc)) from None
         intent = self.staging.intent()
@@ -155,6 +173,8 @@ class Renamer:
         if files:
             self.stager.intend_record(intent, record.shard, record.rid, msg)
         self.stager.run_intent(intent, {(record.shard, record.rid): pin})
+        for target in targets:
+            self.stager.learn(msg, target.section, target.key)
 
     def _move_record(self, node: RecordDir, new_parent: Node, new_name: str) -> None:
         """mv of a record folder into a shard folder (its own included: a new name). One step: the
@@ -175,6 +195,10 @@ class Renamer:
         if existing is not None and (not isinstance(existing, RecordDir) or has_files(self.tree.record_root(existing))):
             raise Exists(new_name)
         data, _ = self.store.record_bytes(node.shard, node.rid)
+        if isinstance(node.rid, int) and self.store.kinds[shard] == "sequence":
+            # Shown with context/ and feature_lists/ (as stored), it keeps them where it goes,
+            # where records made in the mount show only the parts they hold.
+            data = mutate.with_both_parts(data)
         src_ch, dst_ch = self.stager.changes(node.shard), self.stager.changes(shard)
         intent = self.staging.intent()
         touched: dict[tuple[int, RecordId], NamePin | None] = {(node.shard, node.rid): None, (shard, new_name): None}
@@ -200,3 +224,8 @@ def _walk_files(d: Dir, prefix: tuple[str, ...], out: list) -> None:
             _walk_files(c, prefix + (name,), out)
         elif isinstance(c, DataFile):
             out.append((prefix + (name,), c))
+
+
+def _keep_newline(key: str, section: str) -> bool:
+    """A value moved to another name keeps its bytes, trailing newline included."""
+    return True

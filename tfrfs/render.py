@@ -39,11 +39,16 @@ class RecordView:
     damaged: str | None = None                  # its data checksum fails: why (SPEC 6: EIO to list it)
 
 
-def render(data: bytes, options: Options, *, damaged: str | None = None, pin: NamePin | None = None) -> RecordView:
+def render(data: bytes, options: Options, *, damaged: str | None = None, pin: NamePin | None = None,
+           made: bool = False) -> RecordView:
     """The view of a record of ``options.kind`` (example or sequence) holding ``data``.
 
     ``damaged``: why its bytes cannot be trusted (a failed data checksum); its files then fail to
     read with that reason. A record that does not parse has an empty view and ``failure`` set.
+    ``made``: the record was made in this mount (not yet committed): a SequenceExample shows
+    ``context/`` and ``feature_lists/`` only once they were made (SPEC 4), so ``cp -r``, which
+    makes them in the record it just made without looking, finds them absent; a record as stored
+    shows both, even empty.
     """
     p = _Pinning(pin, {} if options.report_shown else None)
     mtime = options.mtime_ns
@@ -51,8 +56,11 @@ def render(data: bytes, options: Options, *, damaged: str | None = None, pin: Na
         if options.kind == "sequence":
             seq = proto.SequenceExample.FromString(data)
             root = Dir(mtime_ns=mtime)
-            root.children["context"] = _features_dir(seq.context.feature, "context", options, damaged, p)
-            root.children["feature_lists"] = _feature_lists_dir(seq.feature_lists.feature_list, options, damaged, p)
+            if not made or seq.HasField("context"):
+                root.children["context"] = _features_dir(seq.context.feature, "context", options, damaged, p)
+            if not made or seq.HasField("feature_lists"):
+                root.children["feature_lists"] = _feature_lists_dir(seq.feature_lists.feature_list, options,
+                                                                    damaged, p)
         else:
             root = _features_dir(proto.Example.FromString(data).features.feature, "", options, damaged, p)
     except Exception as exc:  # noqa: BLE001 - any parse failure means "show it raw"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Container, Iterable
 
-from . import durable, salvage, tfrecord
+from . import durable, mutate, salvage, tfrecord
 from .errors import DataLoss, TfrfsError
 from .index import TMP_PREFIX, ShardIndex
 from .readers import ShardReader
@@ -122,7 +122,8 @@ def _write_shard(dst_path: str, ch: ShardChanges, idx: ShardIndex | None, src: S
             if run_from is not None:
                 copy_records(src, out, idx, range(run_from, idx.count), writer, dst_path)
         for name in ch.added_names():
-            writer.write(staging.get_added(ch, name))
+            data = staging.get_added(ch, name)
+            writer.write(mutate.with_both_parts(data) if ch.kind == "sequence" else data)
             fresh.add(count)
             count += 1
         writer.close()

@@ -68,6 +68,15 @@ class Stager:
             return found, raw
         return kind
 
+    def dataset_newline(self, key: str, section: str) -> bool:
+        """``mutate.DatasetNewline``: whether a value of the key in the dataset ends in a newline."""
+        return self.tree.schema.ends_in_newline(key, section)
+
+    def learn(self, msg: Any, section: str, key: str) -> None:
+        """The dataset now holds ``key`` as ``msg`` has it (staged): its kind is the dataset's from
+        now on, also after the value goes (an editor's rename-away-and-write save)."""
+        self.tree.schema.learn(msg, section, key)
+
     def fail(self, record: RecordDir, inner: tuple[str, ...] | str, reason: str) -> Invalid:
         """Report content refused for a record (to ``.tfrfs/errors`` and the log) and say why."""
         where = inner if isinstance(inner, str) else "/".join(inner)
@@ -189,6 +198,11 @@ class Stager:
             if len(inner) < 2 or inner[0] not in ("context", "feature_lists"):
                 raise Invalid("in a SequenceExample record, features live in context/ or feature_lists/")
             section, rest = inner[0], inner[1:]
+
+        def known() -> set[str]:
+            # A shortened name stands for the dataset key it was made from (SPEC 3.1), so a record
+            # copied out without xattrs and back in gets its keys, not the names they were shown as.
+            return self.tree.schema.keys(section)
         # A file inside a .list/ or .steps/ folder is one value of that feature.
         for j, comp in enumerate(rest[:-1]):
             stem, suffix = names.split_suffix(comp)
@@ -198,7 +212,7 @@ class Stager:
                 folder = self._feature_folder(record, inner[:-1])
                 # A folder shown for a feature stands for that feature's key, whatever its name.
                 key = folder.loc.key if folder is not None and folder.loc is not None \
-                    else names.path_to_key(rest[:j + 1])[0]
+                    else names.path_to_key(rest[:j + 1], known)[0]
                 item_stem, item_suffix = names.split_suffix(rest[-1])
                 if item_suffix not in codec.SUFFIXES or not (item_stem.isdigit() and item_stem.isascii()):
                     raise Invalid(f"{rest[-1]}: files in {comp}/ are named by their index and a suffix, e.g. 0.jpg")
@@ -207,7 +221,7 @@ class Stager:
                 if not by_name:
                     return Target(section, key, item_suffix, int(item_stem))
                 return self._item_target(record, section, key, item_suffix, item_stem, rest[:-1])
-        key, suffix = names.path_to_key(rest)
+        key, suffix = names.path_to_key(rest, known)
         if suffix is None or suffix not in codec.SUFFIXES:
             raise Invalid(f"{rest[-1]}: a feature file needs a suffix from .json .txt .bin .jpg .png .gif .bmp "
                           f".webp .tif .wav .flac .mp3 .ogg (names starting with '.' or ending with '~' are "

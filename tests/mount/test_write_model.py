@@ -296,14 +296,14 @@ RENAMES = [("n", "m"), ("m", "n"), ("x", "y"), ("y", "x"), ("t", "note"), ("note
            ("image/label", "image/label2"), ("image/label2", "image/label"),
            ("image/encoded", "image/picture"), ("image/picture", "image/encoded"), ("id", "name"), ("name", "id")]
 
+SECTIONS = ("context", "feature_lists")
 EXAMPLE_SHARDS = ("a.tfrecord", "b.tfrecord")
 SEQUENCE_SHARDS = ("s.tfrecord", "t.tfrecord")
 SHARDS = EXAMPLE_SHARDS + SEQUENCE_SHARDS
 NEW_RECORD_NAMES = ("new", "rec-b", "zz", "000001")
 # SPEC 7 "Text": a .txt written with one trailing newline (as echo writes) is stored without it
-# here. Not generated while the mount stores the newline: see
-# test_text_written_with_one_trailing_newline_is_stored_without_it.
-ECHO_NEWLINE = False
+# here, where no value ends in one.
+ECHO_NEWLINE = True
 
 
 def _image(fmt: str, size: tuple[int, int], color: tuple[int, int, int]) -> bytes:
@@ -384,6 +384,9 @@ class Rec:
     lists: dict[str, Feat] = field(default_factory=dict)   # feature lists (SequenceExample)
     ghosts: set[str] = field(default_factory=set)          # folders shown though nothing is in them
     raw: bytes | None = None                   # the stored bytes, while no edit touched the record
+    # Made in the mount and not committed: a SequenceExample shows context/ and feature_lists/ only
+    # once made (then they are among ``ghosts``); a record as stored shows both (SPEC 4).
+    made: bool = False
 
 
 def record_tree(rec: Rec) -> tuple[Tree, dict[str, tuple[bytes, bytes]]]:
@@ -392,7 +395,9 @@ def record_tree(rec: Rec) -> tuple[Tree, dict[str, tuple[bytes, bytes]]]:
     tree: Tree = {}
     attrs: dict[str, tuple[bytes, bytes]] = {}
     if rec.seq:
-        tree["context"] = tree["feature_lists"] = None
+        for part in SECTIONS:
+            if not rec.made or part in rec.ghosts:
+                tree[part] = None
         sections = [("context/", rec.feats, False), ("feature_lists/", rec.lists, True)]
     else:
         sections = [("", rec.feats, False)]
@@ -484,6 +489,7 @@ class Model:
             for i, r in enumerate(recs):
                 r.name = f"{i:0{width}d}"
                 r.ghosts = set()
+                r.made = False
                 for v in (*r.feats.values(), *r.lists.values()):
                     v.items = None
         self.added = {s: set() for s in self.shards}
@@ -765,7 +771,8 @@ class WritableMount(RuleBasedStateMachine):
         for shard, rec in self._records():
             tree = record_tree(rec)[0]
             for p, c in sorted(tree.items()):
-                if c is None and p not in ("context", "feature_lists") and not any(q.startswith(p + "/") for q in tree):
+                # context/ and feature_lists/ can go only from a record made in the mount (SPEC 4).
+                if c is None and (p not in SECTIONS or rec.made) and not any(q.startswith(p + "/") for q in tree):
                     out.append((shard, rec.name, p))
         return out
 
@@ -1019,7 +1026,10 @@ class WritableMount(RuleBasedStateMachine):
             return     # refused beside steps of another kind: test_steps_of_mixed_kinds_can_be_written_one_by_one
         event(f"write_item: {suffix} {'replace' if name in same else 'new'}{'' if v else ' into an emptied folder'}")
         self.model.touch(rec)
-        self._write(self._dir(shard, rec) / (prefix + key_path(key) + suffix) / name, b)
+        raw = b
+        if ECHO_NEWLINE and name.endswith(".txt") and data.draw(st.booleans(), label="echo"):
+            raw = b + b"\n"      # as echo writes; stored without it, item by item
+        self._write(self._dir(shard, rec) / (prefix + key_path(key) + suffix) / name, raw)
         item = Feat("bytes_list", (b,)) if sec == "fl" else b
         if v is None:
             v = feats[key] = Feat("steps" if sec == "fl" else "bytes_list", (), [])
@@ -1035,6 +1045,46 @@ class WritableMount(RuleBasedStateMachine):
         self.model.touch(rec)
         os.rmdir(self._dir(shard, rec) / path)
         rec.ghosts.discard(path)
+
+    def _saveable(self) -> list[tuple]:
+        """(shard, record, section, key): features of an Example or a context shown as one file."""
+        return [(shard, rec.name, sec, key) for shard, rec in self._records()
+                for sec, _, feats, _ in self._sections(rec)[:1] for key in sorted(feats)
+                if isinstance(render_value(feats[key])[1], bytes)]
+
+    @precondition(lambda self: self._saveable())
+    @rule(data=st.data())
+    def editor_save(self, data: st.DataObject) -> None:
+        """Save as an editor that renames the file away: mv F F~, write F anew, rm F~. The key keeps
+        its kind, also one made in this mount (SPEC 7), so content that does not tell the kind may be
+        written; and a .txt's one trailing newline (as editors write) is not stored (SPEC 7 "Text")."""
+        shard, rec, sec, key = self._draw(data, self._saveable(), "feature")
+        _, prefix, feats, pool = self._section(rec, sec)
+        suffix, _ = render_value(feats[key])
+        kind = feats[key].kind
+        path = self._dir(shard, rec) / (prefix + key_path(key) + suffix)
+        style = data.draw(st.integers(0, 2), label="style")
+        bare = data.draw(st.booleans(), label="bare")
+        if kind is None:
+            new, content = Feat(None), b"null\n"
+        elif kind in ("int64_list", "float_list"):
+            drawn = data.draw(value_of(pool[key]), label="value")
+            new = Feat(kind, written_floats(drawn.values) if kind == "float_list" else drawn.values)
+            content = (json_text(kind, new.values, style, True, bare) + "\n").encode()
+        elif suffix == ".json":
+            new = Feat(kind, tuple(t.encode() for t in data.draw(st.lists(texts, max_size=3), label="strings")))
+            content = (json_text(kind, new.values, style, True, bare) + "\n").encode()
+        else:
+            one = data.draw(texts.map(str.encode) if suffix == ".txt" else singles, label="bytes")
+            new = Feat(kind, (one,))
+            content = one + b"\n" if suffix == ".txt" and ECHO_NEWLINE else one
+        event(f"editor_save: {kind} {suffix}")
+        self.model.touch(rec)
+        backup = path.with_name(path.name + "~")
+        os.rename(path, backup)
+        self._write(path, content)
+        os.unlink(backup)
+        feats[key] = new
 
     @precondition(lambda self: self._renames())
     @rule(data=st.data())
@@ -1057,12 +1107,15 @@ class WritableMount(RuleBasedStateMachine):
         shard, name = data.draw(st.sampled_from(self._new_records()), label="record")
         event("add_record")
         os.mkdir(self.mnt / shard / name)
-        if shard in SEQUENCE_SHARDS:
-            # As cp -r and rsync make them. (A new record should start empty, SPEC 4 and 7; see
-            # test_new_sequence_record_starts_empty.)
-            os.makedirs(self.mnt / shard / name / "context", exist_ok=True)
-            os.makedirs(self.mnt / shard / name / "feature_lists", exist_ok=True)
-        self.model.add(shard, Rec(name, shard in SEQUENCE_SHARDS, {}))
+        rec = Rec(name, shard in SEQUENCE_SHARDS, {}, made=True)
+        if rec.seq:
+            # It starts empty (SPEC 4 and 7); its parts appear when made, as cp -r makes them.
+            assert os.listdir(self.mnt / shard / name) == []
+            for part in SECTIONS:
+                if data.draw(st.booleans(), label=f"mkdir {part}"):
+                    os.mkdir(self.mnt / shard / name / part)
+                    rec.ghosts.add(part)
+        self.model.add(shard, rec)
 
     @precondition(lambda self: self._removable_records())
     @rule(data=st.data())
@@ -1081,6 +1134,8 @@ class WritableMount(RuleBasedStateMachine):
         os.rename(self._dir(shard, rec), self.mnt / dest / name)
         self.model.remove(shard, rec.name)
         rec.name = name
+        rec.ghosts |= visible_folders(rec) & set(SECTIONS)   # the parts it showed, it shows where it goes
+        rec.made = True
         rec.raw = None
         self.model.add(dest, rec)
 
@@ -1089,7 +1144,7 @@ class WritableMount(RuleBasedStateMachine):
     def copy_record(self, data: st.DataObject) -> None:
         """shutil.copytree (cp -a, file by file, xattrs included) into a shard of the record's kind."""
         shard, rec, dest, name = self._draw(data, self._copies(), "copy")
-        copy = Rec(name, rec.seq, {}, {}, ghosts=visible_folders(rec))
+        copy = Rec(name, rec.seq, {}, {}, ghosts=visible_folders(rec), made=True)
         for key, v in rec.feats.items():
             values = written_floats(v.values) if v.kind == "float_list" else v.values
             content = render_value(v)[1]
@@ -1102,9 +1157,7 @@ class WritableMount(RuleBasedStateMachine):
             items = None if isinstance(content, bytes) else list(zip(sorted(content, key=item_number), steps))
             copy.lists[key] = Feat("steps", steps, items)
         event(f"copy_record{' (sequence)' if rec.seq else ''}")
-        # The folders context/ and feature_lists/ of a new SequenceExample record may be there
-        # already (see test_new_sequence_record_starts_empty): copy into them.
-        shutil.copytree(self._dir(shard, rec), self.mnt / dest / name, dirs_exist_ok=True)
+        shutil.copytree(self._dir(shard, rec), self.mnt / dest / name)
         self.model.add(dest, copy)
 
     @rule()
@@ -1177,14 +1230,41 @@ def _sequence_source(tmp_path: Path, lists: dict[str, Feat]) -> Path:
     return src
 
 
-@pytest.mark.xfail(strict=True, reason="a new record in a sequence shard shows context/ and feature_lists/ at once; "
-                                       "SPEC 4 and 7: it starts empty, and they appear when made (as cp -r makes "
-                                       "them, which fails with EEXIST now)")
 def test_new_sequence_record_starts_empty(tmp_path: Path, tfrfs_mount: Any) -> None:
     src = _sequence_source(tmp_path, {"n": Feat("steps", (Feat("int64_list", (1,)),))})
     mnt = tfrfs_mount(src, "--rw")
     os.mkdir(mnt / "s.tfrecord" / "new")
     assert os.listdir(mnt / "s.tfrecord" / "new") == []
+
+
+def test_a_new_sequence_record_shows_the_parts_made_and_commits_both(tmp_path: Path, tfrfs_mount: Any) -> None:
+    """SPEC 4: context/ and feature_lists/ of a record made in the mount appear when made (and can
+    go again while it is new); committed, a record has both, also one that never had them; a
+    record as stored, moved to another shard, keeps showing both."""
+    src = _sequence_source(tmp_path, {"n": Feat("steps", (Feat("int64_list", (1,)),))})
+    (src / "t.tfrecord").write_bytes(frame(message(Rec("000000", True, {"id": Feat("bytes_list", (b"a",))}))))
+    mnt = tfrfs_mount(src, "--rw")
+    s = mnt / "s.tfrecord"
+    for name in ("bare", "ctx", "undone"):
+        os.mkdir(s / name)
+    os.mkdir(s / "ctx" / "context")
+    (s / "ctx" / "context" / "id.txt").write_bytes(b"x")
+    with pytest.raises(FileExistsError):
+        os.mkdir(s / "ctx" / "context")
+    os.mkdir(s / "undone" / "feature_lists")
+    os.rmdir(s / "undone" / "feature_lists")
+    os.rename(mnt / "t.tfrecord" / "000000", s / "moved")
+    assert [sorted(os.listdir(s / n)) for n in ("bare", "ctx", "undone", "moved")] == \
+        [[], ["context"], [], ["context", "feature_lists"]]
+    run_tfrfs("commit", str(mnt), check=True)
+    stored = read_frames(src / "s.tfrecord")
+    assert [canon_stored(d, True) for d in stored] == [
+        ("sequence", {}, {"n": [("int64_list", (1,))]}),
+        ("sequence", {}, {}),                                   # bare
+        ("sequence", {"id": ("bytes_list", (b"x",))}, {}),      # ctx
+        ("sequence", {"id": ("bytes_list", (b"a",))}, {}),      # moved
+        ("sequence", {}, {})]                                   # undone
+    assert all(sorted(os.listdir(s / f"{i:06d}")) == ["context", "feature_lists"] for i in range(5))
 
 
 @pytest.mark.xfail(strict=True, reason="a step written into a KEY.steps/ folder must be of the kind of the steps "
@@ -1238,12 +1318,23 @@ def test_a_moved_record_keeps_its_names(tmp_path: Path, tfrfs_mount: Any) -> Non
     assert sorted(os.listdir(mnt / "f.tfrecord" / "moved" / "items.list")) == ["1.bin", "2.bin"]
 
 
-@pytest.mark.xfail(strict=True, reason="SPEC 7 'Text': a KEY.txt written with one trailing newline (echo) is stored "
-                                       "without it when the value it replaces has none, or for a new feature when no "
-                                       "value of the key ends in one; the mount stores the newline")
 def test_text_written_with_one_trailing_newline_is_stored_without_it(tmp_path: Path, tfrfs_mount: Any) -> None:
     src = _example_source(tmp_path, {"t": Feat("bytes_list", (b"dog",))})
     mnt = tfrfs_mount(src, "--rw")
     rec = mnt / "e.tfrecord" / "000000"
     subprocess.run(f"echo cat > {rec}/t.txt && echo new > {rec}/u.txt", shell=True, check=True)
     assert [(rec / "t.txt").read_bytes(), (rec / "u.txt").read_bytes()] == [b"cat", b"new"]
+
+
+def test_text_keeps_its_newline_where_the_key_has_values_ending_in_one(tmp_path: Path, tfrfs_mount: Any) -> None:
+    """SPEC 7 "Text": a feature new to the record keeps echo's newline when a value of the key in the
+    dataset ends in one (what .tfrfs/schema.json counts), and so does a value that ends in one."""
+    src = _example_source(tmp_path, {"t": Feat("bytes_list", (b"line\n",))})
+    with open(src / "e.tfrecord", "ab") as f:
+        f.write(frame(message(Rec("000001", False, {"n": Feat("int64_list", (1,))}))))
+    mnt = tfrfs_mount(src, "--rw")
+    shard = mnt / "e.tfrecord"
+    subprocess.run(f"echo next > {shard}/000000/t.txt && echo other > {shard}/000001/t.txt", shell=True, check=True)
+    assert [(shard / r / "t.txt").read_bytes() for r in ("000000", "000001")] == [b"next\n", b"other\n"]
+    schema = json.loads((mnt / ".tfrfs" / "schema.json").read_bytes())
+    assert schema["features"]["t"]["ending_in_newline"] == 1

@@ -437,9 +437,6 @@ def test_cp_a(data: Path, template: Path, orig: dict, tfrfs_mount, tf: TFReader,
 
 
 @pytest.mark.tf
-@pytest.mark.xfail(strict=True, reason="SPEC 7 conflict: a new record in a sequence shard starts with context/ and "
-                                       "feature_lists/, so coreutils cp -r, which mkdirs them in the folder it just "
-                                       "made without looking first, fails with EEXIST (rsync -a works)")
 def test_cp_r_sequence_record(data: Path, template: Path, orig: dict, tfrfs_mount, tf: TFReader) -> None:
     mnt = tfrfs_mount(data, "--rw")
     sh(f"cp -r {CLIPS}/000002 {CLIPS}/seq_copy", cwd=mnt)
@@ -807,6 +804,42 @@ def test_vim(data: Path, template: Path, orig: dict, tfrfs_mount, tf: TFReader) 
     check_dataset(tf, data, template, orig, {TRAIN0: exp})
 
 
+@pytest.mark.tf
+def test_editor_save_keeps_the_kind_of_a_key_made_in_the_mount(data: Path, template: Path, orig: dict, tfrfs_mount,
+                                                               tf: TFReader) -> None:
+    """SPEC 7: an editor that saves by renaming the old file away and writing a new one ends with the
+    same key and kind, also for a key new to the dataset that was made in this mount: the kinds of
+    the staged records are the dataset's too, also once the value that had the kind is gone."""
+    if shutil.which("vim") is None:
+        pytest.skip("vim is not installed")
+    mnt = tfrfs_mount(data, "--rw")
+    r = mnt / TRAIN0 / "000003"
+    sh("echo '[1.5]' > newf.json && echo '[0.5]' > newg.json && echo '[1.5]' > newh.json"
+       " && printf 'hello' > note.txt", cwd=r)
+    # vim renames newf.json to newf.json~, writes a new newf.json, removes the backup (backupskip=:
+    # its default skips /tmp, where the test runs, and would write in place instead). Its text
+    # gets vim's newline at the end, which the value it stands for never had (SPEC 7 "Text").
+    vim = "vim -u NONE -i NONE -es -c 'set writebackup backupcopy=no backupskip='"
+    sh(f"{vim} -c 's/1.5/2/' -c wq newf.json </dev/null && {vim} -c 's/hello/hi/' -c wq note.txt </dev/null",
+       cwd=r)
+    # The same by hand (mv away, write anew), and rm then write: the key keeps the kind it had.
+    sh("mv newg.json newg.json~ && echo '[3]' > newg.json && rm newg.json~", cwd=r)
+    sh("rm newh.json && echo '[4]' > newh.json", cwd=r)
+    assert [(r / f"{k}.json").read_bytes() for k in ("newf", "newg", "newh")] == [b"[2.0]\n", b"[3.0]\n", b"[4.0]\n"]
+    assert os.getxattr(r / "newf.json", "user.tfrfs.kind") == b"float_list"
+    assert (r / "note.txt").read_bytes() == b"hi"
+    assert not any(name.endswith("~") for name in os.listdir(r))
+    commit(mnt)
+    m = msg(orig[TRAIN0][3])
+    setf(m, "newf", "float_list", 2.0)
+    setf(m, "newg", "float_list", 3.0)
+    setf(m, "newh", "float_list", 4.0)
+    setf(m, "note", "bytes_list", b"hi")
+    exp: list[Expected] = list(orig[TRAIN0])
+    exp[3] = m
+    check_dataset(tf, data, template, orig, {TRAIN0: exp})
+
+
 # --- validation on close, adding features, raw pixels ------------------------------------------
 
 @pytest.mark.tf
@@ -952,10 +985,14 @@ def test_raw_png_write_back(data: Path, template: Path, orig: dict, tfrfs_mount,
 @pytest.mark.tf
 def test_records_and_shards(data: Path, template: Path, orig: dict, tfrfs_mount, tf: TFReader) -> None:
     mnt = tfrfs_mount(data, "--rw")
-    # mkdir in a shard folder adds a record; in a sequence shard it starts with context/ and feature_lists/.
+    # mkdir in a shard folder adds a record; in a sequence shard it starts empty, and context/ and
+    # feature_lists/ appear when made (SPEC 4).
     os.mkdir(mnt / TRAIN1 / "new")
     write_file(mnt / TRAIN1 / "new" / "label.json", "[9]")
     os.mkdir(mnt / CLIPS / "new")
+    assert os.listdir(mnt / CLIPS / "new") == []
+    os.mkdir(mnt / CLIPS / "new" / "context")
+    os.mkdir(mnt / CLIPS / "new" / "feature_lists")
     assert sorted(os.listdir(mnt / CLIPS / "new")) == ["context", "feature_lists"]
     os.mkdir(mnt / CLIPS / "new" / "context" / "video")
     write_file(mnt / CLIPS / "new" / "context" / "video" / "id.txt", "clip-new")
@@ -1015,8 +1052,7 @@ def test_cp_r_round_trip(data: Path, template: Path, orig: dict, tfrfs_mount, tf
         sh(f"cp -r {mnt / rel} {out / name}", cwd=tmp_path)
     for rel, name in flat.items():
         if rel == CLIPS:
-            # Not cp -r: a new SequenceExample record already has context/ and feature_lists/, and
-            # cp -r mkdirs them without looking (see test_cp_r_sequence_record); rsync looks first.
+            # rsync, which looks before it makes a folder (cp -r: test_cp_r_sequence_record).
             os.mkdir(mnt2 / "back.tfrecord")
             sh(f"rsync -r {out / name}/ {mnt2}/back.tfrecord/", cwd=tmp_path)
         else:
@@ -1087,6 +1123,54 @@ def test_cp_r_into_a_dataset_without_those_keys(data: Path, orig: dict, tfrfs_mo
     got = tf.dump([(other / "copied.tfrecord", "example")])[str(other / "copied.tfrecord")]
     assert got["parsed"] == [canon(m.SerializeToString(), "example", proto.Example, proto.SequenceExample),
                              canon(orig[TAB][0], "example", proto.Example, proto.SequenceExample)]
+
+
+@pytest.mark.tf
+def test_cp_r_round_trip_of_shortened_names(tmp_path: Path, tfrfs_mount, tf: TFReader) -> None:
+    """SPEC 3.1: a shortened name stands for the dataset key it was made from. A record whose keys
+    are over 255 bytes, copied out with cp -r (no xattrs) and back in, into its own shard and into
+    another, has its original keys, not the shortened names as keys; so do its nested folders
+    and its .list/ folder, and a SequenceExample record's."""
+    long_key, folder, listed, ctx = "k" * 300, "d" * 300, "L" * 300, "c" * 300
+    ex = proto.Example()
+    setf(ex, long_key, "bytes_list", b"hello")
+    setf(ex, f"{folder}/leaf", "int64_list", 1, 2)
+    setf(ex, f"{folder}/x", "float_list", 0.5)
+    setf(ex, listed, "bytes_list", b"text", b"\0binary")
+    setf(ex, "short", "int64_list", 3)
+    other = proto.Example()
+    setf(other, "n", "int64_list", 0)
+    seq = proto.SequenceExample()
+    setf(seq, ctx, "bytes_list", b"ctx", section="context")
+    steps = seq.feature_lists.feature_list[f"{folder}/steps"]
+    steps.feature.add().int64_list.value.append(7)
+    src = tmp_path / "src"
+    src.mkdir()
+    for name, records in (("a.tfrecord", [ex]), ("b.tfrecord", [other]), ("s.tfrecord", [seq, seq])):
+        with open(src / name, "wb") as f:
+            for m in records:
+                f.write(tfrecord.frame(m.SerializeToString()))
+    mnt = tfrfs_mount(src, "--rw")
+    shown = [n for n in os.listdir(mnt / "a.tfrecord" / "000000") if "~" in n]
+    assert len(shown) == 3 and all(len(n.encode()) <= 255 for n in shown)
+    out = tmp_path / "out"
+    out.mkdir()
+    sh(f"cp -r a.tfrecord/000000 {out}/rec && cp -r s.tfrecord/000000 {out}/seq"
+       f" && cp -r {out}/rec a.tfrecord/again && cp -r {out}/rec b.tfrecord/copy"
+       f" && cp -r {out}/seq s.tfrecord/copy", cwd=mnt)
+    assert not any(n.startswith("user.") for n in os.listxattr(out / "rec" / shown[0]))   # cp -r keeps none
+    assert sorted(os.listdir(mnt / "b.tfrecord" / "copy")) == sorted(os.listdir(mnt / "a.tfrecord" / "000000"))
+    made = mnt / "b.tfrecord" / "copy"
+    assert {os.getxattr(made / n, "user.tfrfs.key").decode() for n in os.listdir(made)} == \
+        {long_key, folder, listed, "short"}
+    commit(mnt)
+    got = tf.dump([(src / n, "sequence" if n == "s.tfrecord" else "example")
+                   for n in ("a.tfrecord", "b.tfrecord", "s.tfrecord")])
+    want_ex = canon(ex.SerializeToString(), "example", proto.Example, proto.SequenceExample)
+    want_seq = canon(seq.SerializeToString(), "sequence", proto.Example, proto.SequenceExample)
+    assert got[str(src / "a.tfrecord")]["parsed"] == [want_ex, want_ex]
+    assert got[str(src / "b.tfrecord")]["parsed"][1] == want_ex
+    assert got[str(src / "s.tfrecord")]["parsed"] == [want_seq] * 3
 
 
 def test_commit_keeps_shard_file_mode(data: Path, tfrfs_mount) -> None:

@@ -471,3 +471,16 @@ def test_protos_read_by_tensorflow() -> None:
         assert (kind or "none") == value.kind
         got = tuple(getattr(feature, kind).value) if kind else ()
         assert same_value(Value(value.kind, got), value)
+
+
+@pytest.mark.parametrize("written, keep, stored", [
+    (b"dog\n", False, b"dog"),           # echo dog > KEY.txt
+    (b"\n", False, b""),                 # echo > KEY.txt
+    (b"dog", False, b"dog"),             # printf dog > KEY.txt: always as written
+    (b"dog\n\n", False, b"dog\n\n"),     # more than one newline: as written
+    (b"dog\r\n", False, b"dog\r"),       # only the newline itself goes
+    (b"dog\n", True, b"dog\n"),          # the value replaced (or the key) ends in one: kept
+    (b"", False, b""),
+])
+def test_text_as_written(written: bytes, keep: bool, stored: bytes) -> None:
+    assert codec.text_as_written(written, keep) == stored

@@ -93,3 +93,38 @@ def test_steps_of_a_feature_list() -> None:
     apply(msg, Target("feature_lists", "n", ".json"), b"[[1, 2], []]\n", _none)
     assert [list(f.int64_list.value) for f in flist.feature] == [[1, 2], []]
     assert item_count(msg, "feature_lists", "n") == 2
+
+
+def test_text_written_with_one_trailing_newline() -> None:
+    """SPEC 7 "Text": the newline echo adds goes when the value replaced has none, or for a value
+    new to the record when no value of the key in the dataset ends in one."""
+    msg = _example(t=("bytes_list", [b"dog"]), nl=("bytes_list", [b"line\n"]),
+                   items=("bytes_list", [b"a", b"b\n", b"\0c"]))
+    no_newline = lambda key, section: False      # noqa: E731
+    with_newline = lambda key, section: key == "known"   # noqa: E731
+    apply(msg, Target("", "t", ".txt"), b"cat\n", _none, dataset_newline=with_newline)
+    apply(msg, Target("", "nl", ".txt"), b"next\n", _none, dataset_newline=no_newline)
+    apply(msg, Target("", "new", ".txt"), b"new\n", _none, dataset_newline=no_newline)
+    apply(msg, Target("", "known", ".txt"), b"known\n", _none, dataset_newline=with_newline)
+    apply(msg, Target("", "raw", ".bin"), b"bin\n", _none)            # only .txt
+    apply(msg, Target("", "p", ".txt"), b"printf", _none)
+    f = msg.features.feature
+    assert [f[k].bytes_list.value[0] for k in ("t", "nl", "new", "known", "raw", "p")] == \
+        [b"cat", b"next\n", b"new", b"known\n", b"bin\n", b"printf"]
+    # In a .list/ folder, item by item: against the item replaced, or the key for a new one.
+    apply(msg, Target("", "items", ".txt", item=0), b"A\n", _none, dataset_newline=no_newline)
+    apply(msg, Target("", "items", ".txt", item=1), b"B\n", _none, dataset_newline=no_newline)
+    apply(msg, Target("", "items", ".txt", item=3), b"D\n", _none, dataset_newline=no_newline)
+    assert list(f["items"].bytes_list.value) == [b"A", b"B\n", b"\0c", b"D"]
+
+
+def test_text_steps_written_with_one_trailing_newline() -> None:
+    msg = proto.SequenceExample()
+    flist = msg.feature_lists.feature_list["w"]
+    flist.feature.add().bytes_list.value.append(b"\0x")
+    flist.feature.add().bytes_list.value.append(b"y\n")
+    apply(msg, Target("feature_lists", "w", ".txt", item=0), b"X\n", _none)
+    apply(msg, Target("feature_lists", "w", ".txt", item=1), b"Y\n", _none)
+    apply(msg, Target("feature_lists", "w", ".txt", item=2), b"Z\n", _none,
+          dataset_newline=lambda key, section: section == "feature_lists")
+    assert [f.bytes_list.value[0] for f in flist.feature] == [b"X", b"Y\n", b"Z\n"]

@@ -237,3 +237,27 @@ def test_layout_is_injective_and_valid(entries: dict[str, str]) -> None:
         plain = (*plain[:-1], plain[-1] + entries[key])
         if path != plain:
             assert any("~" in n for n in path)
+
+
+def test_a_shortened_name_stands_for_the_key_it_was_made_from() -> None:
+    """SPEC 3.1: a name shortened (or hashed for a clash) maps back to the dataset key it was made
+    from, a folder's to its part of the key, also for a path made anew (cp -r without xattrs)."""
+    long_key = "k" * 300
+    long_folder = "d" * 300
+    keys = [long_key, f"{long_folder}/leaf", f"{long_folder}/sub/x", "a", "a.json/x", "short"]
+    entries = [(long_key, ".txt"), (f"{long_folder}/leaf", ".json"), (f"{long_folder}/sub/x", ".list"),
+               ("a", ".json"), ("a.json/x", ".json"), ("short", ".json")]
+    shown = names.layout(entries)
+    for key, suffix in entries:
+        assert names.path_to_key(shown[key], lambda: keys) == (key, suffix)
+        # Without the dataset's keys, a shortened name is a key of its own.
+        if "~" in "/".join(shown[key]):
+            assert names.path_to_key(shown[key])[0] != key
+    folder = shown[f"{long_folder}/leaf"][0]
+    # A new key under a shortened folder: the folder stands for its part of the key.
+    assert names.path_to_key((folder, "new.json"), lambda: keys) == (f"{long_folder}/new", ".json")
+    assert names.path_to_key((folder, "sub", "y.bin"), lambda: keys) == (f"{long_folder}/sub/y", ".bin")
+    # A name that looks shortened but stands for no known key is taken as it is written.
+    assert names.path_to_key(("x~0123abcd.json",), lambda: keys) == ("x~0123abcd", ".json")
+    # Keys are asked for only when a name looks shortened.
+    assert names.path_to_key(("short.json",), lambda: pytest.fail("asked")) == ("short", ".json")
