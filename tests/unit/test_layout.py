@@ -3,6 +3,7 @@ runtime's import path."""
 
 from __future__ import annotations
 
+import os
 import pkgutil
 import subprocess
 import sys
@@ -12,12 +13,37 @@ import tfrfs
 
 def test_runtime_modules_do_not_import_the_sample() -> None:
     # A fresh interpreter: this test process has imported tfrfs.sample for other tests.
-    modules = [m.name for m in pkgutil.iter_modules(tfrfs.__path__) if not m.ispkg and m.name != "__main__"]
+    modules = [name for name in _modules(tfrfs.__path__, "tfrfs.") if not name.startswith("tfrfs.sample")]
     code = ("import importlib, sys\n"
             f"for name in {modules!r}:\n"
-            "    importlib.import_module('tfrfs.' + name)\n"
+            "    importlib.import_module(name)\n"
             "print(' '.join(sorted(m for m in sys.modules if m.startswith('tfrfs.sample'))))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "cli" in modules and "fuse_ops" in modules
+    assert {"tfrfs.cli", "tfrfs.cli.mounting", "tfrfs.fuse_ops", "tfrfs.readers.local"} <= set(modules)
     assert proc.stdout.strip() == ""
+
+
+def _modules(path: list[str], prefix: str) -> list[str]:
+    """Every module and package under ``path``, without importing them; no ``__main__`` (importing
+    one runs the command line)."""
+    found = []
+    for m in pkgutil.iter_modules(path, prefix):
+        if m.name.endswith(".__main__"):
+            continue
+        found.append(m.name)
+        if m.ispkg:
+            found += _modules([os.path.join(path[0], m.name.rsplit(".", 1)[1])], m.name + ".")
+    return found
+
+
+def test_commands_import_only_what_they_share() -> None:
+    """tfrfs.cli's parser imports the command modules; a command module imports no other command
+    module, only tfrfs.cli.common (so none of them can form an import cycle)."""
+    import ast
+    folder = os.path.join(tfrfs.__path__[0], "cli")
+    for name in ("common", "mounting", "staged", "data"):
+        with open(os.path.join(folder, name + ".py")) as f:
+            tree = ast.parse(f.read())
+        siblings = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1}
+        assert siblings <= ({"common"} if name != "common" else set()), (name, siblings)

@@ -1,0 +1,9 @@
+"""Command line: the only package that prints to the user or chooses an exit status.
+
+Exit status: 0 success, 1 the command ran and found problems (or failed at
+its work), 2 bad usage or bad input.
+"""
+
+from .parser import build_parser, main
+
+__all__ = ["build_parser", "main"]

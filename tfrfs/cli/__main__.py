@@ -1,0 +1,5 @@
+import sys
+
+from .parser import main
+
+sys.exit(main())

@@ -1,0 +1,171 @@
+"""Commands that read a dataset without mounting it (SPEC 6, 1.2): verify, repair, inspect and
+index."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any, Callable, Sequence
+
+from .common import EXIT_OK, EXIT_PROBLEMS, Progress, open_args, open_dataset
+
+
+def _shard_progress(what: str, shards: int) -> Callable[[Any, int, int], None]:
+    """Progress of a command that reads shard after shard: shards done, and the bytes read of the
+    one being read."""
+    progress = Progress(what)
+
+    def show(shard: Any, done: int, done_bytes: int) -> None:
+        if done == shards:
+            progress.update(f"{done}/{shards} shards", final=True)
+        else:
+            progress.update(f"{done}/{shards} shards, {shard.relpath}: {done_bytes / 2**20:,.0f} MiB")
+    return show
+
+
+def _problem_line(shard: str, p: Any) -> str:
+    where = f"record {p.index}" if p.index is not None else "stream"
+    line = f"{shard}: {where} at offset {p.offset}: {p.reason}"
+    if p.compressed_offset is not None:
+        line += f" (compressed offset {p.compressed_offset})"
+    return line
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from ..verify import verify_source
+    src = open_args(args)
+    try:
+        shards = src.discovery.shards
+        total = problems = 0
+        reports = []
+        for report in verify_source(src, records=args.records, progress=_shard_progress("verifying", len(shards))):
+            total += report.records
+            problems += len(report.problems)
+            if args.json:
+                reports.append(report.as_json())
+            for p in report.problems if not args.json else ():
+                print(_problem_line(report.shard.relpath, p), flush=True)
+    finally:
+        src.close()
+    if args.json:
+        print(json.dumps({"shards": reports, "records": total, "problems": problems}, indent=1, ensure_ascii=False))
+    else:
+        print(f"{len(shards)} shards, {total:,} records checked, {problems} problem(s)")
+    return EXIT_PROBLEMS if problems else EXIT_OK
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    from ..repair import repair_source
+    from ..tfrecord import OVERHEAD
+    src = open_args(args)
+    failed = repaired = 0
+    try:
+        shards = src.discovery.shards
+        results = repair_source(src, backup=not args.no_backup, dry_run=args.dry_run,
+                                progress=_shard_progress("checking", len(shards)))
+        for r in results:
+            rel = r.shard.relpath
+            for p in r.report.problems:
+                if p.index not in r.report.unparsable:
+                    print(_problem_line(rel, p))
+            dropped = [f"record {i} (bytes {o}..{o + n + OVERHEAD})" for i, o, n in r.dropped_records]
+            dropped += [f"bytes {a}..{b}" for a, b in r.dropped_ranges if b > a]
+            if r.compressed_tail:
+                a, b = r.compressed_tail
+                dropped.append(f"compressed bytes {a}..{b} (do not inflate)" if b > a else
+                               f"nothing more: the compressed stream is cut short at byte {a}")
+            if r.error:
+                failed += 1
+                print(f"{rel}: NOT repaired: {r.error}", file=sys.stderr)
+                continue
+            repaired += 1
+            verb = "would keep" if args.dry_run else "repaired: kept"
+            print(f"{rel}: {verb} {r.kept:,} records; dropped {', '.join(dropped) or 'nothing'}")
+            if r.backup:
+                print(f"{rel}: the damaged original is kept as {os.path.relpath(r.backup, src.discovery.root)}")
+            for note in r.notes:
+                print(f"{rel}: {note}")
+    finally:
+        src.close()
+    what = "damaged shard(s) found" if args.dry_run else "shard(s) repaired"
+    print(f"{len(shards)} shards checked, {repaired} {what}" + (f", {failed} could not be" if failed else ""))
+    return EXIT_PROBLEMS if failed else EXIT_OK
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from ..mount import open_mount
+    src, indexes, cache = open_dataset(args)
+    m = open_mount(src, records=args.records, decode_raw=not args.no_decode_raw, indexed=(indexes, cache))
+    try:
+        schema = m.tree.schema.summary()
+        problems = len(m.tree.errors)
+    finally:
+        m.close()
+    if args.json:
+        print(json.dumps(schema, indent=2, ensure_ascii=False))
+        return EXIT_OK
+    rows = [(s["shard"], s["compression"], s["kind"], f"{s['records']:,}") for s in schema["shards"]]
+    _table(("shard", "compression", "records as", "count"), rows)
+    print(f"\n{len(rows)} shards, {sum(s['records'] for s in schema['shards']):,} records\n")
+    for section in ("features", "feature_lists"):
+        feats = schema.get(section)
+        if not feats:
+            continue
+        frows = [(k, _kind_words(v["kind"]), f"{v['records']:,}", f"{v['min_values']}..{v['max_values']}",
+                  " ".join(v["shown_as"])) for k, v in sorted(feats.items())]
+        _table((section[:-1] if section == "features" else "feature list", "kind", "records", "values",
+                "shown as"), frows)
+        print()
+    damaged = [i for i in indexes if i.problems]
+    for idx in damaged[:20]:
+        first = idx.problems[0]
+        more = f" (and {len(idx.problems) - 1} more)" if len(idx.problems) > 1 else ""
+        print(f"damaged: {_problem_line(idx.shard.relpath, first)}{more}")
+    if len(damaged) > 20:
+        print(f"damaged: {len(damaged) - 20} more shard(s)")
+    if problems:
+        print(f"{problems} problem(s) found; run `tfrfs verify {args.source}` for details "
+              f"and `tfrfs repair` to rewrite damaged shards")
+    return EXIT_OK
+
+
+def _kind_words(kind: str | None | list[str | None]) -> str:
+    """A feature's kinds as schema.json gives them (one, or a list, most records first), in words:
+    ``bytes_list or none`` (none: a feature with no kind)."""
+    kinds = kind if isinstance(kind, list) else [kind]
+    return " or ".join(k or "none" for k in kinds)
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from ..sources import ship_indexes
+    started = time.monotonic()
+    src, indexes, cache = open_dataset(args)
+    try:
+        write = args.beside or args.out_dir or args.format == "dali"
+        shipped = ship_indexes(src, indexes, cache, fmt=args.format, out_dir=args.out_dir) if write else []
+    finally:
+        src.close()
+    for s in shipped:
+        if s.skipped:
+            print(f"{s.shard}: no index file written: {s.skipped}", file=sys.stderr)
+    records = sum(i.count for i in indexes)
+    problems = sum(len(i.problems) for i in indexes)
+    reused = len(indexes) - cache.scans
+    print(f"{len(indexes)} shards, {records:,} records indexed in {time.monotonic() - started:.1f}s "
+          f"({cache.scans} scanned, {reused} from the cache or index files)")
+    written = [s for s in shipped if s.path]
+    if written:
+        where = args.out_dir or "beside the shards"
+        print(f"wrote {len(written)} {args.format} index file(s) {where}")
+    if problems:
+        print(f"{problems} problem(s) found; run `tfrfs verify {args.source}` for details", file=sys.stderr)
+    return EXIT_PROBLEMS if problems or any(s.skipped for s in shipped) else EXIT_OK
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    for row in (header, *rows):
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
