@@ -141,6 +141,7 @@ class FileHandle(Protocol):
     def write(self, data: bytes, offset: int) -> int: ...
     def truncate(self, length: int) -> None: ...
     def flush(self, *, final: bool = False) -> None: ...
+    def sync(self) -> None: ...
     def release(self) -> None: ...
 
 
@@ -170,6 +171,9 @@ class ReadHandle:
         raise ReadOnly("opened for reading")
 
     def flush(self, *, final: bool = False) -> None:
+        pass
+
+    def sync(self) -> None:
         pass
 
     def release(self) -> None:

@@ -136,6 +136,10 @@ def _features_dir(features: Mapping, section: str, options: Options, damaged: st
             p.overrides.add((section, key))
         views[key] = in_shard[key] if in_shard and key in in_shard and shape is None \
             else codec.render(value, shape)
+        if shown is not None and shown.as_bin and shape is None and value.kind == "bytes_list" \
+                and len(value.values) == 1 and views[key].suffix != ".bin":
+            views[key] = codec.FileView(".bin", bytes(value.values[0]))   # written through KEY.bin
+            p.overrides.add((section, key))
         if shown is not None and shown.item_names is not None and value.kind == "bytes_list":
             items = [codec.render(codec.Value("bytes_list", (v,))) for v in value.values]
             views[key] = _pinned_items(views[key], shown.item_names, ".list", items, (section, key), p)
@@ -211,7 +215,7 @@ def _shown(view: codec.View, comps: tuple[str, ...], pinned: bool) -> Shown:
     name = comps[-1]
     stem = name[:len(name) - len(view.suffix)]
     if isinstance(view, codec.FileView):
-        return Shown(comps[:-1], stem, view.raw_shape, None, pinned)
+        return Shown(comps[:-1], stem, view.raw_shape, None, pinned, as_bin=view.suffix == ".bin")
     return Shown(comps[:-1], stem, None, tuple(item for item, _ in view.items), pinned)
 
 
