@@ -241,12 +241,15 @@ class FileEditor:
             pin = self.store.names_shown(record.shard, record.rid)
             pin.set_item_names(target.section, target.key, target.item_names,
                                feature_digest(msg, target.section, target.key), folder=target.folder)
-        elif target.suffix == ".bin" and target.item is None and target.section != "feature_lists":
-            # Written through KEY.bin: it stays KEY.bin until a commit, whatever it holds now.
+        elif target.item is None and target.section != "feature_lists" and not target.raw \
+                and target.suffix != ".json":
+            # The name written through keeps finding the value until a commit, whatever suffix the
+            # rules now give it (an empty or text value written to KEY.bin is KEY.txt): the writer
+            # can open it again by that name (pins.NamePin.keep_written).
             rest = inner[1:] if target.section else inner
             pin = self.store.names_shown(record.shard, record.rid)
-            pin.keep_bin(target.section, target.key, rest[:-1], names.split_suffix(rest[-1])[0],
-                         feature_digest(msg, target.section, target.key))
+            pin.keep_written(target.section, target.key, rest[:-1], rest[-1],
+                             feature_digest(msg, target.section, target.key))
         stager.stage_record(record.shard, record.rid, msg.SerializeToString(deterministic=True), pin)
 
     def unlink(self, path: str) -> None:

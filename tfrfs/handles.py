@@ -1,5 +1,7 @@
-"""Files open for writing in a writable mount. Both kinds answer the whole ``nodes.FileHandle``
-protocol, so the FUSE adapter drives every open file the same way."""
+"""Open files of a writable mount: feature files (``OpenFile``, one content shared by all the
+descriptors of a file, each a ``WriteHandle``) and scratch files (``ScratchHandle``, a real file).
+Both handles answer the whole ``nodes.FileHandle`` protocol, so the FUSE adapter drives every open
+file the same way."""
 
 from __future__ import annotations
 
@@ -47,7 +49,7 @@ class OpenFile:
         if self.fd < 0:
             self.fd, self.tmp = self._tmp_file()
             if self.base:
-                durable.pwrite(self.fd, self.base, 0, self.tmp)
+                os.pwrite(self.fd, self.base, 0)
             self.base = b""
         return self.fd
 

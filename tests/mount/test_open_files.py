@@ -43,7 +43,7 @@ FILES = (FEATURE, SCRATCH)
 MAX_FDS = 3
 SPAN = 96 << 10                              # offsets and lengths stay below this
 
-# Values that the SPEC would show as .txt (text) as well as binary ones: x.bin keeps its name.
+# Values that the SPEC would show as .txt (text) as well as binary ones: x.bin still finds them.
 DATA = st.one_of(st.binary(min_size=1, max_size=6000),
                  st.text(alphabet="abc xyz\n", min_size=1, max_size=300).map(str.encode),
                  st.integers(1, 70000).map(lambda n: bytes((i * 7 + n) % 256 for i in range(n))))
@@ -272,7 +272,7 @@ class OpenFiles(RuleBasedStateMachine):
         """Commit in the middle of a run (every descriptor closed first); both files are then made
         again, empty. Every run also ends with a commit (``teardown``)."""
         self._commit_and_check()
-        # After a commit the record is shown by the rules (x.txt for text); start again.
+        # After a commit only the rules' name finds the value (x.txt for text); start again.
         rec = self.mnt / SHARD / "000000"
         for name in os.listdir(rec):
             if name.startswith("x."):
@@ -364,16 +364,20 @@ def test_a_second_descriptor_sees_what_the_first_wrote(tmp_path: Path, tfrfs_mou
         os.close(reader)
 
 
-def test_a_value_written_through_a_bin_name_keeps_that_name(tmp_path: Path, tfrfs_mount: Any) -> None:
-    """Empty or text content written to x.bin is still x.bin, so the writer can open it again."""
+def test_a_file_opens_again_by_the_name_it_was_written_through(tmp_path: Path, tfrfs_mount: Any) -> None:
+    """Empty or text content written to x.bin is listed as x.txt (SPEC 3.2), and x.bin still
+    finds it until a commit, so the program that wrote it can open it again (fsx -c)."""
     src, rec = _record(tmp_path, tfrfs_mount)
     (rec / "x.bin").write_bytes(b"")
-    assert sorted(os.listdir(rec)) == ["n.json", "x.bin"]
-    (rec / "x.bin").write_bytes(b"text")
-    assert (rec / "x.bin").read_bytes() == b"text"
+    assert sorted(os.listdir(rec)) == ["n.json", "x.txt"]
+    assert (rec / "x.bin").read_bytes() == b""
+    with open(rec / "x.bin", "r+b") as f:
+        f.write(b"text")
+    assert (rec / "x.txt").read_bytes() == (rec / "x.bin").read_bytes() == b"text"
     run_tfrfs("commit", str(rec.parent.parent), check=True)
     assert list(committed(src).features.feature["x"].bytes_list.value) == [b"text"]
-    assert sorted(os.listdir(rec)) == ["n.json", "x.txt"]   # after a commit, the rules name it
+    assert sorted(os.listdir(rec)) == ["n.json", "x.txt"]
+    assert not (rec / "x.bin").exists()   # after a commit, only the rules' name
 
 
 def test_files_made_in_a_scratch_folder_are_scratch(tmp_path: Path, tfrfs_mount: Any) -> None:
