@@ -1,23 +1,26 @@
-"""Feature files of a writable mount: open, create, write, truncate, close and rm (SPEC 7).
+"""Feature files of a writable mount: open, create, write, truncate, fsync, close and rm (SPEC 7).
 
-Content written to a file collects in a temporary file (``handles.WriteHandle``) and is judged
-only when the file is flushed (closed), never on an intermediate state such as the truncation
-that precedes new content; what fits is put into the record (``mutate``) and the record staged
+While a feature file is open, its descriptors share one content (``handles.OpenFile``, kept here
+by path), which collects in a temporary file and is judged only when a descriptor opened for
+writing is closed, or at fsync, never on an intermediate state such as the truncation that
+precedes new content; what fits is put into the record (``mutate``) and the record staged
 (``stager``).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Callable
 
 from . import durable, mutate, names
-from .errors import Invalid, IsADir, ReadOnly
-from .handles import ScratchHandle, WriteHandle
+from .errors import DataLoss, Invalid, IsADir, ReadOnly
+from .handles import OpenFile, ScratchHandle, WriteHandle
 from .mutate import Target
-from .nodes import (DataFile, Dir, MetaFile, Node, PlainFile, RecordBin, RecordDir, ScratchFile, ShardDir)
+from .nodes import (DataFile, Dir, FileHandle, MetaFile, Node, PlainFile, RecordBin, RecordDir, ScratchFile,
+                    ShardDir)
 from .pins import NamePin, feature_digest
-from .stager import Stager, is_scratch, split_path
+from .stager import Stager, is_scratch, is_scratch_path, split_path
 
 
 class FileEditor:
@@ -28,38 +31,58 @@ class FileEditor:
         self.tree = stager.tree
         self.store = stager.store
         self.commit = commit   # writing to .tfrfs/commit runs it, with what was written
-        self.pending: dict[str, WriteHandle] = {}   # path -> handle of a file created and not yet flushed
+        # path -> the content of a feature file that some descriptor has open: every descriptor
+        # of the file reads and writes it, and stat answers from it, until the last one is closed
+        self.open_files: dict[str, OpenFile] = {}
 
-    def pending_size(self, path: str) -> int | None:
-        """The size of a file being created (no feature behind it yet), or None."""
-        h = self.pending.get(path)
-        return h.size() if h is not None else None
+    def open_stat(self, path: str) -> tuple[int, int] | None:
+        """(size, mtime) of a feature file some descriptor has open (also one being created, with
+        no feature behind it yet), or None."""
+        f = self.open_files.get(path)
+        return (f.size(), f.mtime_ns) if f is not None else None
 
     # -- open / create / flush -----------------------------------------------------
 
-    def open(self, path: str, flags: int) -> WriteHandle | ScratchHandle:
-        node, record, inner = self.tree.locate(path)
-        if isinstance(node, ScratchFile):
-            return ScratchHandle(node.path, flags)
-        if isinstance(node, (PlainFile, MetaFile)) and not _is_commit_file(node):
-            raise ReadOnly(f"{path}: only records can be changed")
-        if isinstance(node, (Dir, ShardDir, RecordDir)):
-            raise IsADir(path)
-        fd, tmp = self.stager.staging.tmp_file()
-        if not flags & os.O_TRUNC and not isinstance(node, MetaFile):
-            os.write(fd, self.tree.open(node).read(1 << 62, 0))
-        handle = WriteHandle(self, path, fd, tmp, new=False)
-        # O_TRUNC emptied the file: that is a change, judged at the last close even if nothing
-        # is written (`: > f`, `cp /dev/null f`), or the old value would silently stay.
-        handle.dirty = bool(flags & os.O_TRUNC)
+    def open(self, path: str, flags: int) -> FileHandle | None:
+        """A handle for ``path``; None for a file opened only for reading that the tree's own
+        handle serves (anything but a feature file)."""
+        writer = flags & os.O_ACCMODE != os.O_RDONLY or bool(flags & os.O_TRUNC)
+        file = self.open_files.get(path)
+        if file is None:
+            node, record, inner = self.tree.locate(path)
+            if isinstance(node, ScratchFile):
+                return ScratchHandle(node.path, flags) if writer else None
+            if not writer and not isinstance(node, DataFile):
+                return None
+            if isinstance(node, (PlainFile, MetaFile)) and not _is_commit_file(node):
+                raise ReadOnly(f"{path}: only records can be changed")
+            if isinstance(node, (Dir, ShardDir, RecordDir)):
+                raise IsADir(path)
+            if isinstance(node, DataFile) and node.damaged:
+                raise DataLoss(node.damaged)
+            if isinstance(node, DataFile) and isinstance(node.data, bytes):
+                base = node.data   # shared, not copied: copied once, at the first change
+            else:
+                base = b"" if isinstance(node, MetaFile) else self.tree.open(node).read(1 << 62, 0)
+            file = OpenFile(path, base, self.tree.stat(node).mtime_ns, self.stager.staging.tmp_file, new=False)
+            self.open_files[path] = file
+        handle = WriteHandle(self, file, writer=writer)
+        if flags & os.O_TRUNC:
+            # O_TRUNC emptied the file: that is a change, judged at the last close even if nothing
+            # is written (`: > f`, `cp /dev/null f`), or the old value would silently stay.
+            file.truncate(0)
         return handle
 
-    def create(self, path: str, flags: int) -> WriteHandle | ScratchHandle:
+    def create(self, path: str, flags: int) -> FileHandle:
+        if path in self.open_files:   # made by another descriptor and not closed yet
+            handle = self.open(path, flags)
+            assert handle is not None
+            return handle
         parent_path, name = split_path(path)
         parent, record, inner = self.tree.locate(parent_path)
         if record is None:
             raise Invalid(f"{path}: new files can only be made inside a record folder")
-        if is_scratch(name):
+        if is_scratch_path(inner + (name,)):
             real = self.stager.scratch_path(record, inner + (name,))
             os.makedirs(os.path.dirname(real), exist_ok=True)
             os.close(os.open(real, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644))
@@ -67,33 +90,84 @@ class FileEditor:
             self.store.invalidate(record.shard, record.rid)
             return ScratchHandle(real, os.O_RDWR)
         self.stager.target(record, inner + (name,))   # refuse names that cannot be features now
-        fd, tmp = self.stager.staging.tmp_file()
-        handle = WriteHandle(self, path, fd, tmp, new=True)
-        self.pending[path] = handle
-        return handle
+        file = OpenFile(path, b"", time.time_ns(), self.stager.staging.tmp_file, new=True)
+        self.open_files[path] = file
+        return WriteHandle(self, file, writer=True)
 
     def flush(self, handle: WriteHandle, *, final: bool = False) -> None:
-        """Judge and stage what was written. Until the last close (``final``), a file that was only
-        truncated is an intermediate state (``> file`` closes once before it writes) and waits."""
-        if not handle.dirty or not (handle.written or final):
+        """Judge and stage what was written, at the close of a descriptor opened for writing
+        (``final``: the release of one; the last one judges whatever is left). Until the last
+        close, a file that was only truncated is an intermediate state (``> file`` closes once
+        before it writes) and waits."""
+        file = handle.file
+        final = final and file.handles <= 1
+        if not (handle.writer or final) or not file.dirty or not (file.written or final):
             return
-        handle.dirty = handle.written = False
+        self._judge(file, report=True)
+
+    def sync(self, handle: WriteHandle) -> None:
+        """fsync: stage the file's content now if it is a valid value, the file staying open. Content
+        that is not one yet (a .json half written) waits for close, where it is judged: a program
+        that syncs as it writes is not failed mid-way, and the old value stays staged meanwhile."""
+        if handle.file.dirty:
+            try:
+                self._judge(handle.file, report=False)
+            except Invalid:
+                pass
+
+    def _judge(self, file: OpenFile, *, report: bool) -> None:
+        """Check the file's content for the feature its path stands for, and stage it. ``report``:
+        refused content goes to .tfrfs/errors, and counts as judged."""
+        if file.gone:
+            return
+        dirty, written = file.dirty, file.written
+        file.dirty = file.written = False
         try:
-            node, record, inner = self._locate_for_write(handle.path)
+            node, record, inner = self._locate_for_write(file.path)
             if isinstance(node, MetaFile):
-                self.commit(handle.content())
+                if report:
+                    self.commit(file.content())   # .tfrfs/commit acts at close, not at fsync
+                else:
+                    file.dirty, file.written = dirty, written
+                return
+            if isinstance(node, ScratchFile):
+                # Renamed to a scratch name while open (libfuse hides a removed open file so):
+                # what was written since goes into that file.
+                _overwrite(node.path, file.content())
                 return
             assert record is not None
-            self.write_content(record, inner, handle.content(), existing=node)
-        finally:
-            if handle.new:
-                self.pending.pop(handle.path, None)
-                handle.new = False
+            self.write_content(record, inner, file.content(), existing=node, report=report)
+            file.new = False
+        except Invalid:
+            if not report:
+                file.dirty, file.written = dirty, written
+            raise
 
     def release(self, handle: WriteHandle) -> None:
-        if self.pending.get(handle.path) is handle:
-            self.pending.pop(handle.path)
-        handle.discard()
+        file = handle.file
+        file.handles -= 1
+        if file.handles <= 0:
+            if self.open_files.get(file.path) is file:
+                del self.open_files[file.path]
+            file.discard()
+
+    def is_new(self, path: str) -> bool:
+        """Whether ``path`` is a file being created: open, with no feature behind it yet."""
+        f = self.open_files.get(path)
+        return f is not None and f.new
+
+    def moved(self, old: str, new: str) -> None:
+        """A rename: open files at ``old`` (or below it) are now at ``new``; one open at ``new``
+        was replaced, and what is written to it goes nowhere. A file being created that is given
+        a scratch name (libfuse hides a removed open file so) will never be a feature."""
+        for path in [p for p in self.open_files if p == new or p.startswith(new + "/")]:
+            self.open_files.pop(path).gone = True
+        for path in [p for p in self.open_files if p == old or p.startswith(old + "/")]:
+            f = self.open_files.pop(path)
+            f.path = new + path[len(old):]
+            self.open_files[f.path] = f
+            if f.new and is_scratch(split_path(f.path)[1]):
+                f.gone = True
 
     def _locate_for_write(self, path: str) -> tuple[Node | None, RecordDir | None, tuple[str, ...]]:
         parent_path, name = split_path(path)
@@ -110,7 +184,13 @@ class FileEditor:
         return node, record, inner
 
     def truncate_path(self, path: str, length: int) -> None:
-        """truncate(2) by path, with no open file: a whole change, judged at once."""
+        """truncate(2) by path: a whole change, judged at once (also of a file open elsewhere)."""
+        file = self.open_files.get(path)
+        if file is not None:
+            file.truncate(length)
+            file.written = True
+            self._judge(file, report=True)
+            return
         node, record, inner = self.tree.locate(path)
         if isinstance(node, ScratchFile):
             os.truncate(node.path, length)
@@ -123,7 +203,7 @@ class FileEditor:
         self.write_content(record, inner, data, existing=node)
 
     def touch(self, path: str, times: Any) -> None:
-        if path in self.pending:
+        if path in self.open_files:
             return
         node = self.tree.lookup(path)
         if isinstance(node, ScratchFile):
@@ -135,8 +215,9 @@ class FileEditor:
     # -- content ---------------------------------------------------------------------
 
     def write_content(self, record: RecordDir, inner: tuple[str, ...], content: bytes,
-                      existing: Node | None = None) -> None:
-        """Check ``content`` for the file at ``inner`` and stage the record with it."""
+                      existing: Node | None = None, *, report: bool = True) -> None:
+        """Check ``content`` for the file at ``inner`` and stage the record with it. ``report``:
+        content refused also goes to .tfrfs/errors and the log."""
         if isinstance(existing, ScratchFile):
             return
         stager = self.stager
@@ -152,7 +233,7 @@ class FileEditor:
             mutate.apply(msg, target, content, stager.dataset_kind_near(record.shard),
                          decode_raw=self.store.decode_raw, dataset_newline=stager.dataset_newline)
         except Invalid as exc:
-            raise stager.fail(record, inner, str(exc)) from None
+            raise (stager.fail(record, inner, str(exc)) if report else exc) from None
         pin = None
         if target.item_names is not None:
             # Written into a .list/ or .steps/ folder: the feature is shown as that folder, its
@@ -160,10 +241,24 @@ class FileEditor:
             pin = self.store.names_shown(record.shard, record.rid)
             pin.set_item_names(target.section, target.key, target.item_names,
                                feature_digest(msg, target.section, target.key), folder=target.folder)
+        elif target.item is None and target.section != "feature_lists" and not target.raw \
+                and target.suffix != ".json":
+            # The name written through keeps finding the value until a commit, whatever suffix the
+            # rules now give it (an empty or text value written to KEY.bin is KEY.txt): the writer
+            # can open it again by that name (pins.NamePin.keep_written).
+            rest = inner[1:] if target.section else inner
+            pin = self.store.names_shown(record.shard, record.rid)
+            pin.keep_written(target.section, target.key, rest[:-1], rest[-1],
+                             feature_digest(msg, target.section, target.key))
         stager.stage_record(record.shard, record.rid, msg.SerializeToString(deterministic=True), pin)
         stager.learn(msg, target.section, target.key)
 
     def unlink(self, path: str) -> None:
+        if path in self.open_files:   # still open: what is written to it goes nowhere
+            f = self.open_files.pop(path)
+            f.gone = True
+            if f.new:
+                return   # nothing staged to remove
         node, record, inner = self.tree.locate(path)
         if isinstance(node, ScratchFile):
             assert record is not None
@@ -194,6 +289,17 @@ def remove_feature(stager: Stager, record: RecordDir, msg: Any, pin: NamePin, no
         stager.keep_folders(record, inner[:-1])
     elif loc.item is not None:
         pin.drop_item_name(loc.section, loc.key, loc.item, feature_digest(msg, loc.section, loc.key))
+
+
+def _overwrite(path: str, content: bytes) -> None:
+    """Give the real file at ``path`` this content, durably, in place (its other descriptors see it)."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        durable.pwrite(fd, content, 0, path)
+        os.ftruncate(fd, len(content))
+        durable.fsync(fd, path)
+    finally:
+        os.close(fd)
 
 
 def _is_commit_file(node: Node | None) -> bool:

@@ -11,7 +11,7 @@ from . import durable, names, tfrecord
 from .errors import Exists, Invalid, NotADir, NotEmpty, NotFound, NotPermitted
 from .index import ShardFile, ShardIndex
 from .nodes import Dir, RecordDir, ShardDir
-from .stager import Stager, is_scratch, split_path
+from .stager import Stager, is_scratch, is_scratch_path, split_path
 
 SECTIONS = ("context", "feature_lists")   # the two folders of a SequenceExample record (SPEC 4)
 
@@ -45,7 +45,8 @@ class FolderEditor:
             if not inner and name in SECTIONS and self.store.kinds[record.shard] == "sequence":
                 self._make_section(record, name)
                 return
-            if not is_scratch(name) and inner and names.split_suffix(inner[-1])[1] in (".list", ".steps"):
+            if not is_scratch_path(inner + (name,)) and inner \
+                    and names.split_suffix(inner[-1])[1] in (".list", ".steps"):
                 raise Invalid("folders cannot be made inside a .list/ or .steps/ folder")
             try:
                 self.stager.keep_folders(record, inner + (name,))

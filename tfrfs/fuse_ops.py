@@ -408,21 +408,23 @@ class WritableOperations(Operations):
         self.ended: Callable[[], fuse_loop.End | None] = lambda: None
 
     def getattr(self, path: str, fh: Any = None) -> dict[str, int]:
-        size = self.files.pending_size(path)
-        if size is not None:   # a file being created: no feature behind it yet
-            return self._attrs(Stat(False, size, time.time_ns()), path)
+        st = self.files.open_stat(path)
+        if st is not None:
+            # Open: the size is what its descriptors wrote, staged or not (the kernel reads no
+            # further than it, and drops cached pages past it), also for a file being created.
+            return self._attrs(Stat(False, st[0], st[1]), path)
         return super().getattr(path, fh)
 
     def access(self, path: str, amode: int) -> int:
-        if self.files.pending_size(path) is None:
-            self.tree.lookup(path)
+        self._exists(path)
         return 0
 
     def open(self, path: str, fi: Any) -> int:
-        if fi.flags & os.O_ACCMODE == os.O_RDONLY and not fi.flags & os.O_TRUNC:
+        handle = self.files.open(path, fi.flags)
+        if handle is None:
             return super().open(path, fi)
-        fi.fh = self._new_handle(self.files.open(path, fi.flags))
-        fi.direct_io = 0
+        fi.fh = self._new_handle(handle)
+        fi.direct_io = 0   # through the page cache, so the file can be mapped (mmap)
         return 0
 
     def create(self, path: str, mode: int, fi: Any) -> int:
@@ -446,7 +448,10 @@ class WritableOperations(Operations):
         return 0
 
     def fsync(self, path: str, datasync: int, fi: Any) -> int:
-        return self.flush(path, fi)
+        handle = self._handles.get(fi.fh)
+        if handle is not None:
+            handle.sync()
+        return 0
 
     def release(self, path: str, fi: Any) -> int:
         handle = self._handles.pop(fi.fh, None)
@@ -479,7 +484,9 @@ class WritableOperations(Operations):
             raise fuse.FuseOSError(errno.EINVAL)   # RENAME_EXCHANGE, RENAME_WHITEOUT: not supported
         if flags & _RENAME_NOREPLACE and self._present(new):
             raise fuse.FuseOSError(errno.EEXIST)
-        self.renames.rename(old, new)
+        if not self.files.is_new(old):   # else there is nothing to move but the open file
+            self.renames.rename(old, new)
+        self.files.moved(old, new)
         return 0
 
     def utimens(self, path: str, times: Any = None) -> int:
@@ -504,7 +511,7 @@ class WritableOperations(Operations):
         return 0
 
     def _exists(self, path: str) -> None:
-        if self.files.pending_size(path) is None:
+        if self.files.open_stat(path) is None:
             self.tree.lookup(path)
 
     def _present(self, path: str) -> bool:

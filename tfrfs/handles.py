@@ -1,10 +1,12 @@
-"""Files open for writing in a writable mount. Both kinds answer the whole ``nodes.FileHandle``
-protocol, so the FUSE adapter drives every open file the same way."""
+"""Open files of a writable mount: feature files (``OpenFile``, one content shared by all the
+descriptors of a file, each a ``WriteHandle``) and scratch files (``ScratchHandle``, a real file).
+Both handles answer the whole ``nodes.FileHandle`` protocol, so the FUSE adapter drives every open
+file the same way."""
 
 from __future__ import annotations
 
 import os
-from typing import Protocol
+from typing import Callable, Protocol
 
 from . import durable
 
@@ -13,33 +15,60 @@ class _Judge(Protocol):
     """What judges and stages a feature file's content (``edit.FileEditor``)."""
 
     def flush(self, handle: "WriteHandle", *, final: bool = False) -> None: ...
+    def sync(self, handle: "WriteHandle") -> None: ...
     def release(self, handle: "WriteHandle") -> None: ...
 
 
-class WriteHandle:
-    """A feature file open for writing: content collects in a staging temp file until it is
-    flushed (closed), and is judged then, never on an intermediate state such as the truncation
-    that precedes new content."""
+class OpenFile:
+    """A feature file's content while any descriptor has it open, shared by all of them as a
+    file's content is shared by its descriptors: a write through one is read through the other,
+    and the kernel (which maps the file, and writes mapped pages back through whichever
+    descriptor it likes) sees one file of one size.
 
-    def __init__(self, judge: _Judge, path: str, fd: int, tmp: str, *, new: bool) -> None:
-        self.judge = judge
-        self.path = path
-        self.fd = fd
-        self.tmp = tmp
-        self.new = new          # created by this open: the file exists only once flushed
-        self.dirty = new        # content differs from what is staged
-        self.written = False    # data was written since the last flush (a bare truncate is not enough)
+    Until the first change the content is the value as shown (``base``, not copied); from then on
+    it lives in a staging temporary file, and is judged when a descriptor opened for writing is
+    closed (``edit.FileEditor.flush``).
+    """
+
+    def __init__(self, path: str, base: bytes, mtime_ns: int, tmp_file: Callable[[], tuple[int, str]],
+                 *, new: bool) -> None:
+        self.path = path          # where it is now (a rename of it while open moves it)
+        self.base = base
+        self.mtime_ns = mtime_ns
+        self._tmp_file = tmp_file
+        self.fd = -1
+        self.tmp = ""
+        self.new = new            # created and not yet staged: no feature behind it yet
+        self.dirty = new          # content differs from what is staged
+        self.written = False      # data written since last judged (a bare truncate to zero is not enough)
+        self.handles = 0          # descriptors open on it
+        self.gone = False         # removed, or replaced by a rename, while open: never staged
+
+    def _own(self) -> int:
+        """The temporary file, made (holding the value as shown) at the first change."""
+        if self.fd < 0:
+            self.fd, self.tmp = self._tmp_file()
+            if self.base:
+                os.pwrite(self.fd, self.base, 0)
+            self.base = b""
+        return self.fd
 
     def read(self, size: int, offset: int) -> bytes:
+        if self.fd < 0:
+            return self.base[offset:offset + size]
         return os.pread(self.fd, size, offset)
 
     def write(self, data: bytes, offset: int) -> int:
-        n = durable.pwrite(self.fd, data, offset, self.tmp)
+        fd = self._own()
+        n = durable.pwrite(fd, data, offset, self.tmp)
         self.dirty = self.written = True
         return n
 
     def truncate(self, length: int) -> None:
-        os.ftruncate(self.fd, length)
+        if self.fd < 0 and not length:
+            self.base = b""   # nothing to copy for a truncate to zero
+        else:
+            os.ftruncate(self._own(), length)
         self.dirty = True
         # Only a truncate to zero can be the step before new content; `truncate -s N` to any
         # other length is the change itself, judged at the next close so that close can fail.
@@ -47,27 +76,60 @@ class WriteHandle:
             self.written = True
 
     def size(self) -> int:
-        return os.fstat(self.fd).st_size
+        return len(self.base) if self.fd < 0 else os.fstat(self.fd).st_size
 
     def content(self) -> bytes:
+        if self.fd < 0:
+            return self.base
         size = self.size()
         return os.pread(self.fd, size, 0) if size else b""
+
+    def discard(self) -> None:
+        """Let go of the temporary file (once no descriptor has the file open)."""
+        self.base = b""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+            try:
+                os.unlink(self.tmp)
+            except FileNotFoundError:
+                pass
+
+
+class WriteHandle:
+    """One descriptor of a feature file (``OpenFile``) in a writable mount. Closing one opened for
+    writing judges and stages the file's content; closing the last one judges what is left."""
+
+    def __init__(self, judge: _Judge, file: OpenFile, *, writer: bool) -> None:
+        self.judge = judge
+        self.file = file
+        self.writer = writer    # opened for writing: its close judges the content
+        file.handles += 1
+
+    @property
+    def path(self) -> str:
+        return self.file.path
+
+    def read(self, size: int, offset: int) -> bytes:
+        return self.file.read(size, offset)
+
+    def write(self, data: bytes, offset: int) -> int:
+        return self.file.write(data, offset)
+
+    def truncate(self, length: int) -> None:
+        self.file.truncate(length)
+
+    def size(self) -> int:
+        return self.file.size()
 
     def flush(self, *, final: bool = False) -> None:
         self.judge.flush(self, final=final)
 
+    def sync(self) -> None:
+        self.judge.sync(self)
+
     def release(self) -> None:
         self.judge.release(self)
-
-    def discard(self) -> None:
-        """Let go of the temporary file (the judge calls this once done with the handle)."""
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        try:
-            os.unlink(self.tmp)
-        except FileNotFoundError:
-            pass
 
 
 class ScratchHandle:
@@ -95,6 +157,9 @@ class ScratchHandle:
         if self.dirty:
             durable.fsync(self.fd, self.path)
             self.dirty = False
+
+    def sync(self) -> None:
+        self.flush()
 
     def release(self) -> None:
         if self.fd >= 0:

@@ -48,6 +48,7 @@ class Dir:
     xattrs: Mapping[str, bytes] = field(default_factory=dict)
     loc: Loc | None = None        # set for a .list/ or .steps/ folder
     scratch: str | None = None    # real folder behind it, when the user made it (writable mounts)
+    aliases: dict[str, "Node"] = field(default_factory=dict)   # names found by lookup, never listed
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,7 @@ class FileHandle(Protocol):
     def write(self, data: bytes, offset: int) -> int: ...
     def truncate(self, length: int) -> None: ...
     def flush(self, *, final: bool = False) -> None: ...
+    def sync(self) -> None: ...
     def release(self) -> None: ...
 
 
@@ -170,6 +172,9 @@ class ReadHandle:
         raise ReadOnly("opened for reading")
 
     def flush(self, *, final: bool = False) -> None:
+        pass
+
+    def sync(self) -> None:
         pass
 
     def release(self) -> None:

@@ -33,6 +33,8 @@ class Shown:
     item_names: tuple[str, ...] | None = None   # a .list/ or .steps/ folder: its items' names, by position
     pinned: bool = False                     # shown otherwise than the SPEC rules show its value now
     digest: bytes = b""                      # in a pin: the value it was shown for
+    written: str = ""                        # the file name its value was written through, which
+                                             # stays a name for it (lookups only) until a commit
 
     def path(self, suffix: str) -> Path:
         return self.folders + (self.stem + suffix,)
@@ -45,7 +47,8 @@ class NamePin:
     a step or a list item never renames the others: a raw pixel array whose height went keeps its
     ``.png``, the items after a removed one keep their numbers, a ``.list/`` left with one value
     stays a folder. A feature whose value a write changed is shown by the SPEC rules again (its
-    item names excepted, which the editor sets itself with ``set_item_names``). Pins live in
+    item names excepted, which the editor sets itself with ``set_item_names``; and the name it
+    was written through still finds it: ``keep_written``). Pins live in
     memory only: a commit, or the next mount, shows every record by the rules.
     """
 
@@ -75,6 +78,15 @@ class NamePin:
         elif folder:
             stem, _ = names.split_suffix(folder[-1])
             self.entries[(section, key)] = Shown(folder[:-1], stem, None, item_names, False, digest)
+
+    def keep_written(self, section: str, key: str, folders: Path, written: str, digest: bytes) -> None:
+        """``key``'s new value (``digest``) was written through the file ``written`` in ``folders``:
+        that name keeps finding it until a commit, also where the rules now show the value under
+        another suffix (an empty or text value written to KEY.bin is KEY.txt), so the program that
+        wrote it can open it again by the name it used. A name for lookups only: listings show
+        the rules' name, and one name per file."""
+        stem, _ = names.split_suffix(written)
+        self.entries[(section, key)] = Shown(folders, stem, None, None, False, digest, written=written)
 
     def drop_item_name(self, section: str, key: str, item: int, digest: bytes) -> None:
         """After item ``item`` of a .list/ or .steps/ folder was removed, the items after it keep

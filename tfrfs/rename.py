@@ -19,7 +19,7 @@ from .folders import has_files
 from .nodes import DataFile, Dir, Loc, Node, RecordDir, RecordId, ScratchFile, ShardDir
 from .mutate import Target
 from .pins import NamePin, feature_digest
-from .stager import Stager, is_scratch, split_path
+from .stager import Stager, is_scratch, is_scratch_path, split_path
 
 
 class CrossDevice(OSError):
@@ -70,7 +70,7 @@ class Renamer:
         msg = self.store.message(record.shard, record.rid)
         pin = self.store.names_shown(record.shard, record.rid)
         intent = self.staging.intent()
-        if is_scratch(dest_inner[-1]):
+        if is_scratch_path(dest_inner):
             # An editor's backup (mv label.json label.json~): the key goes, as with rm, and the
             # scratch file appears, in the same step.
             remove_feature(self.stager, record, msg, pin, node, inner)
@@ -89,7 +89,7 @@ class Renamer:
 
     def _rename_scratch(self, record: RecordDir, node: ScratchFile, dest_inner: tuple[str, ...],
                         dest: Node | None) -> None:
-        if is_scratch(dest_inner[-1]):
+        if is_scratch_path(dest_inner):
             real = self.stager.scratch_path(record, dest_inner)
             self.stager.make_real_folder(os.path.dirname(real))
             try:

@@ -199,11 +199,27 @@ def _place(views: Mapping[str, codec.View], kinds: Mapping[str, str], section: s
             parent = nxt
         view = views[key]
         raw = isinstance(view, codec.FileView) and view.raw_shape is not None
-        parent.children[comps[-1]] = _node(view, key_xattrs(key, kinds[key]), mtime, damaged,
-                                           Loc(section, key, None, raw))
+        node = parent.children[comps[-1]] = _node(view, key_xattrs(key, kinds[key]), mtime, damaged,
+                                                  Loc(section, key, None, raw))
+        written = _written_name(unchanged.get(key), view, comps)
+        if written:
+            parent.aliases[written] = node
+            p.overrides.add((section, key))
         if p.shown is not None:
-            p.shown[(section, key)] = _shown(view, comps, (section, key) in p.overrides)
+            p.shown[(section, key)] = _shown(view, comps, (section, key) in p.overrides, written)
     return root
+
+
+def _written_name(shown: Shown | None, view: codec.View, comps: tuple[str, ...]) -> str:
+    """The name (other than its own) a file shown at ``comps`` is found by, as written through
+    (``NamePin.keep_written``): only a file whose bytes are the value (no JSON, no PNG of raw
+    pixels), in the folder it was written in."""
+    if shown is None or not shown.written or shown.written == comps[-1] or shown.folders != comps[:-1]:
+        return ""
+    if not isinstance(view, codec.FileView) or ".json" in (view.suffix, names.split_suffix(shown.written)[1]) \
+            or view.raw_shape is not None:
+        return ""
+    return shown.written
 
 
 def _node(view: codec.View, xattrs: Mapping[str, bytes], mtime: int, damaged: str | None, loc: Loc) -> Node:
@@ -215,11 +231,11 @@ def _node(view: codec.View, xattrs: Mapping[str, bytes], mtime: int, damaged: st
     return d
 
 
-def _shown(view: codec.View, comps: tuple[str, ...], pinned: bool) -> Shown:
+def _shown(view: codec.View, comps: tuple[str, ...], pinned: bool, written: str = "") -> Shown:
     name = comps[-1]
     stem = name[:len(name) - len(view.suffix)]
     if isinstance(view, codec.FileView):
-        return Shown(comps[:-1], stem, view.raw_shape, None, pinned)
+        return Shown(comps[:-1], stem, view.raw_shape, None, pinned, written=written)
     return Shown(comps[:-1], stem, None, tuple(item for item, _ in view.items), pinned)
 
 

@@ -33,6 +33,13 @@ def is_scratch(name: str) -> bool:
     return names.is_scratch(name) or bool(_TOOL_TEMP.match(name))
 
 
+def is_scratch_path(inner: tuple[str, ...]) -> bool:
+    """A path inside a record that is the user's own: a scratch name, or anything below a folder
+    whose name starts with a dot (a tool's work folder: .git, a build's, fsstress's). Only the dot
+    counts for folders: a key's folder never starts with one (SPEC 3.1), but may end with "~"."""
+    return bool(inner) and (is_scratch(inner[-1]) or any(c.startswith(".") for c in inner[:-1]))
+
+
 def split_path(path: str) -> tuple[str, str]:
     parent, _, name = path.rstrip("/").rpartition("/")
     return parent or "/", name

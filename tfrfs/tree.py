@@ -149,6 +149,11 @@ class Tree:
             try:
                 return node.children[name]
             except KeyError:
+                pass
+            try:
+                # A name a feature file was written through, now shown under another (pins.keep_written)
+                return node.aliases[name]
+            except KeyError:
                 raise NotFound(name) from None
         if isinstance(node, ShardDir):
             return self._record_entry(node, name)

@@ -135,3 +135,34 @@ def test_steps_keep_their_numbers_and_their_folder() -> None:
 def test_an_unparsable_record_renders_empty_with_the_reason() -> None:
     view = render(b"\xff\xff\xff", EXAMPLE)
     assert view.root.children == {} and view.failure is not None and "does not parse as Example" in view.failure
+
+
+def test_the_name_a_value_was_written_through_finds_it_until_it_changes() -> None:
+    msg = proto.Example()
+    msg.features.feature["img/x"].bytes_list.value.append(b"")
+    msg.features.feature["n"].int64_list.value.append(1)
+    pin = _pin(msg)
+    pin.keep_written("", "img/x", ("img",), "x.bin", feature_digest(msg, "", "img/x"))
+    view = render(msg.SerializeToString(), EXAMPLE, pin=pin)
+    # Listed by the rules (an empty value is text), found by the name it was written through too.
+    assert _listing(view.root) == ["img/", "img/x.txt", "n.json"]
+    folder = view.root.children["img"]
+    assert isinstance(folder, Dir) and folder.aliases == {"x.bin": folder.children["x.txt"]}
+    # The next change takes its pin from what is shown: the name holds while the value does.
+    msg.features.feature["n"].int64_list.value.append(2)
+    later = pin_from_shown(view.shown, msg)
+    again = render(msg.SerializeToString(), EXAMPLE, pin=later).root.children["img"]
+    assert isinstance(again, Dir) and list(again.aliases) == ["x.bin"]
+    msg.features.feature["img/x"].bytes_list.value[0] = b"\0binary"
+    changed = render(msg.SerializeToString(), EXAMPLE, pin=later).root.children["img"]
+    assert isinstance(changed, Dir) and list(changed.children) == ["x.bin"] and changed.aliases == {}
+
+
+def test_a_json_file_is_found_by_no_other_name() -> None:
+    """A value written as JSON and shown as text holds other bytes than were written: no alias."""
+    msg = proto.Example()
+    msg.features.feature["t"].bytes_list.value.append(b"cat")
+    pin = _pin(msg)
+    pin.keep_written("", "t", (), "t.json", feature_digest(msg, "", "t"))
+    view = render(msg.SerializeToString(), EXAMPLE, pin=pin)
+    assert _listing(view.root) == ["t.txt"] and view.root.aliases == {}
