@@ -32,7 +32,6 @@ import posixpath
 import signal
 import stat as _stat
 import threading
-import time
 from typing import Any, Callable, Iterator, Mapping
 
 if not (os.environ.get("FUSE_LIBRARY_PATH") or os.environ.get("FUSE_LIBRARY_NAME")):

@@ -14,13 +14,14 @@ How a writable mount ends (SPEC 7): ``finish`` commits only when the kernel unmo
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from . import mountrecord, repack, tfds
 from .errors import Busy, UsageError
@@ -28,7 +29,7 @@ from .remote import is_url
 from .index import Discovery, IndexCache, IndexProgress, ShardFile, ShardIndex, discover, local_identity
 from .nodes import MetaFile, PlainFile
 from .problems import Rejected
-from .readers import Readers, default_readers
+from .readers import Readers
 from .records import RecordStore
 from .repack import CommitFailed, ShardResult
 from .schema import Schema
@@ -334,15 +335,10 @@ def discard(source: str) -> DiscardResult:
     staging = Staging(source_root(source))
     if not staging.dir.is_dir():
         return DiscardResult(0)
-    try:
+    with _locking(staging, busy=lambda where: f"{source} is mounted writable{where}: to drop its edits, "
+                                              "tfrfs umount --discard MOUNTPOINT",
+                  refused=lambda reason: f"{staging.dir}: {reason}: cannot change the staged edits"):
         staging.acquire()
-    except Busy as exc:
-        raise UsageError(f"{source} is mounted writable{_where(staging)}: to drop its edits, "
-                         "tfrfs umount --discard MOUNTPOINT") from exc
-    except OSError as exc:
-        if exc.errno not in _NOT_ALLOWED:
-            raise
-        raise UsageError(f"{staging.dir}: {exc.strerror}: cannot change the staged edits") from exc
     try:
         return DiscardResult(staging.drop_all())
     finally:
@@ -353,15 +349,11 @@ def commit_source(source: Source, indexed: tuple[list[ShardIndex], IndexCache]) 
     """Commit the staged edits of a SOURCE that is not mounted (after a crash, or a stop by a
     signal), by the code a mount commits with. Raises UsageError while it is mounted writable,
     CommitFailed (the edits stay staged)."""
-    try:
+    with _locking(Staging(source.discovery.root),
+                  busy=lambda where: f"{source.name} is mounted writable{where}: commit it there "
+                                     "(tfrfs commit MOUNTPOINT)",
+                  refused=lambda reason: f"{source.discovery.root}: {reason}: cannot commit there"):
         m = open_mount(source, writable=True, indexed=indexed)
-    except Busy as exc:
-        raise UsageError(f"{source.name} is mounted writable{_where(Staging(source.discovery.root))}: "
-                         "commit it there (tfrfs commit MOUNTPOINT)") from exc
-    except OSError as exc:
-        if exc.errno not in _NOT_ALLOWED:
-            raise
-        raise UsageError(f"{source.discovery.root}: {exc.strerror}: cannot commit there") from exc
     try:
         return m.commit()
     finally:
@@ -369,6 +361,20 @@ def commit_source(source: Source, indexed: tuple[list[ShardIndex], IndexCache]) 
 
 
 _NOT_ALLOWED = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+@contextlib.contextmanager
+def _locking(staging: Staging, *, busy: Callable[[str], str], refused: Callable[[str], str]) -> Iterator[None]:
+    """Taking ``staging``'s lock, failures as a UsageError: ``busy(where)`` (the mount holding it)
+    when another writable mount holds it, ``refused(reason)`` when this user may not."""
+    try:
+        yield
+    except Busy as exc:
+        raise UsageError(busy(_where(staging))) from exc
+    except OSError as exc:
+        if exc.errno not in _NOT_ALLOWED:
+            raise
+        raise UsageError(refused(exc.strerror or str(exc))) from exc
 
 
 def _where(staging: Staging) -> str:

@@ -133,15 +133,9 @@ class Staging:
         # Files being written when a daemon died were never closed: nothing promised them. Folders
         # here are journals a crash interrupted while dropping them (see drop_shard), files are those
         # prepared for an intent that was never published.
-        for leftover in (self.dir / "tmp").iterdir():
-            if leftover.is_dir() and not leftover.is_symlink():
-                shutil.rmtree(leftover)
-            else:
-                leftover.unlink()
         # Half-written journal files (a crash inside durable.write_file) are only ever .tmp- files;
         # beside the lock, they are intents that were never published.
-        for p in self.dir.glob(".tmp-*"):
-            p.unlink()
+        self._clear_leftovers()
         for sdir in (self.dir / "shards").iterdir():
             for folder in (sdir, sdir / "edit", sdir / "del", sdir / "add"):
                 for p in folder.glob(".tmp-*") if folder.is_dir() else ():
@@ -223,6 +217,18 @@ class Staging:
         return (shards.is_dir() and any(shards.iterdir())) or \
             (scratch.is_dir() and any(_holds_scratch(sdir) for sdir in scratch.iterdir()))
 
+    def _clear_leftovers(self) -> None:
+        """Remove what ``tmp/`` holds and half-written ``.tmp-`` files: nobody's, with the lock held
+        and no call under way."""
+        tmp = self.dir / "tmp"
+        for leftover in tmp.iterdir() if tmp.is_dir() else ():
+            if leftover.is_dir() and not leftover.is_symlink():
+                shutil.rmtree(leftover)
+            else:
+                leftover.unlink()
+        for p in self.dir.glob(".tmp-*"):
+            p.unlink()
+
     def tidy(self) -> bool:
         """Remove the staging folder if nothing is staged in it (the lock held); whether it went.
 
@@ -230,15 +236,7 @@ class Staging:
         the module's docstring): what ``tmp/`` holds is nobody's once the mount is over."""
         if self._lock_fd is None or self.holds_anything():
             return False
-        tmp = self.dir / "tmp"
-        if tmp.is_dir():
-            for leftover in tmp.iterdir():
-                if leftover.is_dir() and not leftover.is_symlink():
-                    shutil.rmtree(leftover)
-                else:
-                    leftover.unlink()
-        for p in self.dir.glob(".tmp-*"):
-            p.unlink()
+        self._clear_leftovers()
         scratch = self.dir / "scratch"
         for sdir in scratch.iterdir() if scratch.is_dir() else ():
             for rh in sdir.iterdir():

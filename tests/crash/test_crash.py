@@ -20,7 +20,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -32,6 +31,7 @@ from tfrfs.staging import INTENT, Staging, shard_id
 
 from conftest import force_unmount, is_mounted, run_tfrfs
 from inprocess import Session
+from support.daemons import daemon_pid, wait_gone
 
 NONE, GZIP, ZLIB = tfrecord.NONE, tfrecord.GZIP, tfrecord.ZLIB
 
@@ -860,38 +860,11 @@ def test_staging_memory_matches_disk_after_a_fault(tmp_path: Path, faults) -> No
 
 # --- 2-4. the real daemon ------------------------------------------------------------------------
 
-def daemon_pid(mnt: Path) -> int:
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            args = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"--daemon" in args and os.fsencode(str(mnt)) in args:
-            return int(entry)
-    raise AssertionError(f"no daemon found for {mnt}")
-
-
-def _gone(pid: int) -> bool:
-    """Whether ``pid`` has exited (a zombie nobody reaped has closed its files, lock included)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return True
-    return any(line.split()[1:2] == ["Z"] for line in status.splitlines() if line.startswith("State:"))
-
-
 def kill_daemon(mnt: Path) -> None:
     """kill -9 the daemon, then detach its dead mount (fusermount3 -uz)."""
     pid = daemon_pid(mnt)
     os.kill(pid, signal.SIGKILL)
-    for _ in range(200):
-        if _gone(pid):
-            break
-        time.sleep(0.02)
-    else:
-        raise AssertionError(f"daemon {pid} did not die")
+    wait_gone(pid, 4)
     subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True)
     force_unmount(mnt)
     assert not is_mounted(mnt)

@@ -6,13 +6,12 @@ from __future__ import annotations
 import gzip
 import struct
 import zlib
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 from conftest import REALDATA
-from mutator import Base, compress, make_base, mutants, plain_fault
+from mutator import compress, make_base, mutants, plain_fault
 from reference import (GZIP, NONE, ZLIB, frame, inflate, masked_crc, named_like_shard, read_file,
                        shard_view, walk)
 

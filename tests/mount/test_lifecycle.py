@@ -21,6 +21,7 @@ from tfrfs.index import STAGING_DIR
 from tfrfs.sample import write_sample
 
 from conftest import force_unmount, is_mounted, run_tfrfs
+from support.daemons import daemon_pid, wait_gone
 
 pytestmark = pytest.mark.mount
 
@@ -58,34 +59,6 @@ def int_feature(ex: proto.Example, key: str) -> list[int]:
 
 def sh(command: str) -> None:
     subprocess.run(["bash", "-c", command], check=True, timeout=60)
-
-
-def daemon_pid(mnt: Path) -> int:
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            args = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"--daemon" in args and os.fsencode(str(mnt)) in args:
-            return int(entry)
-    raise AssertionError(f"no daemon found for {mnt}")
-
-
-def gone(pid: int) -> bool:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return True
-    return any(line.split()[1:2] == ["Z"] for line in status.splitlines() if line.startswith("State:"))
-
-
-def wait_gone(pid: int, seconds: float = 20) -> None:
-    deadline = time.monotonic() + seconds
-    while not gone(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert gone(pid), f"daemon {pid} did not end"
 
 
 def stop(mnt: Path, sig: int) -> None:
