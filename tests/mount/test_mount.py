@@ -125,6 +125,7 @@ def test_cp_r_find_ls_grep(sample: Path, tfrfs_mount, tmp_path: Path) -> None:
     assert (tmp_path / "clips" / "000000" / "feature_lists").is_dir()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: drop_caches, to make the kernel forget inodes")
 @pytest.mark.parametrize("rw", [False, True])
 def test_inode_numbers_survive_the_kernel_forgetting(rw: bool, sample: Path, tmp_path: Path, tfrfs_mount) -> None:
     """cp, rsync and tar compare a file's inode number between stat and open: one the kernel

@@ -12,6 +12,7 @@ from typing import Iterator
 
 import pytest
 
+from tfrfs.canmount import user_allow_other
 from tfrfs.sample import write_sample
 
 from conftest import REPO, is_mounted, run_tfrfs
@@ -48,12 +49,17 @@ def test_owner_and_modes_from_o(sample: Path, tfrfs_mount) -> None:
     assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (os.getuid(), os.getgid(), 0o444)
 
 
-def test_fuse_and_tfrfs_options_in_o_form(sample: Path, tmp_path: Path, tfrfs_mount) -> None:
+@pytest.mark.skipif(os.geteuid() != 0 and not user_allow_other(),
+                    reason="allow_other: needs root, or user_allow_other in /etc/fuse.conf")
+def test_fuse_and_tfrfs_options_in_o_form(sample: Path, tfrfs_mount) -> None:
     mnt = tfrfs_mount(sample, "-o", "allow_other,default_permissions,no_decode_raw,records=raw,nofail,dev,suid")
     line = _table_line(mnt)
     assert line[2] == "fuse.tfrfs"
     assert {"ro", "allow_other", "default_permissions"} <= set(line[3].split(","))
     assert os.listdir(mnt / "clips.tfrecord")[0].endswith(".bin")   # records=raw
+
+
+def test_rw_and_umask_in_o_form(sample: Path, tmp_path: Path, tfrfs_mount) -> None:
     rw = tfrfs_mount(_copy(sample, tmp_path), "-o", "rw,umask=0")
     assert "rw" in _table_line(rw)[3].split(",")
     assert stat.S_IMODE(os.stat(rw / LABEL).st_mode) == 0o666

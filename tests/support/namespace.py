@@ -53,23 +53,36 @@ class Namespace:
             self.close()
             raise RuntimeError("unshare did not make a mount namespace")
         self.ns = os.readlink(f"/proc/{self.proc.pid}/ns/mnt")
+        # The copies of FUSE mounts made outside would keep their file systems alive after they
+        # are unmounted there (a test run at the same time would wait for its daemon to end).
+        for point, kind in reversed(self.table()):
+            if kind in ("fuse", "fuseblk") or kind.startswith("fuse."):
+                self.run("umount", "-l", point)
         self._stash = 0
-        self._before = set(self._table())   # mounts copied from outside: not the test's
+        self._before = set(self.table())   # mounts copied from outside: not the test's
 
-    def _table(self) -> list[tuple[str, str]]:
+    def table(self) -> list[tuple[str, str]]:
+        """(mount point, type) of every mount the namespace sees, in the order they were made."""
         with open(f"/proc/{self.proc.pid}/mounts") as f:
             return [(line.split()[1], line.split()[2]) for line in f]
 
     # -- running things in it ---------------------------------------------------------
 
-    def run(self, *cmd: str, user: str | None = None, env: dict[str, str] | None = None,
-            timeout: float = 120, check: bool = False) -> subprocess.CompletedProcess:
-        prefix = ["nsenter", "-t", str(self.proc.pid), "-m", "--"]
+    def command(self, *cmd: str, user: str | None = None, env: dict[str, str] | None = None,
+                cwd: Path | str | None = None) -> list[str]:
+        """The command line that runs ``cmd`` in the namespace, as ``user``, with exactly ``env``,
+        in ``cwd`` (entering a mount namespace moves a process to its root, /)."""
+        prefix = ["nsenter", "-t", str(self.proc.pid), "-m", *([f"--wd={cwd}"] if cwd is not None else []), "--"]
         if user is not None:
             prefix += ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--"]
         if env is not None:
             prefix += ["env", "-i", *(f"{k}={v}" for k, v in env.items())]
-        proc = subprocess.run([*prefix, *cmd], capture_output=True, text=True, timeout=timeout, cwd=self.base)
+        return [*prefix, *cmd]
+
+    def run(self, *cmd: str, user: str | None = None, env: dict[str, str] | None = None,
+            timeout: float = 120, check: bool = False) -> subprocess.CompletedProcess:
+        proc = subprocess.run(self.command(*cmd, user=user, env=env), capture_output=True, text=True,
+                              timeout=timeout, cwd=self.base)
         if check and proc.returncode != 0:
             raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stdout}{proc.stderr}")
         return proc
@@ -142,7 +155,7 @@ class Namespace:
 
     def mounts(self, fstype: str = "fuse.tfrfs") -> list[str]:
         """The mount points of ``fstype`` made in the namespace."""
-        return [point for point, kind in self._table() if kind == fstype and (point, kind) not in self._before]
+        return [point for point, kind in self.table() if kind == fstype and (point, kind) not in self._before]
 
     def pids(self) -> list[int]:
         """The processes in the namespace, other than the one that keeps it."""
