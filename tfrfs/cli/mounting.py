@@ -170,7 +170,7 @@ def _open_for_mount(args: argparse.Namespace, report: Report) -> Any:
     try:
         if args.rw and not os.access(src.discovery.root, os.W_OK):
             raise UsageError(f"{src.discovery.root}: not writable, so edits cannot be staged there "
-                             "(mount without --rw)")
+                             "(mount without --rw; in fstab: with ro)")
         return open_mount(src, writable=args.rw, records=args.records, decode_raw=not args.no_decode_raw,
                           indexed=(indexes, cache))
     except Busy as exc:
