@@ -32,6 +32,7 @@ from tfrfs.staging import INTENT, Staging, shard_id
 from conftest import force_unmount, is_mounted, run_tfrfs
 from inprocess import Session
 from support.daemons import daemon_pid, wait_gone
+from support.files import disk_files
 
 NONE, GZIP, ZLIB = tfrecord.NONE, tfrecord.GZIP, tfrecord.ZLIB
 
@@ -78,17 +79,6 @@ def build_dataset(root: Path) -> dict[str, list[bytes]]:
 
 def shard_records(path: Path) -> list[bytes]:
     return list(tfrecord.iter_records(path))
-
-
-def disk_files(root: Path) -> dict[str, bytes]:
-    """Every file of the source outside the journal (a stray commit file shows up here too)."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d != STAGING_DIR]
-        for name in filenames:
-            full = Path(dirpath) / name
-            out[str(full.relative_to(root))] = full.read_bytes()
-    return out
 
 
 def disk_shard_records(root: Path) -> dict[str, list[bytes]]:

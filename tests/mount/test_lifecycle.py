@@ -22,6 +22,7 @@ from tfrfs.sample import write_sample
 
 from conftest import force_unmount, is_mounted, run_tfrfs
 from support.daemons import daemon_pid, wait_gone
+from support.files import disk_files
 
 pytestmark = pytest.mark.mount
 
@@ -35,17 +36,6 @@ def src(tmp_path: Path) -> Path:
     dest = tmp_path / "data"
     write_sample(dest)
     return dest
-
-
-def shard_files(root: Path) -> dict[str, bytes]:
-    """Every file of the source outside the staging folder."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d != STAGING_DIR]
-        for name in filenames:
-            full = Path(dirpath) / name
-            out[str(full.relative_to(root))] = full.read_bytes()
-    return out
 
 
 def records(path: Path) -> list[proto.Example]:
@@ -82,14 +72,14 @@ def status_lines(target: Path) -> list[str]:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_stop_signal_unmounts_without_committing(sig: int, src: Path, tfrfs_mount) -> None:
-    before = shard_files(src)
+    before = disk_files(src)
     clips = len(list(tfrecord.iter_records(src / "clips.tfrecord")))
     mnt = tfrfs_mount(src, "--rw")
     edit(mnt)
     stop(mnt, sig)
 
     assert not is_mounted(mnt)
-    assert shard_files(src) == before, "a stop signal committed"
+    assert disk_files(src) == before, "a stop signal committed"
     name = signal.Signals(sig).name
     assert f"stopped by {name}: 2 shard(s)' edits stay staged" in tfrfs_mount.log_text(mnt)
     assert sorted(status_lines(src)) == ["clips.tfrecord: 1 deleted", "tabular.tfrecord.gz: 1 edited"]
@@ -108,21 +98,21 @@ def test_stop_signal_unmounts_without_committing(sig: int, src: Path, tfrfs_moun
 
 
 def test_fusermount_u_commits(src: Path, tfrfs_mount) -> None:
-    before = shard_files(src)
+    before = disk_files(src)
     mnt = tfrfs_mount(src, "--rw")
     edit(mnt)
     pid = daemon_pid(mnt)
     subprocess.run(["fusermount3", "-u", str(mnt)], check=True)
     wait_gone(pid)
     assert int_feature(records(src / "tabular.tfrecord.gz")[0], "age") == [5]
-    assert shard_files(src)["clips.tfrecord"] != before["clips.tfrecord"]
+    assert disk_files(src)["clips.tfrecord"] != before["clips.tfrecord"]
     assert "unmounted" in tfrfs_mount.log_text(mnt) and "stay staged" not in tfrfs_mount.log_text(mnt)
     assert status_lines(src) == ["nothing staged"]
     assert not (src / STAGING_DIR).exists()
 
 
 def test_umount_discard(src: Path, tfrfs_mount) -> None:
-    before = shard_files(src)
+    before = disk_files(src)
     mnt = tfrfs_mount(src, "--rw")
     edit(mnt)
     os.mkdir(mnt / "tabular.tfrecord.gz" / "000001" / "notes")   # a folder of the user's own
@@ -142,7 +132,7 @@ def test_umount_discard(src: Path, tfrfs_mount) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "discarded the staged edits of 2 shard(s)" in proc.stdout, proc.stdout
     assert not is_mounted(mnt)
-    assert shard_files(src) == before
+    assert disk_files(src) == before
     assert status_lines(src) == ["nothing staged"]
     assert not (src / STAGING_DIR).exists()
     mnt2 = tfrfs_mount(src, "--rw")
@@ -167,7 +157,7 @@ def test_umount_after_a_failed_discard_commits(src: Path, tfrfs_mount) -> None:
 
 
 def test_commit_source_after_a_stop(src: Path, tfrfs_mount, tmp_path: Path) -> None:
-    before = shard_files(src)
+    before = disk_files(src)
     proc = run_tfrfs("commit", str(src), "--cache-dir", str(tmp_path / "cache"))
     assert proc.returncode == 0 and proc.stdout.strip() == "nothing staged", proc.stdout + proc.stderr
 
@@ -176,26 +166,26 @@ def test_commit_source_after_a_stop(src: Path, tfrfs_mount, tmp_path: Path) -> N
     proc = run_tfrfs("commit", str(src), "--cache-dir", str(tmp_path / "cache"))
     assert proc.returncode == 2, proc.stdout + proc.stderr       # mounted writable: commit it there
     assert proc.stderr.count("\n") == 1 and f"tfrfs commit {mnt}" in proc.stderr, proc.stderr
-    assert shard_files(src) == before
+    assert disk_files(src) == before
 
     stop(mnt, signal.SIGTERM)
     proc = run_tfrfs("commit", str(src), "--cache-dir", str(tmp_path / "cache"))
     assert proc.returncode == 0, proc.stderr
     assert "committed 2 shard(s), 2 record(s) changed" in proc.stdout, proc.stdout
     assert int_feature(records(src / "tabular.tfrecord.gz")[0], "age") == [5]
-    assert shard_files(src)["clips.tfrecord"] != before["clips.tfrecord"]
+    assert disk_files(src)["clips.tfrecord"] != before["clips.tfrecord"]
     assert status_lines(src) == ["nothing staged"]
     assert not (src / STAGING_DIR).exists()
 
 
 def test_discard_reports_the_shards_it_dropped(src: Path, tfrfs_mount) -> None:
-    before = shard_files(src)
+    before = disk_files(src)
     mnt = tfrfs_mount(src, "--rw")
     edit(mnt)
     stop(mnt, signal.SIGTERM)
     proc = run_tfrfs("discard", str(src))
     assert proc.returncode == 0 and "discarded the staged edits of 2 shard(s)" in proc.stdout, proc.stdout
-    assert shard_files(src) == before and not (src / STAGING_DIR).exists()
+    assert disk_files(src) == before and not (src / STAGING_DIR).exists()
 
     # Folders made in a record live in the staging folder too: discard drops them, and says so.
     mnt2 = tfrfs_mount(src, "--rw")
@@ -236,7 +226,7 @@ def test_status_of_a_mount_whose_daemon_died(src: Path, tfrfs_mount) -> None:
 
 
 def test_umount_of_a_mount_whose_daemon_died(src: Path, tfrfs_mount) -> None:
-    before = shard_files(src)
+    before = disk_files(src)
     mnt = tfrfs_mount(src, "--rw")
     edit(mnt)
     pid = daemon_pid(mnt)
@@ -246,7 +236,7 @@ def test_umount_of_a_mount_whose_daemon_died(src: Path, tfrfs_mount) -> None:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "nothing was committed" in proc.stderr and "2 shard(s)' edits stay staged" in proc.stderr, proc.stderr
     assert not is_mounted(mnt)
-    assert shard_files(src) == before
+    assert disk_files(src) == before
 
 
 def test_read_only_mount_of_a_source_with_staged_edits(src: Path, tfrfs_mount, tmp_path: Path) -> None:
@@ -331,7 +321,7 @@ def test_libfuses_own_loop_never_commits_on_a_signal(src: Path, tmp_path: Path) 
     """With libfuse's own request loop (a libfuse lacking what tfrfs's loop needs), an unmount cannot
     be told from a signal: nothing is committed at the end, SIGINT ends the mount as SIGTERM does,
     and the log says why; tfrfs umount still commits."""
-    before = shard_files(src)
+    before = disk_files(src)
     code = ("import sys; from tfrfs import fuse_loop; fuse_loop.Loop.usable = lambda self: False; "
             "from tfrfs.cli import main; sys.exit(main(sys.argv[1:]))")
     log = tmp_path / "daemon.log"
@@ -352,7 +342,7 @@ def test_libfuses_own_loop_never_commits_on_a_signal(src: Path, tmp_path: Path) 
                 proc.send_signal(sig)
             assert proc.wait(timeout=30) == 0
             assert not is_mounted(mnt)
-            assert shard_files(src) == before
+            assert disk_files(src) == before
         finally:
             if proc.poll() is None:
                 proc.kill()

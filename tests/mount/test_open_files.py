@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, event, settings, strategies as st
+from hypothesis import event, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from tfrfs import proto, tfrecord
 
 from conftest import force_unmount, is_mounted, run_tfrfs
+from support.machines import machine_settings
 
 pytestmark = [pytest.mark.mount,
               pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="no /dev/fuse")]
@@ -311,15 +312,7 @@ class OpenFiles(RuleBasedStateMachine):
             assert got == want, f"{f}: content ({len(got)} bytes, model {len(want)})"
 
 
-# Each example mounts and unmounts. derandomize and no database: CI runs the same examples every
-# time. To search harder: TFRFS_OPEN_EXAMPLES=100, TFRFS_OPEN_STEPS=200, TFRFS_OPEN_RANDOM=1.
-OpenFiles.TestCase.settings = settings(max_examples=int(os.environ.get("TFRFS_OPEN_EXAMPLES", 10)),
-                                       stateful_step_count=int(os.environ.get("TFRFS_OPEN_STEPS", 50)),
-                                       deadline=None, database=None,
-                                       derandomize=os.environ.get("TFRFS_OPEN_RANDOM") != "1",
-                                       phases=[p for p in Phase if p != Phase.shrink
-                                               or os.environ.get("TFRFS_OPEN_SHRINK", "1") == "1"],
-                                       suppress_health_check=list(HealthCheck))
+OpenFiles.TestCase.settings = machine_settings("TFRFS_OPEN", examples=10, steps=50)
 
 TestOpenFiles = OpenFiles.TestCase
 

@@ -49,13 +49,14 @@ from typing import Any, Union
 
 import crc32c
 import pytest
-from hypothesis import HealthCheck, Phase, event, settings, strategies as st
+from hypothesis import event, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from PIL import Image
 
 from tfrfs import proto   # message definitions only
 
 from conftest import force_unmount, is_mounted, run_tfrfs
+from support.machines import machine_settings
 
 pytestmark = [pytest.mark.mount,
               pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="no /dev/fuse")]
@@ -1204,16 +1205,7 @@ def _diff(got: Tree, want: Tree) -> str:
     return "; ".join(lines)
 
 
-# Each example mounts and unmounts. derandomize and no database: CI runs the same examples every
-# time. To search harder: TFRFS_MODEL_EXAMPLES=200 (more examples), TFRFS_MODEL_STEPS (longer
-# runs), TFRFS_MODEL_RANDOM=1 (new examples each run), TFRFS_MODEL_SHRINK=0 (report unshrunk).
-WritableMount.TestCase.settings = settings(max_examples=int(os.environ.get("TFRFS_MODEL_EXAMPLES", 10)),
-                                           stateful_step_count=int(os.environ.get("TFRFS_MODEL_STEPS", 40)),
-                                           deadline=None, database=None,
-                                           derandomize=os.environ.get("TFRFS_MODEL_RANDOM") != "1",
-                                           phases=[p for p in Phase if p != Phase.shrink
-                                                   or os.environ.get("TFRFS_MODEL_SHRINK", "1") == "1"],
-                                           suppress_health_check=list(HealthCheck))
+WritableMount.TestCase.settings = machine_settings("TFRFS_MODEL", examples=10, steps=40)
 
 TestWritableMount = WritableMount.TestCase
 
