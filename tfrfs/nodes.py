@@ -48,7 +48,7 @@ class Dir:
     xattrs: Mapping[str, bytes] = field(default_factory=dict)
     loc: Loc | None = None        # set for a .list/ or .steps/ folder
     scratch: str | None = None    # real folder behind it, when the user made it (writable mounts)
-    aliases: dict[str, "Node"] = field(default_factory=dict)   # names found by lookup, never listed
+    aliases: dict[str, "Node"] | None = None   # names found by lookup, never listed (rare: made when needed)
 
 
 @dataclass(frozen=True)

@@ -203,6 +203,8 @@ def _place(views: Mapping[str, codec.View], kinds: Mapping[str, str], section: s
                                                   Loc(section, key, None, raw))
         written = _written_name(unchanged.get(key), view, comps)
         if written:
+            if parent.aliases is None:
+                parent.aliases = {}
             parent.aliases[written] = node
             p.overrides.add((section, key))
         if p.shown is not None:

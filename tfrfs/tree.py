@@ -150,11 +150,11 @@ class Tree:
                 return node.children[name]
             except KeyError:
                 pass
-            try:
-                # A name a feature file was written through, now shown under another (pins.keep_written)
-                return node.aliases[name]
-            except KeyError:
-                raise NotFound(name) from None
+            # A name a feature file was written through, now shown under another (pins.keep_written)
+            alias = node.aliases.get(name) if node.aliases else None
+            if alias is None:
+                raise NotFound(name)
+            return alias
         if isinstance(node, ShardDir):
             return self._record_entry(node, name)
         if isinstance(node, RecordDir):
