@@ -150,7 +150,7 @@ class Mount:
         mountrecord.write(mountrecord.MountRecord(mountpoint, self.source_name, self.discovery.root,
                                                   self.writable, os.getpid()))
         if self.staging is not None:
-            self.staging.note_holder(mountpoint=mountpoint, source=self.source_name)
+            self.staging.lock.note_holder(mountpoint=mountpoint, source=self.source_name)
         elif not self.source.remote:
             staged = staged_in(self.discovery.root)
             if staged:
@@ -378,7 +378,7 @@ def _locking(staging: Staging, *, busy: Callable[[str], str], refused: Callable[
 
 
 def _where(staging: Staging) -> str:
-    where = staging.holder().get("mountpoint")
+    where = staging.lock.holder().get("mountpoint")
     return f" at {where}" if where else ""
 
 
@@ -392,7 +392,7 @@ def staged_in(source: str) -> tuple[PendingShard, ...]:
 def writable_holder(source: str) -> dict:
     """Who mounts SOURCE writable now ({"pid", "mountpoint", "source"}), or {} when nobody does."""
     staging = Staging(source_root(source))
-    return (staging.holder() or {"pid": None}) if staging.is_locked() else {}
+    return (staging.lock.holder() or {"pid": None}) if staging.lock.is_locked() else {}
 
 
 def source_root(source: str) -> str:

@@ -54,7 +54,7 @@ def check_repairable(source: Source) -> None:
         raise UsageError(f"{source.name}: a remote source is read-only: copy the damaged shards to a "
                          "local folder and repair them there")
     staging = Staging(source.discovery.root)
-    if staging.is_locked():
+    if staging.lock.is_locked():
         raise UsageError(f"{source.name} is mounted writable: unmount it first")
     if staging.exists():
         staged = set(staging.load())

@@ -52,7 +52,6 @@ source reads the journal files as they are, without finishing an intent.
 from __future__ import annotations
 
 import errno
-import fcntl
 import hashlib
 import json
 import logging
@@ -69,6 +68,7 @@ from typing import Callable, Iterator
 from . import durable
 from .errors import Busy
 from .index import STAGING_DIR
+from .writerlock import WriterLock
 
 log = logging.getLogger("tfrfs")
 
@@ -111,7 +111,7 @@ class Staging:
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.dir = Path(root) / STAGING_DIR
-        self._lock_fd: int | None = None
+        self.lock = WriterLock(self.dir)
         self.shards: dict[str, ShardChanges] = {}
         self._running: Intent | None = None   # published by this process and not yet removed
 
@@ -122,7 +122,7 @@ class Staging:
 
     def acquire(self) -> None:
         """Take the single-writer lock; raises Busy when another writable mount holds it."""
-        self._lock_fd = self._take_lock()
+        self.lock.take()
         for sub in ("shards", "scratch", "tmp"):
             (self.dir / sub).mkdir(exist_ok=True)
         durable.fsync_dir(self.dir)
@@ -141,73 +141,16 @@ class Staging:
                 for p in folder.glob(".tmp-*") if folder.is_dir() else ():
                     p.unlink()
 
-    def _take_lock(self) -> int:
-        # A mount ending with nothing staged removes the folder and its lock file (``tidy``): a lock
-        # taken on a file that is no longer at the path is taken again, on the file that is.
-        for _ in range(100):
-            self.dir.mkdir(exist_ok=True)
-            try:
-                fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-            except FileNotFoundError:
-                continue                  # the folder went away just now
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                raise Busy(f"{self.dir.parent} is already mounted writable by another tfrfs process"
-                           + _held_at(self.holder())) from None
-            try:
-                if os.stat(self.dir / "lock").st_ino == os.fstat(fd).st_ino:
-                    return fd
-            except FileNotFoundError:
-                pass
-            os.close(fd)
-        raise Busy(f"{self.dir}: its lock file keeps going away; is another tfrfs ending a mount there?")
-
-    def note_holder(self, **info: object) -> None:
-        """Note in the lock file who holds it (process, mount point), for status, commit and discard."""
-        if self._lock_fd is None:
-            return
-        data = json.dumps({"pid": os.getpid(), **info}).encode()
-        try:
-            os.ftruncate(self._lock_fd, 0)
-            os.pwrite(self._lock_fd, data, 0)
-        except OSError as exc:   # only a message depends on it
-            log.warning("could not note this mount in %s: %s", self.dir / "lock", exc)
-
-    def holder(self) -> dict:
-        """What the lock file says of the last writable mount (whether or not it still runs)."""
-        try:
-            info = json.loads((self.dir / "lock").read_bytes() or b"{}")
-        except (OSError, ValueError):
-            return {}
-        return info if isinstance(info, dict) else {}
-
-    def is_locked(self) -> bool:
-        """Whether another process holds the writer lock now."""
-        try:
-            fd = os.open(self.dir / "lock", os.O_RDWR)
-        except FileNotFoundError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
-        return False
-
     def release(self) -> None:
         """Let go of the lock; with nothing staged, remove the staging folder first (``tidy``)."""
-        if self._lock_fd is None:
+        if not self.lock.held:
             return
         try:
             self.tidy()
         except OSError as exc:   # an empty journal left behind is harmless
             log.warning("could not remove the empty %s: %s", self.dir, exc)
         finally:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+            self.lock.release()
 
     def holds_anything(self) -> bool:
         """Whether anything is staged on disk: a shard's journal, a scratch file or folder, an intent."""
@@ -234,7 +177,7 @@ class Staging:
 
         Only empty things are removed, in an order that a mount starting meanwhile survives (see
         the module's docstring): what ``tmp/`` holds is nobody's once the mount is over."""
-        if self._lock_fd is None or self.holds_anything():
+        if not self.lock.held or self.holds_anything():
             return False
         self._clear_leftovers()
         scratch = self.dir / "scratch"
@@ -600,11 +543,6 @@ def _holds_scratch(sdir: Path) -> bool:
     """Whether a shard's scratch folder holds any of the user's files or folders (scratch/SID/RH/...;
     a record's folder there is left empty when its last scratch file goes)."""
     return any(rh.is_dir() and any(rh.iterdir()) for rh in sdir.iterdir())
-
-
-def _held_at(info: dict) -> str:
-    where = info.get("mountpoint")
-    return f" (mounted at {where}, process {info.get('pid')})" if where else ""
 
 
 def _entries(folder: Path) -> Iterator[Path]:

@@ -163,7 +163,7 @@ def _source_of(mnt: str) -> str | None:
     for entry in mounttab.entries():
         if entry.point == point and entry.fstype == FSTYPE and os.path.isabs(entry.source):
             try:
-                if Staging(source_root(entry.source)).holder().get("mountpoint") == point:
+                if Staging(source_root(entry.source)).lock.holder().get("mountpoint") == point:
                     return entry.source
             except TfrfsError:
                 pass
@@ -313,7 +313,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from ..mount import source_root, writable_holder
     from ..staging import Staging
     pending = list(staged_in(target))
-    holder = Staging(source_root(target)).holder() if not is_url(target) else {}
+    holder = Staging(source_root(target)).lock.holder() if not is_url(target) else {}
     where = holder.get("mountpoint")
     if where and not writable_holder(target) and mounttab.fstype_at(where) == FSTYPE \
             and _daemon_state(where) == "gone":
