@@ -234,7 +234,7 @@ class Operations(_Edge):
     def __init__(self, tree: Tree, mountpoint: str = "", owner: Owner | None = None) -> None:
         self.tree = tree
         self.mountpoint = mountpoint
-        owner = owner or Owner(tree.uid, tree.gid)
+        owner = owner or Owner(os.getuid(), os.getgid())
         self._uid, self._gid = owner.uid, owner.gid
         file_mode, dir_mode = owner.modes(tree.writable)
         self._file_mode, self._dir_mode = _stat.S_IFREG | file_mode, _stat.S_IFDIR | dir_mode

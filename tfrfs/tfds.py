@@ -277,6 +277,8 @@ def after_commit(root: str, indexes: Iterable[ShardIndex], committed: Collection
     crash between leaves the file stale until the folder's next commit or ``tfrfs repair``."""
     notes = []
     for folder in sorted({os.path.dirname(rel) for rel in committed}):
+        if not os.path.exists(os.path.join(root, folder, INFO)):
+            continue   # not a TFDS folder: no file to keep in step, and no stat of every shard
         here: dict[str, ShardFigures] = {}
         for idx in indexes:
             name = os.path.basename(idx.shard.relpath)

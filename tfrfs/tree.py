@@ -38,10 +38,6 @@ class Tree:
         self.schema = schema or Schema(store)
         self.errors = store.errors
         self.writable = store.writable
-        self.uid = os.getuid()
-        self.gid = os.getgid()
-        self.file_mode = 0o644 if self.writable else 0o444
-        self.dir_mode = 0o755 if self.writable else 0o555
         self._plain_fds: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()
         self.meta = Dir(mtime_ns=0)
