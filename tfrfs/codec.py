@@ -237,22 +237,26 @@ def raw_shapes(record_values: Mapping[str, Value]) -> dict[str, Shape]:
     one shape fits its length; height and width must be positive (PNG has no empty image).
     """
     shapes: dict[str, Shape] = {}
-    get = record_values.get
     for key, value in record_values.items():
-        if value.kind != "bytes_list" or len(value.values) != 1:
-            continue
-        prefix = key[:key.rfind("/") + 1]
-        height = _one_int(get(prefix + "height"))
-        width = _one_int(get(prefix + "width"))
-        if height is None or width is None or height <= 0 or width <= 0:
-            continue
-        declared = {c for c in (_one_int(get(prefix + "depth")), _one_int(get(prefix + "channels")))
-                    if c is not None}
-        size = len(value.values[0])
-        fitting = {c for c in (declared or _CHANNELS) if c in _CHANNELS and height * width * c == size}
-        if len(fitting) == 1:
-            shapes[key] = Shape(height, width, fitting.pop())
+        if value.kind == "bytes_list" and len(value.values) == 1:
+            shape = raw_shape(key, len(value.values[0]), record_values.get)
+            if shape is not None:
+                shapes[key] = shape
     return shapes
+
+
+def raw_shape(key: str, size: int, get: Callable[[str], Value | None]) -> Shape | None:
+    """The Shape of one-value bytes feature ``key`` of ``size`` bytes if it is a raw pixel array
+    (see ``raw_shapes``); ``get`` gives the record's other features."""
+    prefix = key[:key.rfind("/") + 1]
+    height = _one_int(get(prefix + "height"))
+    width = _one_int(get(prefix + "width"))
+    if height is None or width is None or height <= 0 or width <= 0:
+        return None
+    declared = {c for c in (_one_int(get(prefix + "depth")), _one_int(get(prefix + "channels")))
+                if c is not None}
+    fitting = {c for c in (declared or _CHANNELS) if c in _CHANNELS and height * width * c == size}
+    return Shape(height, width, fitting.pop()) if len(fitting) == 1 else None
 
 
 def _encode_png(data: bytes, shape: Shape) -> bytes:

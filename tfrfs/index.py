@@ -28,6 +28,7 @@ from typing import BinaryIO, Callable, Iterable, Iterator
 from . import idxfile, proto, salvage, tfrecord
 from .errors import DataLoss, UsageError
 from .readers import Readers, ShardReader, default_readers
+from .shardschema import Tally
 from .tfrecord import Problem
 
 log = logging.getLogger("tfrfs")
@@ -335,6 +336,8 @@ class ShardIndex:
     # Where a record ends when damage follows it (SPEC 6): the next record starts at
     # ``offsets[index + 1]``, after the gap. One entry per gap, none in a sound shard.
     ends: dict[int, int] = field(default_factory=dict)
+    # What the records hold (the schema's part of this shard), once read: kept in the index file.
+    tally: Tally | None = None
 
     @property
     def count(self) -> int:
@@ -463,7 +466,9 @@ class IndexCache:
         try:
             problems = [Problem.from_fields(p) for p in meta["problems"]]
             ends = {int(i): int(end) for i, end in meta["gaps"]}
-            return ShardIndex(shard, data_path, offsets, meta["kind"], problems, set(meta["bad"]), ends=ends)
+            tally = Tally.from_json(meta["schema"]) if "schema" in meta else None
+            return ShardIndex(shard, data_path, offsets, meta["kind"], problems, set(meta["bad"]), ends=ends,
+                              tally=tally)
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -476,6 +481,8 @@ class IndexCache:
             "problems": [p.fields() for p in idx.problems],
             "bad": sorted(idx.bad),
             "gaps": sorted(idx.ends.items()),
+            **({"schema": idx.tally.to_json()} if idx.tally is not None and idx.tally.kind == idx.detected_kind
+               else {}),
         }
 
     def save(self, idx: ShardIndex) -> None:

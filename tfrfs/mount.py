@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import json
 import logging
 import os
@@ -23,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
 
-from . import mountrecord, repack, tfds
+from . import mountrecord, mutate, repack, tfds
 from .errors import Busy, UsageError
 from .remote import is_url
 from .index import Discovery, IndexCache, IndexProgress, ShardFile, ShardIndex, discover, local_identity
@@ -33,6 +34,7 @@ from .readers import Readers
 from .records import RecordStore
 from .repack import CommitFailed, ShardResult
 from .schema import Schema
+from .shardschema import Tally
 from .sources import Source, index_source, open_source
 from .staging import ShardChanges, Staging
 from .tree import Tree
@@ -151,6 +153,8 @@ class Mount:
                                                   self.writable, os.getpid()))
         if self.staging is not None:
             self.staging.lock.note_holder(mountpoint=mountpoint, source=self.source_name)
+            # The kind of a key new to the dataset needs the schema: have it ready by the first edit.
+            self.tree.schema.build_in_background()
         elif not self.source.remote:
             staged = staged_in(self.discovery.root)
             if staged:
@@ -219,6 +223,7 @@ class Mount:
             reader = store.reader(n) if n is not None else None
             log.info("committing %s (%d edited, %d deleted, %d added%s)", relpath, len(ch.edited), len(ch.deleted),
                      len(ch.added), ", removed" if ch.removed else ", new" if ch.new else "")
+            tally = self._tally_after(n, ch)
             try:
                 result = repack.commit_shard(self.discovery.root, ch, idx, reader, staging)
             except CommitFailed as exc:
@@ -233,11 +238,30 @@ class Mount:
                     self.tree.hide_shard(n)
                 else:
                     self._reload(n, relpath)
+                    self.tree.schema.committed(n, tally)
             log.info("committed %s: %s, %d records, %d bytes", relpath, result.action, result.records, result.bytes)
         notes = self._follow_tfds(done)
         self.last_commit = CommitResult(True, tuple(done), round(time.monotonic() - started, 3),
                                         staged=tuple(staged), notes=notes)
         return self.last_commit
+
+    def _tally_after(self, n: int | None, ch: ShardChanges) -> Tally | None:
+        """What shard ``n`` will hold once ``ch`` is committed (the schema follows without reading
+        the shard again), or None when its tally is not known yet."""
+        if ch.removed or n is None:
+            return None
+        store = self.store
+        kind = store.kinds[n]
+        idx = store.shards[n]
+        staging = self.staging
+        assert staging is not None
+        replaced = sorted((ch.edited | ch.deleted) - idx.bad) if not ch.new else []
+        removed = (store.original(n, i)[0] for i in replaced if i < idx.count)
+        # One record at a time: a staged record may be large.
+        written = itertools.chain((staging.get_edit(ch, i) for i in sorted(ch.edited - ch.deleted)),
+                                  (mutate.with_both_parts(d) if ch.kind == "sequence" else d
+                                   for d in (staging.get_added(ch, name) for name in ch.added_names())))
+        return self.tree.schema.change_of(None if ch.new else n, kind, removed, written)
 
     def _follow_tfds(self, done: list[ShardResult]) -> tuple[str, ...]:
         """A TFDS ``dataset_info.json`` beside committed shards follows them: not a failure of the
@@ -297,7 +321,7 @@ def open_mount(source: str | Source, *, writable: bool = False, records: str | N
             staging.load()
         store = RecordStore(indexes, readers, records=records, decode_raw=decode_raw, writable=writable,
                             staging=staging, on_bad=cache.save)
-        tree = Tree(disc, store, Schema(store))
+        tree = Tree(disc, store, Schema(store, cache.save))
         mount = Mount(disc, tree, cache, src, staging)
         if staging is not None:
             # Imported here: a read-only mount (and every command but mount --rw) does without them.

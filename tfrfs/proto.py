@@ -101,3 +101,38 @@ SequenceExample = _CLASSES["SequenceExample"]
 
 __all__ = ["BytesList", "FloatList", "Int64List", "Feature", "Features", "FeatureList",
            "FeatureLists", "Example", "SequenceExample"]
+
+
+def _build_shallow() -> dict[str, Any]:
+    """Messages that read an ``Example`` or ``SequenceExample`` one level deep: each feature (or
+    feature list) kept as its encoded bytes. Parsing these is a few C calls per record, and the
+    schema scan (``shardschema``) then looks into only the values it has not seen before."""
+    fdp = descriptor_pb2.FileDescriptorProto()
+    fdp.name = "tfrfs/shallow.proto"
+    fdp.package = "tfrfs.shallow"
+    fdp.syntax = "proto3"
+    for name, field_name in (("Features", "feature"), ("FeatureLists", "feature_list")):
+        m = fdp.message_type.add()
+        m.name = name
+        entry = m.nested_type.add()
+        entry.name = "Entry"
+        entry.options.map_entry = True
+        _field(entry, "key", 1, _F.TYPE_STRING)
+        _field(entry, "value", 2, _F.TYPE_BYTES)
+        _field(m, field_name, 1, _F.TYPE_MESSAGE, repeated=True, type_name=f".tfrfs.shallow.{name}.Entry")
+    example = fdp.message_type.add()
+    example.name = "Example"
+    _field(example, "features", 1, _F.TYPE_MESSAGE, type_name=".tfrfs.shallow.Features")
+    seq = fdp.message_type.add()
+    seq.name = "SequenceExample"
+    _field(seq, "context", 1, _F.TYPE_MESSAGE, type_name=".tfrfs.shallow.Features")
+    _field(seq, "feature_lists", 2, _F.TYPE_MESSAGE, type_name=".tfrfs.shallow.FeatureLists")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName("tfrfs.shallow." + name))
+            for name in ("Example", "SequenceExample")}
+
+
+_SHALLOW = _build_shallow()
+ShallowExample = _SHALLOW["Example"]
+ShallowSequenceExample = _SHALLOW["SequenceExample"]

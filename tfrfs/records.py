@@ -307,8 +307,10 @@ class RecordStore:
         with self._lock:
             self._pins.pop((shard, rid), None)
 
-    def close(self) -> None:
-        self._readers_factory.close()
+    def close(self, *, factory: bool = True) -> None:
+        """Close the shards' readers, and (``factory``) what opened them."""
+        if factory:
+            self._readers_factory.close()
         for n, reader in enumerate(self._readers):
             if reader is not None:
                 reader.close()

@@ -3,8 +3,12 @@ editors: the kind a key already has across the dataset (SPEC 7), whether a value
 newline (SPEC 7 "Text"), the keys a shortened name may stand for (SPEC 3.1), and whether a key is
 shown as raw pixels near a given shard.
 
-All are computed by reading records through the record store, once, and kept until a commit. In a
-writable mount "the dataset" is the shards plus what is staged: the keys and kinds of staged
+It is the sum of the shards' tallies (``shardschema``): each is computed once, on all cores, kept
+in the shard's index file (the local cache, and the index shipped beside it), and carried through
+a commit by taking out the records it replaced and adding those it wrote. A writable mount builds
+the missing ones in the background as soon as it is up, so the first edit rarely waits.
+
+In a writable mount "the dataset" is the shards plus what is staged: the keys and kinds of staged
 records are learned once from the journal and then from each change as it is staged, and are kept
 (even when the value that taught them is removed again) until the next commit, so a key made in
 the mount keeps its kind through an editor's rename-away-and-write save as a shard's key does.
@@ -17,82 +21,162 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterable
 
-from . import codec
+from . import codec, shardschema
 from .records import RecordStore
+from .shardschema import Tally
 
 log = logging.getLogger("tfrfs")
+
+Progress = Callable[[int, int], None]    # (records done, records to read)
 
 
 class Schema:
     """Per feature key across the dataset: kind, records holding it, value counts, how shown."""
 
-    def __init__(self, store: RecordStore) -> None:
+    def __init__(self, store: RecordStore, save: Callable[[Any], None] | None = None) -> None:
         self.store = store
+        self.save = save                 # keeps a shard's index (with its tally) in the cache
+        self.progress: Progress | None = None
         self._summary: dict | None = None
-        self._raw_tallies: dict[tuple[int, str], dict[str, tuple[int, int]]] = {}
         self._staged: dict[tuple[str, str], _Learned] = {}   # (table, key) -> what staged values tell
         self._staged_read = False      # whether the journal's records were read into ``_staged``
         self._lock = threading.Lock()
+        self._build = threading.Lock()   # one scan at a time; others wait for it
+        self._background: threading.Thread | None = None
 
     def forget(self) -> None:
-        """The shards changed (a commit): compute again when next asked."""
+        """The shards changed (a commit): add up again when next asked (the shards' tallies stay)."""
         with self._lock:
             self._summary = None
-            self._raw_tallies.clear()
             self._staged.clear()
             self._staged_read = False
 
+    # -- the shards' tallies ----------------------------------------------------------
+
+    def _tally(self, shard: int) -> Tally | None:
+        t = self.store.shards[shard].tally
+        return t if t is not None and t.kind == self.store.kinds[shard] else None
+
+    def ready(self) -> bool:
+        """Whether every shard's tally is at hand (nothing to read)."""
+        return all(self._tally(n) is not None for n in range(len(self.store.shards)))
+
+    def tallies(self, shards: Iterable[int] | None = None) -> list[Tally]:
+        """The tallies of ``shards`` (all by default), reading those not known yet."""
+        wanted = list(range(len(self.store.shards)) if shards is None else shards)
+        if any(self._tally(n) is None for n in wanted):
+            with self._build:
+                missing = [n for n in wanted if self._tally(n) is None]
+                if missing:
+                    self._read(missing)
+        return [self._tally(n) or Tally(self.store.kinds[n]) for n in wanted]
+
+    def _read(self, shards: list[int]) -> None:
+        store = self.store
+        total = sum(store.shards[n].count for n in shards)
+        started = time.monotonic()
+        log.info("reading %d records of %d shard(s) for the schema (.tfrfs/schema.json, kinds of new keys)",
+                 total, len(shards))
+        local, here = [], []
+        for n in shards:
+            idx = store.shards[n]
+            if idx.count and _is_local_stream(idx.data_path, idx.offsets[-1]):
+                local.append(n)
+            else:
+                here.append(n)
+        done = [0]
+
+        def report(records: int, _total: int) -> None:
+            if self.progress is not None:
+                self.progress(done[0] + records, total)
+        if local:
+            jobs = [(store.shards[n].data_path, store.kinds[n], store.shards[n].offsets, store.shards[n].bad)
+                    for n in local]
+            for n, tally in zip(local, shardschema.scan_local(jobs, report)):
+                self._keep(n, tally)
+            done[0] += sum(store.shards[n].count for n in local)
+        for n in here:
+            self._keep(n, self._scan_here(n))
+            done[0] += store.shards[n].count
+            report(0, total)
+        log.info("schema of %d records read in %.1fs", total, time.monotonic() - started)
+
+    def _scan_here(self, shard: int) -> Tally:
+        """A shard that is not a local file (a remote one), read through the mount's reader."""
+        store = self.store
+        idx = store.shards[shard]
+        reader = store.reader(shard)
+        if reader is None:
+            return Tally(store.kinds[shard])
+        records = shardschema.records_in(reader.pread, idx.offsets, 0, idx.count, idx.bad)
+        return shardschema.scan_records(store.kinds[shard], records)
+
+    def _keep(self, shard: int, tally: Tally) -> None:
+        idx = self.store.shards[shard]
+        idx.tally = tally
+        if self.save is not None and tally.kind == idx.detected_kind:
+            self.save(idx)
+
+    def build_in_background(self) -> None:
+        """Read the missing tallies now, in a thread (a writable mount, once it is up)."""
+        if self._background is not None or self.ready():
+            return
+
+        def run() -> None:
+            try:
+                self.tallies()
+            except Exception:  # noqa: BLE001 - the schema is read again when needed; say why
+                log.exception("reading the schema in the background failed; it is read when first needed")
+        self._background = threading.Thread(target=run, name="tfrfs-schema", daemon=True)
+        self._background.start()
+
+    # -- commits --------------------------------------------------------------------
+
+    def change_of(self, shard: int | None, kind: str, removed: Iterable[bytes], written: Iterable[bytes]) -> Tally | None:
+        """What a commit does to a shard's tally: ``removed`` records (original ones it replaces or
+        drops) out, ``written`` records (fresh ones) in; None when the shard's tally is not known
+        (then it is read again when needed)."""
+        base = self._tally(shard) if shard is not None else Tally(kind)
+        if base is None:
+            return None
+        scanner = shardschema.Scanner(base.kind)
+        for data in removed:
+            scanner.add(data, -1)
+        for data in written:
+            scanner.add(data)
+        after = Tally(base.kind)
+        after.add(base)
+        after.add(scanner.flush())
+        return after
+
+    def committed(self, shard: int, tally: Tally | None) -> None:
+        """Shard ``shard`` was written anew and holds what ``tally`` says (from ``change_of``)."""
+        if tally is not None and tally.kind == self.store.kinds[shard]:
+            self._keep(shard, tally)
+        self.forget()
+
+    # -- the summary ----------------------------------------------------------------
+
     def summary(self) -> dict:
         with self._lock:
-            if self._summary is None:
-                self._summary = self._compute()
-            return self._summary
+            if self._summary is not None:
+                return self._summary
+        store = self.store
+        tallies = self.tallies()
+        shards = [{"shard": idx.shard.relpath, "records": idx.count, "kind": store.kinds[n],
+                   "compression": idx.shard.compression} for n, idx in enumerate(store.shards)]
+        tables = shardschema.summarize(tallies, store.decode_raw)
+        out: dict = {"shards": shards, "features": tables["features"]}
+        if tables["feature_lists"]:
+            out["feature_lists"] = tables["feature_lists"]
+        with self._lock:
+            self._summary = out
+        return out
 
     def as_json(self) -> bytes:
         return (json.dumps(self.summary(), ensure_ascii=False, indent=2, sort_keys=True) + "\n").encode()
-
-    def _compute(self) -> dict:
-        store = self.store
-        started = time.monotonic()
-        total = sum(idx.count for idx in store.shards)
-        # It reads every record: say so, as the mount answers nothing else meanwhile.
-        log.info("reading all %d records for the dataset's schema (.tfrfs/schema.json, kinds of keys)", total)
-        features: dict[str, dict] = {}
-        lists: dict[str, dict] = {}
-        shards = []
-        for n, idx in enumerate(store.shards):
-            kind = store.kinds[n]
-            shards.append({"shard": idx.shard.relpath, "records": idx.count, "kind": kind,
-                           "compression": idx.shard.compression})
-            for msg in self._messages(n):
-                if kind == "sequence":
-                    _tally(features, msg.context.feature, store.decode_raw)
-                    _tally_lists(lists, msg.feature_lists.feature_list)
-                else:
-                    _tally(features, msg.features.feature, store.decode_raw)
-        log.info("schema of %d records read in %.1fs", total, time.monotonic() - started)
-        out: dict = {"shards": shards, "features": _finish(features)}
-        if lists:
-            out["feature_lists"] = _finish(lists)
-        return out
-
-    def _messages(self, shard: int) -> Iterator[Any]:
-        """The shard's original records, parsed (those that do not parse are skipped: they are
-        reported when opened); nothing for a raw shard."""
-        store = self.store
-        if store.kinds[shard] == "raw":
-            return
-        idx = store.shards[shard]
-        for i in range(idx.count):
-            if i in idx.bad:
-                continue
-            data, _ = store.original(shard, i)
-            try:
-                yield store.parse(shard, data)
-            except Exception:  # noqa: BLE001 - protobuf raises several types
-                continue
 
     # -- what the editors ask -------------------------------------------------------
 
@@ -184,36 +268,20 @@ class Schema:
         for tier in tiers:
             raw = plain = 0
             for n in tier:
-                r, p = self._raw_tally(n, section).get(key, (0, 0))
+                r, p = self._raw_tally(n, section, key)
                 raw, plain = raw + r, plain + p
             if raw or plain:
                 return raw >= plain
         return None
 
-    def _raw_tally(self, shard: int, section: str) -> dict[str, tuple[int, int]]:
-        """Per key: (records showing it as raw pixels, records holding it as another one bytes value),
-        over the shard's original records (computed once per shard; a commit forgets them)."""
-        cache_key = (shard, section)
-        tally = self._raw_tallies.get(cache_key)
-        if tally is not None:
-            return tally
-        tally = {}
+    def _raw_tally(self, shard: int, section: str, key: str) -> tuple[int, int]:
+        """(records showing ``key`` as raw pixels, records holding it as another one bytes value)
+        among the shard's original records."""
         store = self.store
         kind = store.kinds[shard]
-        if store.decode_raw and store.reader(shard) is not None:
-            for msg in self._messages(shard):
-                if kind == "sequence":
-                    feats = msg.context.feature if section == "context" else {}
-                else:
-                    feats = msg.features.feature
-                values = {k: codec.value_from_proto(f) for k, f in feats.items()}
-                shapes = codec.raw_shapes(values)
-                for k, v in values.items():
-                    if v.kind == "bytes_list" and len(v.values) == 1:
-                        r, p = tally.get(k, (0, 0))
-                        tally[k] = (r + 1, p) if k in shapes else (r, p + 1)
-        self._raw_tallies[cache_key] = tally
-        return tally
+        if not store.decode_raw or kind == "raw" or (kind == "sequence" and section != "context"):
+            return 0, 0
+        return shardschema.raw_counts(self.tallies([shard])[0], key)
 
 
 class _Learned:
@@ -246,43 +314,9 @@ def _learn_steps(acc: dict[tuple[str, str], _Learned], key: str, steps: list[cod
     learned.newline = learned.newline or any(_ends_in_newline(s) for s in steps)
 
 
-def _tally(acc: dict[str, dict], features: Mapping, decode_raw: bool) -> None:
-    values = {key: codec.value_from_proto(feat) for key, feat in features.items()}
-    shapes = codec.raw_shapes(values) if decode_raw else {}
-    for key, value in values.items():
-        shown = "raw pixels .png" if key in shapes else codec.suffix_of(value)
-        _count(_entry(acc, key), value.kind, len(value.values), shown, _ends_in_newline(value))
-
-
-def _tally_lists(acc: dict[str, dict], lists: Mapping[str, Any]) -> None:
-    for key, flist in lists.items():
-        steps = [codec.value_from_proto(f) for f in flist.feature]
-        kinds = {s.kind for s in steps}
-        _count(_entry(acc, key), kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else "empty"), len(steps),
-               codec.render_feature_list(steps).suffix, any(_ends_in_newline(s) for s in steps))
-
-
-def _entry(acc: dict[str, dict], key: str) -> dict:
-    return acc.setdefault(key, {"kinds": {}, "records": 0, "min_values": None, "max_values": None, "shown": {},
-                                "newline": 0})
-
-
-def _count(entry: dict, kind: str, n: int, suffix: str, newline: bool) -> None:
-    entry["records"] += 1
-    entry["newline"] += newline
-    entry["kinds"][kind] = entry["kinds"].get(kind, 0) + 1
-    entry["shown"][suffix] = entry["shown"].get(suffix, 0) + 1
-    entry["min_values"] = n if entry["min_values"] is None else min(entry["min_values"], n)
-    entry["max_values"] = n if entry["max_values"] is None else max(entry["max_values"], n)
-
-
-def _finish(acc: dict[str, dict]) -> dict[str, dict]:
-    out = {}
-    for key, e in acc.items():
-        kinds = sorted(e["kinds"], key=lambda k: -e["kinds"][k])
-        out[key] = {"kind": kinds[0] if len(kinds) == 1 else kinds, "records": e["records"],
-                    "min_values": e["min_values"], "max_values": e["max_values"],
-                    "shown_as": sorted(e["shown"], key=lambda s: -e["shown"][s]),
-                    # records holding a value that ends in a newline (SPEC 7 "Text" asks)
-                    "ending_in_newline": e["newline"]}
-    return out
+def _is_local_stream(path: str, size: int) -> bool:
+    """Whether ``path`` is a file here holding at least ``size`` bytes (scan workers read it)."""
+    try:
+        return os.path.isabs(path) and os.stat(path).st_size >= size
+    except OSError:
+        return False

@@ -95,11 +95,21 @@ def cmd_repair(args: argparse.Namespace) -> int:
     return EXIT_PROBLEMS if failed else EXIT_OK
 
 
+def _schema_progress(schema: Any) -> None:
+    """Progress on stderr while ``schema`` reads the records it does not know yet."""
+    progress = Progress("reading the schema")
+
+    def show(done: int, total: int) -> None:
+        progress.update(f"{done:,}/{total:,} records", final=done == total)
+    schema.progress = show
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     from ..mount import open_mount
     src, indexes, cache = open_dataset(args)
     m = open_mount(src, records=args.records, decode_raw=not args.no_decode_raw, indexed=(indexes, cache))
     try:
+        _schema_progress(m.tree.schema)
         schema = m.tree.schema.summary()
         problems = len(m.tree.errors)
     finally:
@@ -144,6 +154,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     started = time.monotonic()
     src, indexes, cache = open_dataset(args)
     try:
+        if not args.no_schema:
+            _read_schema(src, indexes, cache)
         write = args.beside or args.out_dir or args.format == "dali"
         shipped = ship_indexes(src, indexes, cache, fmt=args.format, out_dir=args.out_dir) if write else []
     finally:
@@ -163,6 +175,19 @@ def cmd_index(args: argparse.Namespace) -> int:
     if problems:
         print(f"{problems} problem(s) found; run `tfrfs verify {args.source}` for details", file=sys.stderr)
     return EXIT_PROBLEMS if problems or any(s.skipped for s in shipped) else EXIT_OK
+
+
+def _read_schema(src: Any, indexes: list, cache: Any) -> None:
+    """Every shard's part of the schema, into its index (so into the files shipped beside it)."""
+    from ..records import RecordStore
+    from ..schema import Schema
+    store = RecordStore(indexes, src.readers)
+    try:
+        schema = Schema(store, cache.save)
+        _schema_progress(schema)
+        schema.tallies()
+    finally:
+        store.close(factory=False)   # the source's readers serve the shipping still
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:

@@ -192,8 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
                                    "shard's size and identity inside), so that every later mount of the "
                                    "dataset, anywhere, needs no scan. --format dali writes the `OFFSET LENGTH` "
                                    "text indexes of DALI's tfrecord2idx and the tfrecord package instead "
-                                   "(NAME.idx; uncompressed shards only).")
+                                   "(NAME.idx; uncompressed shards only). The schema (what `inspect` and "
+                                   ".tfrfs/schema.json show) is read on all cores and kept in the same "
+                                   "index files, unless --no-schema.")
     p.add_argument("source", metavar="SOURCE")
+    p.add_argument("--no-schema", action="store_true",
+                   help="index the records' offsets only; the schema is then read when first needed")
     p.add_argument("--beside", action="store_true", help="write each shard's index file next to the shard")
     p.add_argument("--format", choices=("tfrfs", "dali"), default="tfrfs",
                    help="index file format to write (default tfrfs; dali implies writing them)")

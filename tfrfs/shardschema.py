@@ -1,0 +1,422 @@
+"""One shard's part of the schema (SPEC 5 ``schema.json``, SPEC 7 kinds of new keys): what its
+records hold, tallied so that shards add up to the dataset and a commit can take records out and
+put records in without reading the shard again.
+
+A ``Tally`` counts, per table (``features``: an Example's features or a SequenceExample's context;
+``feature_lists``) and key, the records holding the key by the *row* they give: the value's kind,
+its number of values (steps, for a feature list), the suffix it is shown with when not taken for
+raw pixels, whether a value ends in a newline, and whether it is a raw pixel array (SPEC 3.3).
+Rows are few (most keys give one or a handful), so a tally is small and exact: sums, minimum and
+maximum all follow from it, and removing a record is adding it with weight -1.
+
+The scan reads each record one level deep (``proto.ShallowExample``) and looks at a feature's
+bytes only the first time they are seen in a shard (numeric lists of the usual packed encoding
+are counted from their bytes directly). It runs on every core, shards split in parts.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+from array import array
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from typing import Any, Callable, Iterable, Iterator
+
+from . import codec, proto, wire
+
+VERSION = 1
+TABLES = ("features", "feature_lists")
+RAW_SHOWN = "raw pixels .png"
+PART_RECORDS = 250_000     # records in one task of the scan
+_MEMO_VALUE = 256          # feature bytes up to this long are remembered per key ...
+_MEMO_KEYS = 4096          # ... this many per key
+_CHUNK = 8 << 20           # bytes of records read at once
+_HIGH = bytes(range(0x80))
+_LENGTH = struct.Struct("<Q")  # delete these to keep only bytes with the varint continuation bit
+
+# A row: (kind, values, suffix when not raw, ends in a newline, raw pixels).
+Row = tuple[str, int, str, bool, bool]
+
+
+class Tally:
+    """Records of a shard by what they hold (see the module's docstring)."""
+
+    __slots__ = ("kind", "records", "skipped", "tables")
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind            # the record kind the records were read as
+        self.records = 0            # records tallied
+        self.skipped = 0            # records that did not parse (reported when opened)
+        self.tables: dict[str, dict[str, dict[Row, int]]] = {t: {} for t in TABLES}
+
+    def add(self, other: "Tally", weight: int = 1) -> None:
+        self.records += weight * other.records
+        self.skipped += weight * other.skipped
+        for table, keys in other.tables.items():
+            mine = self.tables[table]
+            for key, rows in keys.items():
+                acc = mine.setdefault(key, {})
+                for row, n in rows.items():
+                    left = acc.get(row, 0) + weight * n
+                    if left:
+                        acc[row] = left
+                    else:
+                        del acc[row]
+                if not acc:
+                    del mine[key]
+
+    def to_json(self) -> dict:
+        return {"v": VERSION, "records_as": self.kind, "records": self.records, "skipped": self.skipped,
+                "tables": {t: {k: [[*row, n] for row, n in sorted(rows.items())] for k, rows in keys.items()}
+                           for t, keys in self.tables.items() if keys}}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "Tally | None":
+        """The tally saved by ``to_json``, or None when ``data`` is not one of this version."""
+        try:
+            if data.get("v") != VERSION:
+                return None
+            tally = cls(str(data["records_as"]))
+            tally.records, tally.skipped = int(data["records"]), int(data["skipped"])
+            for table, keys in data.get("tables", {}).items():
+                if table not in TABLES:
+                    return None
+                tally.tables[table] = {str(k): {(str(r[0]), int(r[1]), str(r[2]), bool(r[3]), bool(r[4])): int(r[5])
+                                                for r in rows} for k, rows in keys.items()}
+            return tally
+        except (AttributeError, KeyError, TypeError, ValueError, IndexError):
+            return None
+
+
+# --- reading records -------------------------------------------------------------------------
+
+
+class Scanner:
+    """Tallies records of one kind; remembers what short feature values give.
+
+    Records are first counted by the whole of what they give (most records of a shard give the
+    same), then spread over their keys (``flush``): one dictionary update per record.
+    """
+
+    def __init__(self, kind: str) -> None:
+        self.tally = Tally(kind)
+        self._memo: dict[str, dict[bytes, Row]] = {}
+        self._lists: dict[str, dict[bytes, Row]] = {}
+        self._records: dict[tuple, int] = {}    # (features' rows, lists' rows) -> weight
+
+    def add(self, data: bytes, weight: int = 1) -> None:
+        """Count one record (``weight`` -1: take it out)."""
+        kind = self.tally.kind
+        if kind == "raw":
+            self.tally.records += weight
+            return
+        try:
+            if kind == "sequence":
+                seq = proto.ShallowSequenceExample.FromString(data)
+                flists = seq.feature_lists.feature_list
+                gives = (self._features(seq.context.feature),
+                         tuple([(key, self._list_row(key, flists[key])) for key in flists]))
+            else:
+                gives = (self._features(proto.ShallowExample.FromString(data).features.feature), ())
+        except Exception:  # noqa: BLE001 - protobuf raises several types; such a record is reported when opened
+            self.tally.skipped += weight
+            return
+        records = self._records
+        records[gives] = records.get(gives, 0) + weight
+        if len(records) > 8192:
+            self.flush()
+
+    def flush(self) -> Tally:
+        """The tally, with every record counted so far spread over its keys."""
+        tally = self.tally
+        tables = tally.tables
+        for (rows, lists), weight in self._records.items():
+            if not weight:
+                continue
+            tally.records += weight
+            for table, pairs in (("features", rows), ("feature_lists", lists)):
+                keys = tables[table]
+                for key, row in pairs:
+                    acc = keys.get(key)
+                    if acc is None:
+                        acc = keys[key] = {}
+                    n = acc.get(row, 0) + weight
+                    if n:
+                        acc[row] = n
+                    else:
+                        del acc[row]
+                        if not acc:
+                            del keys[key]
+        self._records.clear()
+        return tally
+
+    def _features(self, feats: Any) -> tuple:
+        out = []
+        memo = self._memo
+        one_bytes = False
+        for key in feats:
+            value = feats[key]
+            seen = memo.get(key)
+            if seen is None:
+                seen = memo[key] = {}
+            row = seen.get(value)
+            if row is None:
+                row = _numeric_row(value) or _feature_row(value)
+                if len(value) <= _MEMO_VALUE and len(seen) < _MEMO_KEYS:
+                    seen[value] = row
+            if row[1] == 1 and row[0] == "bytes_list":
+                one_bytes = True
+            out.append((key, row))
+        if one_bytes:
+            out = _with_raw(feats, out)
+        return tuple(out)
+
+    def _list_row(self, key: str, value: bytes) -> Row:
+        seen = self._lists.setdefault(key, {})
+        row = seen.get(value)
+        if row is None:
+            steps = [codec.value_from_proto(f) for f in proto.FeatureList.FromString(value).feature]
+            kinds = {s.kind for s in steps}
+            kind = kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else "empty")
+            row = (kind, len(steps), _steps_suffix(steps), any(_ends_in_newline(s) for s in steps), False)
+            if len(value) <= _MEMO_VALUE and len(seen) < _MEMO_KEYS:
+                seen[value] = row
+        return row
+
+
+def _numeric_row(value: bytes) -> Row | None:
+    """The row of a Feature holding a packed int64 or float list under 128 bytes (the encoding
+    protobuf writes for most numeric features), read from its bytes; else None."""
+    size = len(value)
+    if size < 2 or value[1] != size - 2 or size > 129:
+        return None
+    tag = value[0]
+    if size == 2:
+        if tag == 0x1A:
+            return ("int64_list", 0, ".json", False, False)
+        if tag == 0x12:
+            return ("float_list", 0, ".json", False, False)
+        return None
+    if size < 4 or value[2] != 0x0A or value[3] != size - 4:
+        return None
+    if tag == 0x1A:
+        body = value[4:]
+        if body and body[-1] & 0x80:
+            return None
+        return ("int64_list", len(body) - len(body.translate(None, _HIGH)), ".json", False, False)
+    if tag == 0x12 and (size - 4) % 4 == 0:
+        return ("float_list", (size - 4) // 4, ".json", False, False)
+    return None
+
+
+def _feature_row(data: bytes) -> Row:
+    value = codec.value_from_proto(proto.Feature.FromString(data))
+    return (value.kind, len(value.values), codec.suffix_of(value), _ends_in_newline(value), False)
+
+
+def _with_raw(feats: Any, rows: list[tuple[str, Row]]) -> list[tuple[str, Row]]:
+    """``rows`` with each one-value bytes feature that is a raw pixel array marked so (SPEC 3.3:
+    the record's PREFIXheight and PREFIXwidth say so)."""
+    found: dict[str, codec.Value | None] = {}
+
+    def get(key: str) -> codec.Value | None:
+        if key not in found:
+            found[key] = codec.value_from_proto(proto.Feature.FromString(feats[key])) if key in feats else None
+        return found[key]
+    out = []
+    for key, row in rows:
+        if row[0] == "bytes_list" and row[1] == 1:
+            prefix = key[:key.rfind("/") + 1]
+            if prefix + "height" in feats and prefix + "width" in feats:
+                feature = feats[key]
+                span = wire.single_bytes_value(feature, 0, len(feature))
+                if span is not None and codec.raw_shape(key, span[1] - span[0], get) is not None:
+                    row = (row[0], row[1], row[2], row[3], True)
+        out.append((key, row))
+    return out
+
+
+def _ends_in_newline(value: codec.Value) -> bool:
+    return value.kind == "bytes_list" and any(v.endswith(b"\n") for v in value.values)
+
+
+def _steps_suffix(steps: list[codec.Value]) -> str:
+    """What ``codec.render_feature_list`` shows these steps as, without rendering them."""
+    if not steps:
+        return ".json"
+    kind = steps[0].kind
+    if all(s.kind == kind for s in steps):
+        if kind in ("int64_list", "float_list"):
+            return ".json"
+        if kind == "bytes_list" and all(codec.is_text(v) for s in steps for v in s.values):
+            return ".json"
+    return ".steps"
+
+
+# --- scanning shards ----------------------------------------------------------------------
+
+
+def records_in(read: Callable[[int, int], bytes], offsets: array, first: int, stop: int,
+               skip: Iterable[int] = ()) -> Iterator[bytes]:
+    """The data of records ``first``..``stop-1`` whose header offsets (and the end of the last)
+    are ``offsets[first..stop]``, read ``_CHUNK`` bytes at a time; ``skip``: indexes left out."""
+    skipped = set(skip)
+    i = first
+    while i < stop:
+        start = offsets[i]
+        j = i + 1
+        while j < stop and offsets[j + 1] - start <= _CHUNK:
+            j += 1
+        block = read(offsets[j] - start, start)
+        unpack = _LENGTH.unpack_from
+        for k in range(i, j):
+            if k in skipped:
+                continue
+            head = offsets[k] - start
+            (length,) = unpack(block, head)
+            yield block[head + 12:head + 12 + length]
+        i = j
+
+
+def scan_part(path: str, kind: str, offsets: bytes, first: int, skip: tuple[int, ...]) -> dict:
+    """A task of the scan, run in a worker process: the tally (as JSON) of the records whose
+    offsets, as u64, are ``offsets`` (the first is record ``first``'s), in the plain stream
+    ``path``."""
+    spans = array("Q")
+    spans.frombytes(offsets)
+    scanner = Scanner(kind)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        def read(n: int, at: int) -> bytes:
+            return os.pread(fd, n, at)
+        for data in records_in(read, spans, 0, len(spans) - 1, (i - first for i in skip)):
+            scanner.add(data)
+    finally:
+        os.close(fd)
+    return scanner.flush().to_json()
+
+
+class Part:
+    """One task: records ``start``..``stop-1`` of one shard."""
+
+    __slots__ = ("shard", "start", "stop")
+
+    def __init__(self, shard: int, start: int, stop: int) -> None:
+        self.shard, self.start, self.stop = shard, start, stop
+
+
+def parts_of(count: int, shard: int) -> list[Part]:
+    return [Part(shard, s, min(count, s + PART_RECORDS)) for s in range(0, max(count, 1), PART_RECORDS)]
+
+
+def workers() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+
+
+def _nice_worker() -> None:
+    """Scan workers yield to the mount's own work (and to the user's)."""
+    try:
+        os.nice(10)
+    except OSError:
+        pass
+
+
+def pool(n: int | None = None) -> Executor:
+    """A process pool for ``scan_part``: started fresh (never forked from a daemon's threads)."""
+    import multiprocessing
+    return ProcessPoolExecutor(n or workers(), mp_context=multiprocessing.get_context("forkserver"),
+                               initializer=_nice_worker)
+
+
+Progress = Callable[[int, int], None]    # (records done, records in all)
+
+
+def scan_local(jobs: list[tuple[str, str, array, set[int]]], progress: Progress | None = None,
+               executor: Executor | None = None) -> list[Tally]:
+    """The tally of each job (plain stream path, record kind, offsets, indexes to leave out), on
+    all cores: one task per ``PART_RECORDS`` records."""
+    total = sum(len(offs) - 1 for _, _, offs, _ in jobs)
+    tallies = [Tally(kind) for _, kind, _, _ in jobs]
+    if total == 0:
+        return tallies
+    own = executor is None
+    ex = executor or pool()
+    done = 0
+    last = time.monotonic()
+    try:
+        futures = {}
+        for n, (path, kind, offsets, skip) in enumerate(jobs):
+            for part in parts_of(len(offsets) - 1, n):
+                if part.stop <= part.start:
+                    continue
+                mine = tuple(i for i in skip if part.start <= i < part.stop)
+                fut = ex.submit(scan_part, path, kind, offsets[part.start:part.stop + 1].tobytes(), part.start, mine)
+                futures[fut] = part
+        for fut in as_completed(futures):
+            part = futures[fut]
+            got = Tally.from_json(fut.result())
+            assert got is not None
+            tallies[part.shard].add(got)
+            done += part.stop - part.start
+            now = time.monotonic()
+            if progress is not None and (now - last > 0.5 or done == total):
+                progress(done, total)
+                last = now
+    finally:
+        if own:
+            ex.shutdown(wait=True, cancel_futures=True)
+    return tallies
+
+
+def scan_records(kind: str, records: Iterable[bytes]) -> Tally:
+    """The tally of ``records`` read here (remote shards, staged records)."""
+    scanner = Scanner(kind)
+    for data in records:
+        scanner.add(data)
+    return scanner.flush()
+
+
+# --- the dataset's schema from its shards' tallies -----------------------------------------
+
+
+def summarize(tallies: Iterable[Tally], decode_raw: bool) -> dict[str, dict]:
+    """``features`` and ``feature_lists`` of ``schema.json`` (SPEC 5), from the shards' tallies."""
+    acc: dict[str, dict[str, dict]] = {t: {} for t in TABLES}
+    for tally in tallies:
+        for table, keys in tally.tables.items():
+            out = acc[table]
+            for key, rows in keys.items():
+                e = out.get(key)
+                if e is None:
+                    e = out[key] = {"kinds": {}, "records": 0, "min": None, "max": None, "shown": {}, "newline": 0}
+                for (kind, count, suffix, newline, raw), n in rows.items():
+                    shown = RAW_SHOWN if raw and decode_raw else suffix
+                    e["records"] += n
+                    e["kinds"][kind] = e["kinds"].get(kind, 0) + n
+                    e["shown"][shown] = e["shown"].get(shown, 0) + n
+                    e["newline"] += n if newline else 0
+                    e["min"] = count if e["min"] is None else min(e["min"], count)
+                    e["max"] = count if e["max"] is None else max(e["max"], count)
+    return {table: {key: _finish(e) for key, e in keys.items()} for table, keys in acc.items()}
+
+
+def _finish(e: dict) -> dict:
+    kinds = sorted(e["kinds"], key=lambda k: (-e["kinds"][k], k))
+    return {"kind": kinds[0] if len(kinds) == 1 else kinds, "records": e["records"],
+            "min_values": e["min"], "max_values": e["max"],
+            "shown_as": sorted(e["shown"], key=lambda s: (-e["shown"][s], s)),
+            # records holding a value that ends in a newline (SPEC 7 "Text" asks)
+            "ending_in_newline": e["newline"]}
+
+
+def raw_counts(tally: Tally, key: str) -> tuple[int, int]:
+    """(records showing ``key`` as raw pixels, records holding it as another one bytes value)."""
+    raw = plain = 0
+    for (kind, count, _, _, is_raw), n in tally.tables["features"].get(key, {}).items():
+        if kind == "bytes_list" and count == 1:
+            if is_raw:
+                raw += n
+            else:
+                plain += n
+    return raw, plain
