@@ -24,6 +24,7 @@ import time
 from typing import Any, Callable, Iterable
 
 from . import codec, shardschema
+from .index import ShardIndex
 from .records import RecordStore
 from .shardschema import Tally
 
@@ -66,7 +67,9 @@ class Schema:
     def tallies(self, shards: Iterable[int] | None = None) -> list[Tally]:
         """The tallies of ``shards`` (all by default), reading those not known yet."""
         wanted = list(range(len(self.store.shards)) if shards is None else shards)
-        if any(self._tally(n) is None for n in wanted):
+        for _ in range(3):   # a shard a commit replaced while it was read is read again
+            if all(self._tally(n) is not None for n in wanted):
+                break
             with self._build:
                 missing = [n for n in wanted if self._tally(n) is None]
                 if missing:
@@ -79,32 +82,44 @@ class Schema:
         started = time.monotonic()
         log.info("reading %d records of %d shard(s) for the schema (.tfrfs/schema.json, kinds of new keys)",
                  total, len(shards))
-        local, here = [], []
+        local: list[tuple[int, ShardIndex]] = []
+        jobs: list[shardschema.Job] = []
+        here: list[int] = []
         for n in shards:
             idx = store.shards[n]
-            if idx.count and _is_local_stream(idx.data_path, idx.offsets[-1]):
-                local.append(n)
-            else:
+            reader = store.reader(n)
+            fd = reader.fileno() if reader is not None else None
+            if fd is None:
                 here.append(n)
+                continue
+            try:
+                stamp = shardschema.stamp_of(os.fstat(fd))
+            except OSError:
+                here.append(n)
+                continue
+            local.append((n, idx))
+            jobs.append((idx.data_path, stamp, store.kinds[n], idx.offsets, idx.bad))
         done = [0]
 
         def report(records: int, _total: int) -> None:
             if self.progress is not None:
                 self.progress(done[0] + records, total)
-        if local:
-            jobs = [(store.shards[n].data_path, store.kinds[n], store.shards[n].offsets, store.shards[n].bad)
-                    for n in local]
-            for n, tally in zip(local, shardschema.scan_local(jobs, report)):
-                self._keep(n, tally)
-            done[0] += sum(store.shards[n].count for n in local)
+        if jobs:
+            for (n, idx), tally in zip(local, shardschema.scan_local(jobs, report)):
+                if tally is None:
+                    log.info("%s changed while its schema was read; it is read again", idx.shard.relpath)
+                else:
+                    self._keep(n, idx, tally)
+            done[0] += sum(idx.count for _, idx in local)
         for n in here:
-            self._keep(n, self._scan_here(n))
-            done[0] += store.shards[n].count
+            idx = store.shards[n]
+            self._keep(n, idx, self._scan_here(n))
+            done[0] += idx.count
             report(0, total)
         log.info("schema of %d records read in %.1fs", total, time.monotonic() - started)
 
     def _scan_here(self, shard: int) -> Tally:
-        """A shard that is not a local file (a remote one), read through the mount's reader."""
+        """A shard with no descriptor to share (a remote one), read through the mount's reader."""
         store = self.store
         idx = store.shards[shard]
         reader = store.reader(shard)
@@ -113,10 +128,11 @@ class Schema:
         records = shardschema.records_in(reader.pread, idx.offsets, 0, idx.count, idx.bad)
         return shardschema.scan_records(store.kinds[shard], records)
 
-    def _keep(self, shard: int, tally: Tally) -> None:
-        idx = self.store.shards[shard]
+    def _keep(self, shard: int, idx: ShardIndex, tally: Tally) -> None:
+        """``tally`` is of the file ``idx`` indexes: kept with it (and saved, while it is the file
+        the mount shows)."""
         idx.tally = tally
-        if self.save is not None and tally.kind == idx.detected_kind:
+        if self.save is not None and tally.kind == idx.detected_kind and self.store.shards[shard] is idx:
             self.save(idx)
 
     def build_in_background(self) -> None:
@@ -154,7 +170,7 @@ class Schema:
     def committed(self, shard: int, tally: Tally | None) -> None:
         """Shard ``shard`` was written anew and holds what ``tally`` says (from ``change_of``)."""
         if tally is not None and tally.kind == self.store.kinds[shard]:
-            self._keep(shard, tally)
+            self._keep(shard, self.store.shards[shard], tally)
         self.forget()
 
     # -- the summary ----------------------------------------------------------------
@@ -312,11 +328,3 @@ def _learn_steps(acc: dict[tuple[str, str], _Learned], key: str, steps: list[cod
     learned = acc.setdefault(("feature_lists", key), _Learned())
     learned.kinds.update(s.kind for s in steps)
     learned.newline = learned.newline or any(_ends_in_newline(s) for s in steps)
-
-
-def _is_local_stream(path: str, size: int) -> bool:
-    """Whether ``path`` is a file here holding at least ``size`` bytes (scan workers read it)."""
-    try:
-        return os.path.isabs(path) and os.stat(path).st_size >= size
-    except OSError:
-        return False

@@ -279,15 +279,27 @@ def records_in(read: Callable[[int, int], bytes], offsets: array, first: int, st
         i = j
 
 
-def scan_part(path: str, kind: str, offsets: bytes, first: int, skip: tuple[int, ...]) -> dict:
+Stamp = tuple[int, int, int, int]   # a file's device, inode, size and mtime: which bytes it holds
+
+
+def stamp_of(st: os.stat_result) -> Stamp:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def scan_part(path: str, stamp: Stamp, kind: str, offsets: bytes, first: int, skip: tuple[int, ...]) -> dict | None:
     """A task of the scan, run in a worker process: the tally (as JSON) of the records whose
     offsets, as u64, are ``offsets`` (the first is record ``first``'s), in the plain stream
-    ``path``."""
+    ``path``; None when ``path`` is no longer the file ``stamp`` describes (a commit replaced it)."""
     spans = array("Q")
     spans.frombytes(offsets)
     scanner = Scanner(kind)
-    fd = os.open(path, os.O_RDONLY)
     try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        if stamp_of(os.fstat(fd)) != stamp:
+            return None
         def read(n: int, at: int) -> bytes:
             return os.pread(fd, n, at)
         for data in records_in(read, spans, 0, len(spans) - 1, (i - first for i in skip)):
@@ -332,12 +344,15 @@ def pool(n: int | None = None) -> Executor:
 Progress = Callable[[int, int], None]    # (records done, records in all)
 
 
-def scan_local(jobs: list[tuple[str, str, array, set[int]]], progress: Progress | None = None,
-               executor: Executor | None = None) -> list[Tally]:
-    """The tally of each job (plain stream path, record kind, offsets, indexes to leave out), on
-    all cores: one task per ``PART_RECORDS`` records."""
-    total = sum(len(offs) - 1 for _, _, offs, _ in jobs)
-    tallies = [Tally(kind) for _, kind, _, _ in jobs]
+Job = tuple[str, Stamp, str, array, set[int]]   # path, its stamp, record kind, offsets, records left out
+
+
+def scan_local(jobs: list[Job], progress: Progress | None = None,
+               executor: Executor | None = None) -> list[Tally | None]:
+    """The tally of each job's records, on all cores (one task per ``PART_RECORDS`` records);
+    None for a job whose file was replaced meanwhile."""
+    total = sum(len(job[3]) - 1 for job in jobs)
+    tallies: list[Tally | None] = [Tally(job[2]) for job in jobs]
     if total == 0:
         return tallies
     own = executor is None
@@ -346,18 +361,23 @@ def scan_local(jobs: list[tuple[str, str, array, set[int]]], progress: Progress 
     last = time.monotonic()
     try:
         futures = {}
-        for n, (path, kind, offsets, skip) in enumerate(jobs):
+        for n, (path, stamp, kind, offsets, skip) in enumerate(jobs):
             for part in parts_of(len(offsets) - 1, n):
                 if part.stop <= part.start:
                     continue
                 mine = tuple(i for i in skip if part.start <= i < part.stop)
-                fut = ex.submit(scan_part, path, kind, offsets[part.start:part.stop + 1].tobytes(), part.start, mine)
+                fut = ex.submit(scan_part, path, stamp, kind, offsets[part.start:part.stop + 1].tobytes(),
+                                part.start, mine)
                 futures[fut] = part
         for fut in as_completed(futures):
             part = futures[fut]
-            got = Tally.from_json(fut.result())
-            assert got is not None
-            tallies[part.shard].add(got)
+            result = fut.result()
+            got = Tally.from_json(result) if result is not None else None
+            whole = tallies[part.shard]
+            if got is None or whole is None:
+                tallies[part.shard] = None
+            else:
+                whole.add(got)
             done += part.stop - part.start
             now = time.monotonic()
             if progress is not None and (now - last > 0.5 or done == total):
