@@ -355,6 +355,14 @@ def scan_local(jobs: list[Job], progress: Progress | None = None,
     tallies: list[Tally | None] = [Tally(job[2]) for job in jobs]
     if total == 0:
         return tallies
+    if executor is None and (total <= PART_RECORDS or workers() == 1):
+        # Fewer records than a worker takes to start: read them here.
+        for n, (path, stamp, kind, offsets, skip) in enumerate(jobs):
+            result = scan_part(path, stamp, kind, offsets.tobytes(), 0, tuple(skip))
+            tallies[n] = Tally.from_json(result) if result is not None else None
+            if progress is not None:
+                progress(sum(len(j[3]) - 1 for j in jobs[:n + 1]), total)
+        return tallies
     own = executor is None
     ex = executor or pool()
     done = 0

@@ -19,6 +19,7 @@ from .datasets import build_dataset, derived_paths, file_lists, make_tar
 from .report import (REF, check_entries, compare, fmt_load, machine_info, print_ceiling, print_read_notes,
                      print_table)
 from .remote import remote_phases
+from .scale import measure_scale, print_scale
 from .schedule import measure_reads, summarize, unmount_all
 from .tools import PlainFiles, Profiler, Ratarmount, Tfrfs, Tool
 from .workloads import ReadInputs
@@ -122,6 +123,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "scripts/benchkit/damage.py)")
     p.add_argument("--damage-mib", type=int, default=256, metavar="MIB",
                    help="with --damage: MiB of damage in each damaged shard (default 256)")
+    p.add_argument("--scale", action="store_true",
+                   help="measure a dataset of millions of tiny records instead: verify, index, inspect and "
+                        "the first edit of a key new to the dataset (see scripts/benchkit/scale.py)")
+    p.add_argument("--scale-records", type=int, default=10_000_000, metavar="N",
+                   help="with --scale: records in the dataset (default 10,000,000)")
+    p.add_argument("--scale-shards", type=int, default=100, metavar="N",
+                   help="with --scale: shards of the dataset (default 100)")
+    p.add_argument("--code", type=Path, metavar="DIR",
+                   help="with --scale: measure the tfrfs of another checkout DIR (e.g. an older commit) instead")
     p.add_argument("--latency-ms", type=float, default=20.0, metavar="MS",
                    help="with --remote: latency the proxy adds to every request (default 20)")
     a = p.parse_args(argv)
@@ -172,7 +182,10 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"warning: load average {results['loadavg_start'][0]:.2f} before starting; other work on this "
                  f"machine skews the numbers")
     profiler = Profiler(OUT / "profile") if args.profile else None
-    if args.damage:
+    if args.scale:
+        results["scale"] = measure_scale(args.scale_records, args.scale_shards, args.code)
+        print_scale(results["scale"])
+    elif args.damage:
         results["damage"] = measure_damage(args)
         print_damage(results["damage"])
     elif args.remote:

@@ -344,3 +344,35 @@ def test_discover_is_unchanged_by_tallies(tmp_path: Path) -> None:
     assert idx.tally is None
     loaded = cache.load(shard)
     assert loaded is not None and loaded.tally is None
+
+
+def test_workers_read_parts_of_shards_and_notice_a_replaced_file(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shards split in parts over worker processes add up to the tally of the whole; a file replaced
+    since its offsets were taken (a commit) gives no tally rather than a wrong one."""
+    import os
+    from array import array
+    monkeypatch.setattr(shardschema, "PART_RECORDS", 64)
+    records = _examples(300) + [_example({"x": codec.Value("float_list", (1.0, 2.0))})]
+    _write_shard(tmp_path / "a.tfrecord", records)
+    _write_shard(tmp_path / "b.tfrecord", _examples(10))
+    jobs = []
+    for name in ("a.tfrecord", "b.tfrecord"):
+        path = str(tmp_path / name)
+        offsets, pos = array("Q"), 0
+        data = (tmp_path / name).read_bytes()
+        while pos < len(data):
+            offsets.append(pos)
+            pos += struct.unpack_from("<Q", data, pos)[0] + 16
+        offsets.append(pos)
+        jobs.append((path, shardschema.stamp_of(os.stat(path)), "example", offsets, {5}))
+    seen: list[int] = []
+    with shardschema.pool(2) as ex:
+        got = shardschema.scan_local(jobs, lambda done, total: seen.append(done), executor=ex)
+        assert got[0] is not None and got[1] is not None
+        assert got[0].to_json() == shardschema.scan_records("example", records[:5] + records[6:]).to_json()
+        assert got[1].records == 9
+        assert seen[-1] == 311
+        _write_shard(tmp_path / "b.tfrecord", _examples(10, 50))   # same size, another file
+        again = shardschema.scan_local(jobs, executor=ex)
+        assert again[0] is not None and again[1] is None
