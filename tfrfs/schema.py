@@ -46,6 +46,7 @@ class Schema:
         self._lock = threading.Lock()
         self._build = threading.Lock()   # one scan at a time; others wait for it
         self._background: threading.Thread | None = None
+        self._stop = threading.Event()
 
     def forget(self) -> None:
         """The shards changed (a commit): add up again when next asked (the shards' tallies stay)."""
@@ -105,13 +106,15 @@ class Schema:
             if self.progress is not None:
                 self.progress(done[0] + records, total)
         if jobs:
-            for (n, idx), tally in zip(local, shardschema.scan_local(jobs, report)):
+            for (n, idx), tally in zip(local, shardschema.scan_local(jobs, report, stop=self._stop)):
                 if tally is None:
                     log.info("%s changed while its schema was read; it is read again", idx.shard.relpath)
                 else:
                     self._keep(n, idx, tally)
             done[0] += sum(idx.count for _, idx in local)
         for n in here:
+            if self._stop.is_set():
+                raise shardschema.Stopped
             idx = store.shards[n]
             self._keep(n, idx, self._scan_here(n))
             done[0] += idx.count
@@ -143,10 +146,19 @@ class Schema:
         def run() -> None:
             try:
                 self.tallies()
+            except shardschema.Stopped:
+                log.info("reading the schema stopped: the mount is closing")
             except Exception:  # noqa: BLE001 - the schema is read again when needed; say why
                 log.exception("reading the schema in the background failed; it is read when first needed")
         self._background = threading.Thread(target=run, name="tfrfs-schema", daemon=True)
         self._background.start()
+
+    def close(self) -> None:
+        """Stop a read under way (the parts being read finish first)."""
+        self._stop.set()
+        thread = self._background
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(60)
 
     # -- commits --------------------------------------------------------------------
 

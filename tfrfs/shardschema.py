@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 import time
 from array import array
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
@@ -347,10 +348,15 @@ Progress = Callable[[int, int], None]    # (records done, records in all)
 Job = tuple[str, Stamp, str, array, set[int]]   # path, its stamp, record kind, offsets, records left out
 
 
+class Stopped(Exception):
+    """The scan was asked to stop (the mount is closing)."""
+
+
 def scan_local(jobs: list[Job], progress: Progress | None = None,
-               executor: Executor | None = None) -> list[Tally | None]:
+               executor: Executor | None = None, stop: threading.Event | None = None) -> list[Tally | None]:
     """The tally of each job's records, on all cores (one task per ``PART_RECORDS`` records);
-    None for a job whose file was replaced meanwhile."""
+    None for a job whose file was replaced meanwhile. Raises Stopped once ``stop`` is set (the
+    parts under way finish first)."""
     total = sum(len(job[3]) - 1 for job in jobs)
     tallies: list[Tally | None] = [Tally(job[2]) for job in jobs]
     if total == 0:
@@ -358,6 +364,8 @@ def scan_local(jobs: list[Job], progress: Progress | None = None,
     if executor is None and (total <= PART_RECORDS or workers() == 1):
         # Fewer records than a worker takes to start: read them here.
         for n, (path, stamp, kind, offsets, skip) in enumerate(jobs):
+            if stop is not None and stop.is_set():
+                raise Stopped
             result = scan_part(path, stamp, kind, offsets.tobytes(), 0, tuple(skip))
             tallies[n] = Tally.from_json(result) if result is not None else None
             if progress is not None:
@@ -378,6 +386,8 @@ def scan_local(jobs: list[Job], progress: Progress | None = None,
                                 part.start, mine)
                 futures[fut] = part
         for fut in as_completed(futures):
+            if stop is not None and stop.is_set():
+                raise Stopped
             part = futures[fut]
             result = fut.result()
             got = Tally.from_json(result) if result is not None else None

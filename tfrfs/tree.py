@@ -383,6 +383,7 @@ class Tree:
         _merge_scratch(root, self.scratch_root(shard, rid))
 
     def close(self) -> None:
+        self.schema.close()   # before the readers it may be reading through
         self.store.close()
         with self._lock:
             for fd in self._plain_fds.values():
