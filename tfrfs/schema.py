@@ -106,7 +106,8 @@ class Schema:
             if self.progress is not None:
                 self.progress(done[0] + records, total)
         if jobs:
-            for (n, idx), tally in zip(local, shardschema.scan_local(jobs, report, stop=self._stop)):
+            for (n, idx), tally in zip(local, shardschema.scan_local(
+                    jobs, report, stop=self._stop, nice=threading.current_thread() is self._background)):
                 if tally is None:
                     log.info("%s changed while its schema was read; it is read again", idx.shard.relpath)
                 else:

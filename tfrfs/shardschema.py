@@ -335,11 +335,12 @@ def _nice_worker() -> None:
         pass
 
 
-def pool(n: int | None = None) -> Executor:
-    """A process pool for ``scan_part``: started fresh (never forked from a daemon's threads)."""
+def pool(n: int | None = None, *, nice: bool = False) -> Executor:
+    """A process pool for ``scan_part``: started fresh (never forked from a daemon's threads);
+    ``nice``: its workers yield to other work (a read nobody waits for)."""
     import multiprocessing
     return ProcessPoolExecutor(n or workers(), mp_context=multiprocessing.get_context("forkserver"),
-                               initializer=_nice_worker)
+                               initializer=_nice_worker if nice else None)
 
 
 Progress = Callable[[int, int], None]    # (records done, records in all)
@@ -352,8 +353,8 @@ class Stopped(Exception):
     """The scan was asked to stop (the mount is closing)."""
 
 
-def scan_local(jobs: list[Job], progress: Progress | None = None,
-               executor: Executor | None = None, stop: threading.Event | None = None) -> list[Tally | None]:
+def scan_local(jobs: list[Job], progress: Progress | None = None, executor: Executor | None = None,
+               stop: threading.Event | None = None, nice: bool = False) -> list[Tally | None]:
     """The tally of each job's records, on all cores (one task per ``PART_RECORDS`` records);
     None for a job whose file was replaced meanwhile. Raises Stopped once ``stop`` is set (the
     parts under way finish first)."""
@@ -372,7 +373,7 @@ def scan_local(jobs: list[Job], progress: Progress | None = None,
                 progress(sum(len(j[3]) - 1 for j in jobs[:n + 1]), total)
         return tallies
     own = executor is None
-    ex = executor or pool()
+    ex = executor or pool(nice=nice)
     done = 0
     last = time.monotonic()
     try:

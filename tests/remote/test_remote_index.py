@@ -11,6 +11,7 @@ block (to learn the record kind from a text index).
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -141,6 +142,12 @@ def test_index_beside_makes_a_cold_mount_read_samples_only(realdata: Path, s3, t
     diff = differences(expected, actual)
     assert not diff, "\n".join(diff)
     assert (warm / f"{LITE_TEST}.tfrfs-idx").is_file()
+    # The index files carry the schema too: schema.json reads no record (SPEC 5 from the index).
+    cold_schema = json.loads((cold / ".tfrfs" / "schema.json").read_text())
+    s3.proxy.reset()
+    assert json.loads((warm / ".tfrfs" / "schema.json").read_text()) == cold_schema
+    for shard in shards:
+        assert not gets_of(s3.proxy, s3.path(f"real/{shard}")), f"{shard}: read for schema.json"
 
 
 def shard_intact(shard: str) -> bool:
