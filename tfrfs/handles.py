@@ -22,6 +22,12 @@ class _Judge(Protocol):
     def release(self, handle: "WriteHandle") -> None: ...
 
 
+class WriteFailed(TfrfsError, OSError):
+    """A write to an open feature file that failed: its close is refused with the same errno."""
+
+    errno = errno.EIO
+
+
 class OpenFile:
     """A feature file's content while any descriptor has it open, shared by all of them as a
     file's content is shared by its descriptors: a write through one is read through the other,
@@ -65,24 +71,25 @@ class OpenFile:
             self.base = b""
         return self.fd
 
-    def _fail(self, exc: OSError) -> TfrfsError:
-        """Remember a failed change (see ``failed``); the error to answer it with."""
+    def _fail(self, exc: OSError) -> None:
+        """Remember a change that failed (see ``failed``)."""
         self.dirty = self.written = True
         if isinstance(exc, TfrfsError):
             self.failed = exc
         elif exc.errno in (errno.ENOSPC, errno.EDQUOT):
             self.failed = NoSpace(f"not all of it could be written: {os.strerror(exc.errno)}")
         else:
-            self.failed = TfrfsError(f"not all of it could be written: {exc.strerror or exc}")
+            self.failed = WriteFailed(f"not all of it could be written: {exc.strerror or exc}")
             self.failed.errno = exc.errno or errno.EIO
-        return self.failed
 
     def _check_size(self, size: int) -> None:
         # A file system refuses a file past its largest size at once (EFBIG): so does a feature
         # file, before the temporary file takes the disk, or the close a copy of it.
         if size > LIMIT:
-            raise self._fail(TooLarge(f"{size:,} bytes is more than a record can hold: protobuf, and so "
-                                      f"TensorFlow, reads records of at most {LIMIT:,} bytes"))
+            exc = TooLarge(f"{size:,} bytes is more than a record can hold: protobuf, and so TensorFlow, "
+                           f"reads records of at most {LIMIT:,} bytes")
+            self._fail(exc)
+            raise exc
 
     def read(self, size: int, offset: int) -> bytes:
         if self.fd < 0:
@@ -94,7 +101,8 @@ class OpenFile:
         try:
             n = durable.pwrite(self._own(), data, offset, self.tmp)
         except OSError as exc:
-            raise self._fail(exc) from None
+            self._fail(exc)
+            raise
         self.dirty = self.written = True
         return n
 
@@ -106,7 +114,8 @@ class OpenFile:
             try:
                 os.ftruncate(self._own(), length)
             except OSError as exc:
-                raise self._fail(exc) from None
+                self._fail(exc)
+                raise
         if not length:
             self.failed = None   # new content starts here
         self.dirty = True

@@ -349,7 +349,16 @@ class Staging:
             ch.edited.add(index)
 
     def get_edit(self, ch: ShardChanges, index: int) -> bytes:
-        return (self._sdir(ch) / "edit" / str(index)).read_bytes()
+        return self.edit_path(ch, index).read_bytes()
+
+    def edit_path(self, ch: ShardChanges, index: int) -> Path:
+        """The file holding original record ``index``'s new bytes (all of it)."""
+        return self._sdir(ch) / "edit" / str(index)
+
+    def added_path(self, ch: ShardChanges, name: str) -> tuple[Path, int]:
+        """The file holding added record ``name``, and where in it the record's bytes start."""
+        path = self._sdir(ch) / "add" / ch.added[name]
+        return path, 4 + len(name.encode("utf-8", "surrogateescape"))
 
     def delete_record(self, ch: ShardChanges, index: int) -> None:
         with self._changing(ch):
