@@ -21,7 +21,7 @@ from .largevalue import LIMIT, Spliced, StandIn
 from .mutate import Target
 from .nodes import (DataFile, Dir, FileHandle, MetaFile, Node, PlainFile, RecordBin, RecordDir, ScratchFile,
                     ShardDir)
-from .pins import NamePin, feature_digest
+from .pins import NamePin, feature_digest, pin_from_shown
 from .stager import Stager, is_scratch, is_scratch_path, split_path
 
 
@@ -264,6 +264,13 @@ class FileEditor:
         else:
             target = stager.target(record, inner, by_name=True)
         msg = self.store.message(record.shard, record.rid)
+        # Written into a .list/ or .steps/ folder, the feature is shown as that folder, its items
+        # under the names they had and this one under the name it was written to. Written as a
+        # file, the name written through keeps finding the value until a commit, whatever suffix
+        # the rules now give it (an empty or text value written to KEY.bin is KEY.txt): the writer
+        # can open it again by that name (pins.NamePin.keep_written).
+        keep_name = target.item_names is None and target.item is None and target.section != "feature_lists" \
+            and not target.raw and target.suffix != ".json"
         stand: StandIn | None = None
         if isinstance(content, OpenFile):
             if content.fd >= 0 and size >= largevalue.MIN_SIZE and not _judged_whole(target, self.store.decode_raw):
@@ -280,25 +287,18 @@ class FileEditor:
         grows = stand.size - len(stand.data) if stand is not None else 0
         if msg.ByteSize() + grows > LIMIT:
             raise refuse(_too_large(f"the record would be {msg.ByteSize() + grows:,} bytes"))
-        data: bytes | Spliced = msg.SerializeToString(deterministic=True)
-        if stand is not None:
-            data = stand.splice(msg.SerializeToString(deterministic=True))
-            if len(data) > LIMIT:
-                raise refuse(_too_large(f"the record would be {len(data):,} bytes"))
-        pin = None
-        if target.item_names is not None:
-            # Written into a .list/ or .steps/ folder: the feature is shown as that folder, its
-            # items under the names they had and this one under the name it was written to.
-            pin = self.store.names_shown(record.shard, record.rid)
+        serialized = msg.SerializeToString(deterministic=True)
+        data: bytes | Spliced = serialized if stand is None else stand.splice(serialized)
+        if len(data) > LIMIT:
+            raise refuse(_too_large(f"the record would be {len(data):,} bytes"))
+        # How the record is shown now, with the digests of its values: the other features' are as
+        # they were, and this one's is set below (the content's, not its stand-in's).
+        pin = self._names_shown(record, msg) if target.item_names is not None or keep_name else None
+        if pin is not None and target.item_names is not None:
             pin.set_item_names(target.section, target.key, target.item_names,
                                _digest(msg, target, stand), folder=target.folder)
-        elif target.item is None and target.section != "feature_lists" and not target.raw \
-                and target.suffix != ".json":
-            # The name written through keeps finding the value until a commit, whatever suffix the
-            # rules now give it (an empty or text value written to KEY.bin is KEY.txt): the writer
-            # can open it again by that name (pins.NamePin.keep_written).
+        elif pin is not None:
             rest = inner[1:] if target.section else inner
-            pin = self.store.names_shown(record.shard, record.rid)
             pin.keep_written(target.section, target.key, rest[:-1], rest[-1], _digest(msg, target, stand))
         try:
             stager.stage_record(record.shard, record.rid, data, pin)
@@ -307,6 +307,13 @@ class FileEditor:
                 raise
             raise refuse(NoSpace(f"it could not be staged: {os.strerror(exc.errno)}")) from None
         stager.learn(msg, target.section, target.key)
+
+    def _names_shown(self, record: RecordDir, msg: Any) -> NamePin:
+        """``store.names_shown`` for the record ``msg`` was parsed from, taken from ``msg`` rather
+        than from a second parse (the record may hold a large value): ``msg`` changed in the one
+        feature whose pinned entry the caller then sets anew."""
+        view = self.store.view(record.shard, record.rid)
+        return pin_from_shown(view.shown, msg) if view.shown else NamePin()
 
     def unlink(self, path: str) -> None:
         if path in self.open_files:   # still open: what is written to it goes nowhere
