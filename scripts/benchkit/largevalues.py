@@ -64,6 +64,30 @@ def _committed_digest(shard: Path) -> str:
     raise RuntimeError(f"{shard} holds no record")
 
 
+def _write(target: Path, value: Path) -> int:
+    """Open ``target`` with O_TRUNC and write ``value`` into it in 1 MiB writes; the open descriptor."""
+    buf = bytearray(BLOCK)
+    fd = os.open(target, os.O_WRONLY | os.O_TRUNC)
+    try:
+        with open(value, "rb", buffering=0) as f:
+            while n := f.readinto(buf):
+                os.write(fd, memoryview(buf)[:n])
+    except BaseException:
+        os.close(fd)
+        raise
+    os.sync()   # the value's pages written back first: the close is timed, not the disk's backlog
+    return fd
+
+
+def _close(pid: int | None, fd: int) -> dict[str, Any]:
+    with PeakWatch(pid) as watch:
+        t0 = time.perf_counter()
+        os.close(fd)   # raises if tfrfs refuses the value
+        seconds = time.perf_counter() - t0
+        time.sleep(0.2)   # the release that follows close(2) runs in the daemon too
+    return {"s": seconds, **watch.result()}
+
+
 def measure_one(mib: int) -> dict[str, Any]:
     value, digest = value_file(mib)
     src = build_source(WORK / "large-src")
@@ -75,47 +99,35 @@ def measure_one(mib: int) -> dict[str, Any]:
     try:
         target = tool.mnt / SHARD / "000000" / "blob.bin"
         os.stat(target)
-        progress(f"{mib} MiB: writing over {target.relative_to(tool.mnt)}")
-        buf = bytearray(BLOCK)
-        t0 = time.perf_counter()
-        fd = os.open(target, os.O_WRONLY | os.O_TRUNC)
-        try:
-            with open(value, "rb", buffering=0) as f:
-                while n := f.readinto(buf):
-                    os.write(fd, memoryview(buf)[:n])
-        except BaseException:
-            os.close(fd)
-            raise
-        r["write_s"] = time.perf_counter() - t0
-        os.sync()   # the value's pages written back first: the close is timed, not the disk's backlog
-        with PeakWatch(tool.pid) as watch:
-            t0 = time.perf_counter()
-            os.close(fd)   # raises if tfrfs refuses the value
-            r["close_s"] = time.perf_counter() - t0
-            time.sleep(0.2)   # the release that follows close(2) runs in the daemon too
-        r["close"] = watch.result()
+        progress(f"{mib} MiB: writing over {target.relative_to(tool.mnt)} (a 64-byte value)")
+        r["close"] = _close(tool.pid, _write(target, value))
+        progress(f"{mib} MiB: writing it again, over the value just staged")
+        r["again"] = _close(tool.pid, _write(target, value))
         size = os.stat(target).st_size
         if size != mib * 2**20:
             raise RuntimeError(f"{target}: {size} bytes after the close, expected {mib * 2**20}")
         with PeakWatch(tool.pid) as watch:
             t0 = time.perf_counter()
             run([sys.executable, "-m", "tfrfs", "commit", str(tool.mnt)])
-            r["commit_s"] = time.perf_counter() - t0
-        r["commit"] = watch.result()
+            seconds = time.perf_counter() - t0
+        r["commit"] = {"s": seconds, **watch.result()}
     finally:
         tool.umount()
     if _committed_digest(src / SHARD) != digest:
         raise RuntimeError(f"the committed value differs from {value}")
     shutil.rmtree(src, ignore_errors=True)
     shutil.rmtree(cache, ignore_errors=True)
-    for phase in ("close", "commit"):
-        m = r[phase]
+    for step in STEPS:
+        m = r[step]
         m["above_mib"] = max(0.0, m["peak_mib"] - m["rss_before_mib"])
         m["copies"] = m["above_mib"] / mib
-    progress(f"  close {r['close_s']:.2f}s, {r['close']['above_mib']:.0f} MiB above its RSS before "
-             f"({r['close']['copies']:.2f} copies); commit {r['commit_s']:.2f}s, "
-             f"{r['commit']['above_mib']:.0f} MiB ({r['commit']['copies']:.2f} copies)")
+        progress(f"  {STEPS[step]}: {m['s']:.2f}s, {m['above_mib']:.0f} MiB above its RSS before "
+                 f"({m['copies']:.2f} copies)")
     return r
+
+
+STEPS = {"close": "close, over a 64-byte value", "again": "close, over the value staged before",
+         "commit": "tfrfs commit"}
 
 
 def measure_large_values(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -124,21 +136,21 @@ def measure_large_values(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def print_large_values(rows: list[dict[str, Any]]) -> None:
     print("\nLarge values (--rw mount): a file of random bytes written over a record's blob.bin "
-          "(O_TRUNC, 1 MiB writes), then close, then `tfrfs commit`")
-    head = ("value", "close", "close peak", "copies", "commit", "commit peak", "copies", "RSS before")
+          "(O_TRUNC, 1 MiB writes, close), the same again, then `tfrfs commit`")
+    head = ("value", "step", "time", "peak above RSS before", "copies of the value", "RSS before")
     table = [head]
     for r in rows:
-        c, m = r["close"], r["commit"]
-        table.append((f"{r['mib']:,} MiB", f"{r['close_s']:.2f} s", f"+{c['above_mib']:,.0f} MiB",
-                      f"{c['copies']:.2f}", f"{r['commit_s']:.2f} s", f"+{m['above_mib']:,.0f} MiB",
-                      f"{m['copies']:.2f}", f"{c['rss_before_mib']:,.0f} MiB"))
+        for step, label in STEPS.items():
+            m = r[step]
+            table.append((f"{r['mib']:,} MiB", label, f"{m['s']:.2f} s", f"+{m['above_mib']:,.0f} MiB",
+                          f"{m['copies']:.2f}", f"{m['rss_before_mib']:,.0f} MiB"))
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     for n, row in enumerate(table):
-        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        print("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
         if n == 0:
             print("  ".join("-" * w for w in widths))
-    vmhwm = all(r[p]["vmhwm_reset"] for r in rows for p in ("close", "commit"))
-    print("peak: the daemon's highest resident memory during the close (or the commit) above its RSS just "
-          "before, " + ("VmHWM reset by clear_refs at the start" if vmhwm else "RSS sampled every 10 ms")
-          + "; copies: that over the value's size. close includes the durable staging (fsync); commit is "
-          "`tfrfs commit` end to end, the committed value read back and compared.")
+    vmhwm = all(r[step]["vmhwm_reset"] for r in rows for step in STEPS)
+    print("peak: the daemon's highest resident memory during the step above its RSS just before it, "
+          + ("VmHWM reset by clear_refs at the start" if vmhwm else "RSS sampled every 10 ms")
+          + "; copies: that over the value's size. A close includes the durable staging (fsync); the "
+          "commit is `tfrfs commit` end to end; the committed value is read back and compared.")
