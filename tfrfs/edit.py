@@ -207,8 +207,8 @@ class FileEditor:
         try:
             try:
                 file.truncate(length)
-            except TfrfsError:
-                pass   # refused (with its reason) as the close would be, below
+            except OSError:
+                pass   # remembered: refused (with its reason) as the close would be, below
             file.written = True
             self.write_content(record, inner, file, existing=node)
         finally:
@@ -271,15 +271,17 @@ class FileEditor:
         # can open it again by that name (pins.NamePin.keep_written).
         keep_name = target.item_names is None and target.item is None and target.section != "feature_lists" \
             and not target.raw and target.suffix != ".json"
+        dataset_kind = stager.dataset_kind_near(record.shard)
         stand: StandIn | None = None
         if isinstance(content, OpenFile):
-            if content.fd >= 0 and size >= largevalue.MIN_SIZE and not _judged_whole(target, self.store.decode_raw):
+            if content.fd >= 0 and size >= largevalue.MIN_SIZE and \
+                    not _judged_whole(msg, target, dataset_kind, self.store.decode_raw):
                 stand = largevalue.stand_in(content.fd, size)
                 content = stand.data
             else:
                 content = content.content()
         try:
-            mutate.apply(msg, target, content, stager.dataset_kind_near(record.shard),
+            mutate.apply(msg, target, content, dataset_kind,
                          decode_raw=self.store.decode_raw, dataset_newline=stager.dataset_newline)
         except Invalid as exc:
             raise refuse(exc) from None
@@ -361,10 +363,16 @@ def _too_large(what: str) -> TooLarge:
                     f"of at most {LIMIT:,} bytes")
 
 
-def _judged_whole(t: Target, decode_raw: bool) -> bool:
-    """Whether content for ``t`` is judged by all its bytes (JSON, a PNG stored as its pixels), not
-    only by its name and last bytes: then no stand-in can take its place."""
-    return t.suffix == ".json" or (t.raw and t.suffix == ".png" and decode_raw)
+def _judged_whole(msg: Any, t: Target, dataset_kind: mutate.DatasetKind, decode_raw: bool) -> bool:
+    """Whether ``mutate.apply`` judges content for ``t`` by all its bytes (JSON: a .json file, a
+    feature list's file; a PNG stored as its pixels), not only by its name, its kind and its last
+    bytes: then no stand-in can take its place."""
+    if t.suffix == ".json" or (t.section == "feature_lists" and t.item is None):
+        return True
+    if t.suffix != ".png" or not decode_raw or t.section == "feature_lists" or t.item is not None:
+        return False
+    feats = mutate.features_of(msg, t.section)
+    return t.raw if t.key in feats else dataset_kind(t.key, t.section)[1]
 
 
 def _digest(msg: Any, t: Target, stand: StandIn | None) -> bytes:

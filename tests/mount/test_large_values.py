@@ -148,10 +148,16 @@ def test_a_value_past_protobufs_limit_is_refused_with_efbig(tfrfs_mount, tmp_pat
     assert got.value.errno == errno.EFBIG
     _refused_as_too_large(mnt, src, pid, tfrfs_mount)
 
+    # A value that fits alone, in a record that then would not.
+    proc = subprocess.run(["truncate", "-s", str(2**31 - 10), str(mnt / BLOB)], capture_output=True, text=True)
+    assert proc.returncode != 0 and "File too large" in proc.stderr, proc.stderr
+    _refused_as_too_large(mnt, src, pid, tfrfs_mount)
+    assert "the record would be 2,147,483,6" in errors_of(mnt)[-1]["reason"]
+
     status = run_tfrfs("status", str(mnt)).stdout.splitlines()
     assert status[0] == "nothing staged", status
     refused = [line for line in status if "blob.bin: " in line]
-    assert len(refused) == 3 and all("more than a record can hold" in line for line in refused), status
+    assert len(refused) == 4 and all("more than a record can hold" in line for line in refused), status
     proc = run_tfrfs("umount", str(mnt))
     assert proc.returncode == 0, proc.stderr
     assert blob_of(src / SHARD) == OLD

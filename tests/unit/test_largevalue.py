@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from tfrfs import largevalue, proto
+from tfrfs.edit import _judged_whole
 from tfrfs.errors import Invalid
 from tfrfs.mutate import Target, apply
 from tfrfs.pins import feature_digest
@@ -129,3 +130,20 @@ def test_a_stand_in_that_is_not_a_whole_value_is_refused(value_file: Any) -> Non
         stand.splice(msg.SerializeToString(deterministic=True))
     with pytest.raises(ValueError):
         stand.splice(b"no stand-in here")
+
+
+@pytest.mark.parametrize("target,raw_in_dataset,whole", [
+    (Target("", "blob", ".json"), False, True),                     # JSON
+    (Target("feature_lists", "s1", ".txt"), False, True),           # a feature list's own file is JSON
+    (Target("", "new", ".png"), True, True),                        # a key the dataset shows as raw pixels
+    (Target("", "k0", ".png", raw=True), False, True),
+    (Target("", "new", ".png"), False, False),
+    (Target("", "imgs", ".png", item=0), True, False),              # items are never pixels
+    (Target("feature_lists", "s1", ".png", item=0), True, False),
+    *[(t, True, False) for ts in TARGETS.values() for t in ts if t.suffix != ".png"],
+])
+def test_content_judged_whole_never_gets_a_stand_in(target: Target, raw_in_dataset: bool, whole: bool) -> None:
+    msg = _record("sequence" if target.section else "example", 2)
+    kinds = lambda key, section: (None, raw_in_dataset)   # noqa: E731
+    assert _judged_whole(msg, target, kinds, decode_raw=True) is whole
+    assert _judged_whole(msg, target, kinds, decode_raw=False) is (whole and target.suffix != ".png")
