@@ -11,13 +11,21 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO, Callable, Protocol
 
 PathLike = str | os.PathLike[str]
 
 # Called with the operation's name ("write", "fsync", "rename", "unlink") and its path
 # before the operation runs; raising here simulates a crash or I/O error at that point.
 fault_hook: Callable[[str, str], None] | None = None
+
+
+class Streamed(Protocol):
+    """Content written out a piece at a time rather than held whole (``largevalue.Spliced``)."""
+
+    def __len__(self) -> int: ...
+    def write_to(self, f: BinaryIO, path: PathLike) -> None: ...
+    def prefixed(self, data: bytes) -> "Streamed": ...
 
 
 def fault_point(op: str, path: PathLike) -> None:
@@ -64,7 +72,7 @@ def mkstemp(folder: PathLike, prefix: str = ".tmp-") -> tuple[int, str]:
     return tempfile.mkstemp(dir=folder, prefix=prefix)
 
 
-def write_file(path: PathLike, data: bytes, *, prefix: str = ".tmp-", mode: int | None = None) -> None:
+def write_file(path: PathLike, data: bytes | Streamed, *, prefix: str = ".tmp-", mode: int | None = None) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves the old or the new file, whole (and
     maybe a temporary file named ``prefix``... beside it). ``mode``: the new file's (mkstemp's
     0600 otherwise), e.g. the old file's, so a file others read stays readable."""
@@ -74,7 +82,10 @@ def write_file(path: PathLike, data: bytes, *, prefix: str = ".tmp-", mode: int 
         if mode is not None:
             os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
-            write(f, data, tmp)
+            if isinstance(data, bytes):
+                write(f, data, tmp)
+            else:
+                data.write_to(f, tmp)
             f.flush()
             fsync(f.fileno(), tmp)
         rename(tmp, path)

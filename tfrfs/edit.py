@@ -9,17 +9,19 @@ precedes new content; what fits is put into the record (``mutate``) and the reco
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from typing import Any, Callable
 
-from . import durable, mutate, names
-from .errors import DataLoss, Invalid, IsADir, ReadOnly
+from . import durable, largevalue, mutate, names
+from .errors import DataLoss, Invalid, IsADir, NoSpace, ReadOnly, TfrfsError, TooLarge
 from .handles import OpenFile, ScratchHandle, WriteHandle
+from .largevalue import LIMIT, Spliced, StandIn
 from .mutate import Target
 from .nodes import (DataFile, Dir, FileHandle, MetaFile, Node, PlainFile, RecordBin, RecordDir, ScratchFile,
                     ShardDir)
-from .pins import NamePin, feature_digest
+from .pins import NamePin, feature_digest, pin_from_shown
 from .stager import Stager, is_scratch, is_scratch_path, split_path
 
 
@@ -112,7 +114,7 @@ class FileEditor:
         if handle.file.dirty:
             try:
                 self._judge(handle.file, report=False)
-            except Invalid:
+            except (Invalid, TooLarge):
                 pass
 
     def _judge(self, file: OpenFile, *, report: bool) -> None:
@@ -136,9 +138,9 @@ class FileEditor:
                 _overwrite(node.path, file.content())
                 return
             assert record is not None
-            self.write_content(record, inner, file.content(), existing=node, report=report)
+            self.write_content(record, inner, file, existing=node, report=report)
             file.new = False
-        except Invalid:
+        except (Invalid, TooLarge, NoSpace):
             if not report:
                 file.dirty, file.written = dirty, written
             raise
@@ -199,8 +201,18 @@ class FileEditor:
             return
         if record is None or not isinstance(node, DataFile) or not isinstance(node.data, bytes):
             raise ReadOnly(f"{path}: only records can be changed")
-        data = node.data[:length] + b"\0" * max(0, length - len(node.data))
-        self.write_content(record, inner, data, existing=node)
+        # As if opened, truncated and closed: the content grows in a (sparse) temporary file, not
+        # in memory, and a length no record can hold is refused before anything is written.
+        file = OpenFile(path, node.data, self.tree.stat(node).mtime_ns, self.stager.staging.tmp_file, new=False)
+        try:
+            try:
+                file.truncate(length)
+            except OSError:
+                pass   # remembered: refused (with its reason) as the close would be, below
+            file.written = True
+            self.write_content(record, inner, file, existing=node)
+        finally:
+            file.discard()
 
     def touch(self, path: str, times: Any) -> None:
         if path in self.open_files:
@@ -214,13 +226,36 @@ class FileEditor:
 
     # -- content ---------------------------------------------------------------------
 
-    def write_content(self, record: RecordDir, inner: tuple[str, ...], content: bytes,
+    def write_content(self, record: RecordDir, inner: tuple[str, ...], content: bytes | OpenFile,
                       existing: Node | None = None, *, report: bool = True) -> None:
-        """Check ``content`` for the file at ``inner`` and stage the record with it. ``report``:
-        content refused also goes to .tfrfs/errors and the log."""
+        """Check ``content`` (bytes, or an open feature file's) for the file at ``inner`` and stage
+        the record with it. ``report``: content refused also goes to .tfrfs/errors and the log.
+
+        Large content is never read into memory (``largevalue``): it is judged by a stand-in, and
+        staged straight from its temporary file. A value no record can hold is refused by its size,
+        before anything is read."""
         if isinstance(existing, ScratchFile):
             return
         stager = self.stager
+
+        def refuse(exc: TfrfsError) -> TfrfsError:
+            if not report:
+                return exc
+            fail = stager.fail(record, inner, exc.message)
+            if isinstance(exc, Invalid):
+                return fail
+            said = type(exc)(fail.message)   # the path in front, as for content refused
+            said.errno = exc.errno
+            return said
+
+        if isinstance(content, OpenFile):
+            if content.failed is not None:
+                raise refuse(content.failed)
+            size = content.size()
+        else:
+            size = len(content)
+        if size > LIMIT:
+            raise refuse(_too_large(f"the value is {size:,} bytes"))
         if isinstance(existing, DataFile) and existing.loc is not None:
             loc = existing.loc
             suffix = names.split_suffix(inner[-1])[1] or ".bin"
@@ -229,29 +264,58 @@ class FileEditor:
         else:
             target = stager.target(record, inner, by_name=True)
         msg = self.store.message(record.shard, record.rid)
+        # Written into a .list/ or .steps/ folder, the feature is shown as that folder, its items
+        # under the names they had and this one under the name it was written to. Written as a
+        # file, the name written through keeps finding the value until a commit, whatever suffix
+        # the rules now give it (an empty or text value written to KEY.bin is KEY.txt): the writer
+        # can open it again by that name (pins.NamePin.keep_written).
+        keep_name = target.item_names is None and target.item is None and target.section != "feature_lists" \
+            and not target.raw and target.suffix != ".json"
+        dataset_kind = stager.dataset_kind_near(record.shard)
+        stand: StandIn | None = None
+        if isinstance(content, OpenFile):
+            if content.fd >= 0 and size >= largevalue.MIN_SIZE and \
+                    not _judged_whole(msg, target, dataset_kind, self.store.decode_raw):
+                stand = largevalue.stand_in(content.fd, size)
+                content = stand.data
+            else:
+                content = content.content()
         try:
-            mutate.apply(msg, target, content, stager.dataset_kind_near(record.shard),
+            mutate.apply(msg, target, content, dataset_kind,
                          decode_raw=self.store.decode_raw, dataset_newline=stager.dataset_newline)
         except Invalid as exc:
-            raise (stager.fail(record, inner, str(exc)) if report else exc) from None
-        pin = None
-        if target.item_names is not None:
-            # Written into a .list/ or .steps/ folder: the feature is shown as that folder, its
-            # items under the names they had and this one under the name it was written to.
-            pin = self.store.names_shown(record.shard, record.rid)
+            raise refuse(exc) from None
+        del content   # the message holds the value now (or its stand-in)
+        grows = stand.size - len(stand.data) if stand is not None else 0
+        if msg.ByteSize() + grows > LIMIT:
+            raise refuse(_too_large(f"the record would be {msg.ByteSize() + grows:,} bytes"))
+        serialized = msg.SerializeToString(deterministic=True)
+        data: bytes | Spliced = serialized if stand is None else stand.splice(serialized)
+        if len(data) > LIMIT:
+            raise refuse(_too_large(f"the record would be {len(data):,} bytes"))
+        # How the record is shown now, with the digests of its values: the other features' are as
+        # they were, and this one's is set below (the content's, not its stand-in's).
+        pin = self._names_shown(record, msg) if target.item_names is not None or keep_name else None
+        if pin is not None and target.item_names is not None:
             pin.set_item_names(target.section, target.key, target.item_names,
-                               feature_digest(msg, target.section, target.key), folder=target.folder)
-        elif target.item is None and target.section != "feature_lists" and not target.raw \
-                and target.suffix != ".json":
-            # The name written through keeps finding the value until a commit, whatever suffix the
-            # rules now give it (an empty or text value written to KEY.bin is KEY.txt): the writer
-            # can open it again by that name (pins.NamePin.keep_written).
+                               _digest(msg, target, stand), folder=target.folder)
+        elif pin is not None:
             rest = inner[1:] if target.section else inner
-            pin = self.store.names_shown(record.shard, record.rid)
-            pin.keep_written(target.section, target.key, rest[:-1], rest[-1],
-                             feature_digest(msg, target.section, target.key))
-        stager.stage_record(record.shard, record.rid, msg.SerializeToString(deterministic=True), pin)
+            pin.keep_written(target.section, target.key, rest[:-1], rest[-1], _digest(msg, target, stand))
+        try:
+            stager.stage_record(record.shard, record.rid, data, pin)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or isinstance(exc, TfrfsError):
+                raise
+            raise refuse(NoSpace(f"it could not be staged: {os.strerror(exc.errno)}")) from None
         stager.learn(msg, target.section, target.key)
+
+    def _names_shown(self, record: RecordDir, msg: Any) -> NamePin:
+        """``store.names_shown`` for the record ``msg`` was parsed from, taken from ``msg`` rather
+        than from a second parse (the record may hold a large value): ``msg`` changed in the one
+        feature whose pinned entry the caller then sets anew."""
+        view = self.store.view(record.shard, record.rid)
+        return pin_from_shown(view.shown, msg) if view.shown else NamePin()
 
     def unlink(self, path: str) -> None:
         if path in self.open_files:   # still open: what is written to it goes nowhere
@@ -289,6 +353,36 @@ def remove_feature(stager: Stager, record: RecordDir, msg: Any, pin: NamePin, no
         stager.keep_folders(record, inner[:-1])
     elif loc.item is not None:
         pin.drop_item_name(loc.section, loc.key, loc.item, feature_digest(msg, loc.section, loc.key))
+
+
+_DIGEST_SIZE = 16   # pins.value_digest's (a test holds the two digests equal)
+
+
+def _too_large(what: str) -> TooLarge:
+    return TooLarge(f"{what}, more than a record can hold: protobuf, and so TensorFlow, reads records "
+                    f"of at most {LIMIT:,} bytes")
+
+
+def _judged_whole(msg: Any, t: Target, dataset_kind: mutate.DatasetKind, decode_raw: bool) -> bool:
+    """Whether ``mutate.apply`` judges content for ``t`` by all its bytes (JSON: a .json file, a
+    feature list's file; a PNG stored as its pixels), not only by its name, its kind and its last
+    bytes: then no stand-in can take its place."""
+    if t.suffix == ".json" or (t.section == "feature_lists" and t.item is None):
+        return True
+    if t.suffix != ".png" or not decode_raw or t.section == "feature_lists" or t.item is not None:
+        return False
+    feats = mutate.features_of(msg, t.section)
+    return t.raw if t.key in feats else dataset_kind(t.key, t.section)[1]
+
+
+def _digest(msg: Any, t: Target, stand: StandIn | None) -> bytes:
+    """``pins.feature_digest`` of the feature ``t`` names, with the content in place of its stand-in."""
+    if stand is None:
+        return feature_digest(msg, t.section, t.key)
+    feats = msg.feature_lists.feature_list if t.section == "feature_lists" else mutate.features_of(msg, t.section)
+    if t.key not in feats:
+        return b""
+    return stand.splice(feats[t.key].SerializeToString(deterministic=True)).blake2b(_DIGEST_SIZE)
 
 
 def _overwrite(path: str, content: bytes) -> None:

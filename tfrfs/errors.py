@@ -75,6 +75,12 @@ class NoSpace(TfrfsError, OSError):
     errno = _errno.ENOSPC
 
 
+class TooLarge(TfrfsError, OSError):
+    """A value that would make its record larger than protobuf's message limit (2 GiB)."""
+
+    errno = _errno.EFBIG
+
+
 class UsageError(TfrfsError, ValueError):
     """Bad command-line input: the CLI exits with status 2."""
 

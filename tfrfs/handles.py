@@ -5,10 +5,13 @@ file the same way."""
 
 from __future__ import annotations
 
+import errno
 import os
 from typing import Callable, Protocol
 
 from . import durable
+from .errors import NoSpace, TfrfsError, TooLarge
+from .largevalue import LIMIT
 
 
 class _Judge(Protocol):
@@ -17,6 +20,12 @@ class _Judge(Protocol):
     def flush(self, handle: "WriteHandle", *, final: bool = False) -> None: ...
     def sync(self, handle: "WriteHandle") -> None: ...
     def release(self, handle: "WriteHandle") -> None: ...
+
+
+class WriteFailed(TfrfsError, OSError):
+    """A write to an open feature file that failed: its close is refused with the same errno."""
+
+    errno = errno.EIO
 
 
 class OpenFile:
@@ -43,15 +52,44 @@ class OpenFile:
         self.written = False      # data written since last judged (a bare truncate to zero is not enough)
         self.handles = 0          # descriptors open on it
         self.gone = False         # removed, or replaced by a rename, while open: never staged
+        # A write or truncate that failed (disk full, past the largest value): the content is not
+        # what the writer meant, so its close is refused with this error, the old value kept.
+        self.failed: TfrfsError | None = None
 
     def _own(self) -> int:
         """The temporary file, made (holding the value as shown) at the first change."""
         if self.fd < 0:
-            self.fd, self.tmp = self._tmp_file()
-            if self.base:
-                os.pwrite(self.fd, self.base, 0)
+            fd, tmp = self._tmp_file()
+            try:
+                if self.base:
+                    durable.pwrite(fd, self.base, 0, tmp)
+            except BaseException:
+                os.close(fd)   # as if never made: the file still reads as it was
+                os.unlink(tmp)
+                raise
+            self.fd, self.tmp = fd, tmp
             self.base = b""
         return self.fd
+
+    def _fail(self, exc: OSError) -> None:
+        """Remember a change that failed (see ``failed``)."""
+        self.dirty = self.written = True
+        if isinstance(exc, TfrfsError):
+            self.failed = exc
+        elif exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            self.failed = NoSpace(f"not all of it could be written: {os.strerror(exc.errno)}")
+        else:
+            self.failed = WriteFailed(f"not all of it could be written: {exc.strerror or exc}")
+            self.failed.errno = exc.errno or errno.EIO
+
+    def _check_size(self, size: int) -> None:
+        # A file system refuses a file past its largest size at once (EFBIG): so does a feature
+        # file, before the temporary file takes the disk, or the close a copy of it.
+        if size > LIMIT:
+            exc = TooLarge(f"{size:,} bytes is more than a record can hold: protobuf, and so TensorFlow, "
+                           f"reads records of at most {LIMIT:,} bytes")
+            self._fail(exc)
+            raise exc
 
     def read(self, size: int, offset: int) -> bytes:
         if self.fd < 0:
@@ -59,16 +97,27 @@ class OpenFile:
         return os.pread(self.fd, size, offset)
 
     def write(self, data: bytes, offset: int) -> int:
-        fd = self._own()
-        n = durable.pwrite(fd, data, offset, self.tmp)
+        self._check_size(offset + len(data))
+        try:
+            n = durable.pwrite(self._own(), data, offset, self.tmp)
+        except OSError as exc:
+            self._fail(exc)
+            raise
         self.dirty = self.written = True
         return n
 
     def truncate(self, length: int) -> None:
+        self._check_size(length)
         if self.fd < 0 and not length:
             self.base = b""   # nothing to copy for a truncate to zero
         else:
-            os.ftruncate(self._own(), length)
+            try:
+                os.ftruncate(self._own(), length)
+            except OSError as exc:
+                self._fail(exc)
+                raise
+        if not length:
+            self.failed = None   # new content starts here
         self.dirty = True
         # Only a truncate to zero can be the step before new content; `truncate -s N` to any
         # other length is the change itself, judged at the next close so that close can fail.

@@ -393,10 +393,11 @@ def detect_kind(records: Iterable[bytes]) -> str:
         if n >= KIND_SAMPLE:
             break
         try:
-            seq = proto.SequenceExample.FromString(data)
+            # Not kept: one parsed copy at a time beside the bytes (a record may be 2 GiB).
+            lists = proto.SequenceExample.FromString(data).HasField("feature_lists")
         except Exception:  # noqa: BLE001
             return "raw"
-        if seq.HasField("feature_lists"):
+        if lists:
             kind = "sequence"
         elif parse_problem(data, "example"):
             return "raw"

@@ -79,7 +79,8 @@ def apply(msg: Any, t: Target, content: bytes, dataset_kind: DatasetKind, *, dec
         codec.value_to_proto(codec.Value("bytes_list", tuple(values)), reset(feats, t.key))
         return
     present = t.key in feats
-    kind: str | None = codec.value_from_proto(feats[t.key]).kind if present else None
+    # The kind alone: value_from_proto would copy the value being replaced, however large.
+    kind: str | None = (feats[t.key].WhichOneof("kind") or "none") if present else None
     raw = t.raw
     if not present:
         kind, raw = dataset_kind(t.key, t.section)

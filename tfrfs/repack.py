@@ -17,7 +17,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Container, Iterable
+from typing import BinaryIO, Container, Iterable, Protocol
 
 from . import durable, mutate, salvage, tfrecord
 from .errors import DataLoss, TfrfsError
@@ -28,6 +28,7 @@ from .staging import ShardChanges, Staging
 log = logging.getLogger("tfrfs")
 
 COPY_CHUNK = 8 << 20
+STREAM_MIN = 1 << 20   # staged records from this size on are framed without being read whole
 
 
 class CommitFailed(TfrfsError, OSError):
@@ -60,7 +61,25 @@ class _FaultedFile:
         return len(data)
 
 
-def _copy_range(src: ShardReader, dst: BinaryIO, start: int, end: int, writer: tfrecord.StreamWriter,
+class _Source(Protocol):
+    def fileno(self) -> int | None: ...
+    def pread(self, size: int, offset: int) -> bytes: ...
+
+
+class _StagedFile:
+    """A journal file as a ``_Source`` (what ``_copy_range`` reads)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def pread(self, size: int, offset: int) -> bytes:
+        return os.pread(self.fd, size, offset)
+
+
+def _copy_range(src: _Source, dst: BinaryIO, start: int, end: int, writer: tfrecord.StreamWriter,
                 path: str) -> None:
     """Copy bytes [start, end) of the plain source stream into the new shard: in the kernel
     (copy_file_range) where the reader has a descriptor and nothing is compressed."""
@@ -116,19 +135,37 @@ def _write_shard(dst_path: str, ch: ShardChanges, idx: ShardIndex | None, src: S
                     copy_records(src, out, idx, range(run_from, i), writer, dst_path)
                     run_from = None
                 if i in ch.edited and i not in ch.deleted:
-                    writer.write(staging.get_edit(ch, i))
+                    _write_staged(staging.edit_path(ch, i), 0, out, writer, dst_path)
                     fresh.add(count)
                     count += 1
             if run_from is not None:
                 copy_records(src, out, idx, range(run_from, idx.count), writer, dst_path)
         for name in ch.added_names():
-            data = staging.get_added(ch, name)
-            writer.write(mutate.with_both_parts(data) if ch.kind == "sequence" else data)
+            if ch.kind == "sequence":
+                writer.write(mutate.with_both_parts(staging.get_added(ch, name)))
+            else:
+                _write_staged(*staging.added_path(ch, name), out, writer, dst_path)
             fresh.add(count)
             count += 1
         writer.close()
         durable.fsync(out.fileno(), dst_path)
     return count, fresh
+
+
+def _write_staged(path: Path, skip: int, out: BinaryIO, writer: tfrecord.StreamWriter, dst_path: str) -> None:
+    """Frame the staged record in the file at ``path`` (its bytes from ``skip`` on) into the new
+    shard. A large one is never read into memory whole: its checksum is computed a piece at a
+    time, and its bytes copied from file to file (in the kernel when nothing is compressed)."""
+    with open(path, "rb", buffering=0) as f:
+        fd = f.fileno()
+        length = os.fstat(fd).st_size - skip
+        if length < STREAM_MIN:
+            writer.write(os.pread(fd, length, skip))
+            return
+        crc = tfrecord.masked_crc_at(fd, skip, length)
+        writer.write_framed(tfrecord.header(length))
+        _copy_range(_StagedFile(fd), out, skip, skip + length, writer, dst_path)
+        writer.write_framed(tfrecord.footer(crc))
 
 
 def check_new_shard(path: str, compression: str, count: int, fresh: Container[int]) -> None:
@@ -149,7 +186,7 @@ def check_new_shard(path: str, compression: str, count: int, fresh: Container[in
             if walk.problems:
                 break
             if i in fresh:
-                tfrecord.read_record(fd, offset, length)
+                tfrecord.check_record_at(fd, offset, length)
         if walk.problems or walk.count != count:
             raise DataLoss(f"new shard does not read back: "
                            f"{walk.problems[0].reason if walk.problems else 'record count differs'}"

@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from . import durable
+from .durable import Streamed
 from .errors import Busy
 from .index import STAGING_DIR
 from .writerlock import WriterLock
@@ -342,13 +343,22 @@ class Staging:
         ch.edited = {int(p.name) for p in _entries(sdir / "edit")} - ch.deleted
         ch.added = {_read_added_name(p): p.name for p in _entries(sdir / "add")}
 
-    def put_edit(self, ch: ShardChanges, index: int, data: bytes) -> None:
+    def put_edit(self, ch: ShardChanges, index: int, data: bytes | Streamed) -> None:
         with self._changing(ch):
             durable.write_file(self._sdir(ch) / "edit" / str(index), data)
             ch.edited.add(index)
 
     def get_edit(self, ch: ShardChanges, index: int) -> bytes:
-        return (self._sdir(ch) / "edit" / str(index)).read_bytes()
+        return self.edit_path(ch, index).read_bytes()
+
+    def edit_path(self, ch: ShardChanges, index: int) -> Path:
+        """The file holding original record ``index``'s new bytes (all of it)."""
+        return self._sdir(ch) / "edit" / str(index)
+
+    def added_path(self, ch: ShardChanges, name: str) -> tuple[Path, int]:
+        """The file holding added record ``name``, and where in it the record's bytes start."""
+        path = self._sdir(ch) / "add" / ch.added[name]
+        return path, 4 + len(name.encode("utf-8", "surrogateescape"))
 
     def delete_record(self, ch: ShardChanges, index: int) -> None:
         with self._changing(ch):
@@ -359,10 +369,11 @@ class Staging:
                 ch.edited.discard(index)
                 durable.unlink(self._sdir(ch) / "edit" / str(index))
 
-    def put_added(self, ch: ShardChanges, name: str, data: bytes) -> None:
+    def put_added(self, ch: ShardChanges, name: str, data: bytes | Streamed) -> None:
         with self._changing(ch):
             fid = ch.added.get(name) or name_id(name)
-            durable.write_file(self._sdir(ch) / "add" / fid, _added_blob(name, data))
+            blob = _added_blob(name, data) if isinstance(data, bytes) else data.prefixed(_added_head(name))
+            durable.write_file(self._sdir(ch) / "add" / fid, blob)
             ch.added[name] = fid
 
     def get_added(self, ch: ShardChanges, name: str) -> bytes:
@@ -553,8 +564,12 @@ def _entries(folder: Path) -> Iterator[Path]:
 
 def _added_blob(name: str, data: bytes) -> bytes:
     """An added record's journal file: its name (u32 length, UTF-8), then its bytes."""
+    return _added_head(name) + data
+
+
+def _added_head(name: str) -> bytes:
     raw = name.encode("utf-8", "surrogateescape")
-    return struct.pack("<I", len(raw)) + raw + data
+    return struct.pack("<I", len(raw)) + raw
 
 
 def _read_added_name(path: Path) -> str:

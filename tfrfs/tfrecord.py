@@ -33,8 +33,41 @@ _HDR = struct.Struct("<QI")
 
 
 def masked_crc(data: bytes | bytearray | memoryview) -> int:
-    crc = _crc32c.crc32c(data)
+    return _mask(_crc32c.crc32c(data))
+
+
+def _mask(crc: int) -> int:
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+_CRC_CHUNK = 1 << 20
+
+
+def masked_crc_at(fd: int, offset: int, length: int) -> int:
+    """``masked_crc`` of ``length`` bytes of file ``fd`` at ``offset``, read a piece at a time (a
+    record of any size, never whole in memory)."""
+    buf = bytearray(min(_CRC_CHUNK, length) or 1)
+    view = memoryview(buf)
+    crc = 0
+    pos, end = offset, offset + length
+    while pos < end:
+        n = os.preadv(fd, [view[:min(len(buf), end - pos)]], pos)
+        if n == 0:
+            raise DataLoss(f"file ends inside the {length} bytes at offset {offset}")
+        crc = _crc32c.crc32c(view[:n], crc)
+        pos += n
+    return _mask(crc)
+
+
+def header(length: int) -> bytes:
+    """A record's header: its length and that length's masked checksum."""
+    raw = _U64.pack(length)
+    return raw + _U32.pack(masked_crc(raw))
+
+
+def footer(crc: int) -> bytes:
+    """A record's footer, for the masked checksum of its data."""
+    return _U32.pack(crc)
 
 
 def parse_header(header: bytes) -> int | None:
@@ -47,8 +80,7 @@ def parse_header(header: bytes) -> int | None:
 
 def frame(data: bytes | memoryview) -> bytes:
     """One whole record: header, data and footer."""
-    length = _U64.pack(len(data))
-    return b"".join((length, _U32.pack(masked_crc(length)), bytes(data), _U32.pack(masked_crc(data))))
+    return b"".join((header(len(data)), bytes(data), footer(masked_crc(data))))
 
 
 def check_data(framed_tail: bytes, data: memoryview | bytes) -> bool:
@@ -112,6 +144,15 @@ def read_record(src: int | PRead, offset: int, length: int, *, verify: bool = Tr
     if verify and _U32.unpack(footer)[0] != masked_crc(data):
         raise DataLoss(f"data checksum failed for the record at offset {offset}")
     return data
+
+
+def check_record_at(fd: int, offset: int, length: int) -> None:
+    """``read_record``'s checks, the data read a piece at a time: for a record of any size."""
+    footer_bytes = os.pread(fd, FOOTER, offset + HEADER + length)
+    if len(footer_bytes) < FOOTER:
+        raise DataLoss(f"record at offset {offset} is cut short")
+    if _U32.unpack(footer_bytes)[0] != masked_crc_at(fd, offset + HEADER, length):
+        raise DataLoss(f"data checksum failed for the record at offset {offset}")
 
 
 def read_record_into(fd: int, offset: int, length: int, buf: bytearray) -> memoryview:

@@ -16,6 +16,7 @@ from tfrfs.mounttab import fstype_holding
 from .common import OUT, REPO, WORK, progress
 from .damage import measure_damage, print_damage
 from .datasets import build_dataset, derived_paths, file_lists, make_tar
+from .largevalues import measure_large_values, print_large_values
 from .report import (REF, check_entries, compare, fmt_load, machine_info, print_ceiling, print_read_notes,
                      print_table)
 from .remote import remote_phases
@@ -71,6 +72,10 @@ per random record, a second pass on the same mount and after a remount
 (requests and files/s), and a cold copy of a large shard against the s3fs copy.
 Its dataset is smaller by default (--small 5000, --large 150) and --random is
 200; --repeat is 1 unless given.
+
+--large-values measures large values instead: a 100 MiB and a 1 GiB value (--large-mib) written
+over a feature file of a --rw mount, the daemon's peak memory above its baseline during the close
+and the commit, in copies of the value, and their times (scripts/benchkit/largevalues.py).
 
 --damage measures damaged shards instead (SPEC 6): the resync scan's speed over garbage, zeros
 and real record data with broken headers, and `tfrfs index`, `verify` and `repair` on such shards
@@ -132,6 +137,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="with --scale: shards of the dataset (default 100)")
     p.add_argument("--code", type=Path, metavar="DIR",
                    help="with --scale: measure the tfrfs of another checkout DIR (e.g. an older commit) instead")
+    p.add_argument("--large-values", action="store_true",
+                   help="measure large values written through a --rw mount instead (see above)")
+    p.add_argument("--large-mib", default="100,1024", metavar="MIB,...",
+                   help="with --large-values: the values' sizes in MiB (default 100,1024)")
     p.add_argument("--latency-ms", type=float, default=20.0, metavar="MS",
                    help="with --remote: latency the proxy adds to every request (default 20)")
     a = p.parse_args(argv)
@@ -158,6 +167,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if a.remote and (a.only_write or a.keep):
         p.error("--remote measures the read side only, and its mounts end with its servers (no --only-write, "
                 "no --keep)")
+    try:
+        a.large_mib = [int(x) for x in a.large_mib.split(",")]
+    except ValueError:
+        p.error("--large-mib takes sizes in MiB separated by commas, e.g. 100,1024")
+    if not a.large_mib or min(a.large_mib) < 1:
+        p.error("--large-mib sizes must be at least 1")
     if a.random < 1 or a.latency_ms < 0:
         p.error("--random must be at least 1 and --latency-ms not negative")
     return a
@@ -188,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     elif args.damage:
         results["damage"] = measure_damage(args)
         print_damage(results["damage"])
+    elif args.large_values:
+        results["large_values"] = measure_large_values(args)
+        print_large_values(results["large_values"])
     elif args.remote:
         remote_phases(args, results, profiler)
     else:

@@ -513,6 +513,15 @@ def _script(name: str, s: Session) -> list[tuple]:
                 ("write", f"{r}/image/.x.swp", b"x"),
                 ("rename", f"{r}/image", f"{r}/picture"),
                 ("rename", encoded, encoded + "~")]                                # in a folder
+    if name == "large-values":
+        # Values staged from their temporary files (largevalue): a new one, one over it, a text
+        # value (its newline rule) in a compressed shard, one in an added record.
+        big = bytes(range(256)) * 5000
+        return [("write", "/a.tfrecord/000002/blob.bin", big),
+                ("write", "/a.tfrecord/000002/blob.bin", big[::-1] + b"more"),
+                ("write", "/b.tfrecord.gz/000001/notes.txt", b"a line\n" * 200_000),
+                ("mkdir", "/a.tfrecord/big-rec"),
+                ("write", "/a.tfrecord/big-rec/blob.bin", big[7:])]
     if name == "move-record":
         return [("rename", "/a.tfrecord/000005", "/sub/c.tfrecord/moved")]
     if name == "move-records":
@@ -615,6 +624,10 @@ def _diff(got: dict, allowed: list[dict]) -> str:
 @pytest.mark.parametrize("name", ["edit-features", "records", "shards"])
 def test_fault_at_every_staging_step(name: str, tmp_path: Path, faults) -> None:
     run_staging_faults(name, tmp_path, faults)
+
+
+def test_fault_at_every_step_of_staging_large_values(tmp_path: Path, faults) -> None:
+    run_staging_faults("large-values", tmp_path, faults)
 
 
 def test_running_mount_shows_what_the_next_mount_will(tmp_path: Path, faults) -> None:
