@@ -19,6 +19,7 @@ import errno
 import itertools
 import json
 import logging
+import mmap
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -251,17 +252,22 @@ class Mount:
         if ch.removed or n is None:
             return None
         store = self.store
-        kind = store.kinds[n]
         idx = store.shards[n]
         staging = self.staging
         assert staging is not None
         replaced = sorted((ch.edited | ch.deleted) - idx.bad) if not ch.new else []
         removed = (store.original(n, i)[0] for i in replaced if i < idx.count)
-        # One record at a time: a staged record may be large.
-        written = itertools.chain((staging.get_edit(ch, i) for i in sorted(ch.edited - ch.deleted)),
-                                  (mutate.with_both_parts(d) if ch.kind == "sequence" else d
-                                   for d in (staging.get_added(ch, name) for name in ch.added_names())))
-        return self.tree.schema.change_of(None if ch.new else n, kind, removed, written)
+
+        def written() -> Iterator[bytes | memoryview]:
+            # Staged records are mapped, not read: one may hold a value of a gigabyte.
+            for i in sorted(ch.edited - ch.deleted):
+                yield from _mapped(staging.edit_path(ch, i), 0)
+            for name in ch.added_names():
+                if ch.kind == "sequence":
+                    yield mutate.with_both_parts(staging.get_added(ch, name))
+                else:
+                    yield from _mapped(*staging.added_path(ch, name))
+        return self.tree.schema.change_of(None if ch.new else n, store.kinds[n], removed, written())
 
     def _follow_tfds(self, done: list[ShardResult]) -> tuple[str, ...]:
         """A TFDS ``dataset_info.json`` beside committed shards follows them: not a failure of the
@@ -293,6 +299,23 @@ class Mount:
             self.staging.release()   # and with nothing staged, the staging folder goes
         if self.mountpoint is not None:
             mountrecord.remove(self.mountpoint, os.getpid())
+
+
+def _mapped(path: os.PathLike[str] | str, start: int) -> Iterator[bytes | memoryview]:
+    """The bytes of ``path`` from ``start`` on, mapped for as long as the consumer looks at them."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size <= start:
+            yield b""
+            return
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            view = memoryview(mapped)
+            part = view[start:]
+            try:
+                yield part
+            finally:
+                part.release()
+                view.release()
 
 
 def open_mount(source: str | Source, *, writable: bool = False, records: str | None = None, decode_raw: bool = True,

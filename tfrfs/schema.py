@@ -163,7 +163,8 @@ class Schema:
 
     # -- commits --------------------------------------------------------------------
 
-    def change_of(self, shard: int | None, kind: str, removed: Iterable[bytes], written: Iterable[bytes]) -> Tally | None:
+    def change_of(self, shard: int | None, kind: str, removed: Iterable[bytes],
+                  written: Iterable[bytes | memoryview]) -> Tally | None:
         """What a commit does to a shard's tally: ``removed`` records (original ones it replaces or
         drops) out, ``written`` records (fresh ones) in; None when the shard's tally is not known
         (then it is read again when needed)."""
@@ -171,10 +172,11 @@ class Schema:
         if base is None:
             return None
         scanner = shardschema.Scanner(base.kind)
+        data: bytes | memoryview
         for data in removed:
-            scanner.add(data, -1)
+            scanner.add_large(data, -1)
         for data in written:
-            scanner.add(data)
+            scanner.add_large(data)
         after = Tally(base.kind)
         after.add(base)
         after.add(scanner.flush())

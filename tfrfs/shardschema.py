@@ -16,6 +16,7 @@ are counted from their bytes directly). It runs on every core, shards split in p
 
 from __future__ import annotations
 
+import codecs
 import os
 import struct
 import threading
@@ -30,6 +31,8 @@ VERSION = 1
 TABLES = ("features", "feature_lists")
 RAW_SHOWN = "raw pixels .png"
 PART_RECORDS = 250_000     # records in one task of the scan
+LARGE = 1 << 20            # a record this long is read by spans: its large values are never copied
+_SMALL_FEATURE = 1 << 16   # ... features up to this long are copied out to be read as usual
 _MEMO_VALUE = 256          # feature bytes up to this long are remembered per key ...
 _MEMO_KEYS = 4096          # ... this many per key
 _CHUNK = 8 << 20           # bytes of records read at once
@@ -127,6 +130,40 @@ class Scanner:
         records[gives] = records.get(gives, 0) + weight
         if len(records) > 8192:
             self.flush()
+
+    def add_large(self, data: bytes | memoryview, weight: int = 1) -> None:
+        """Count one record that may be large (a staged record mapped from its file, a record of
+        a shard with a large image): one of ``LARGE`` bytes or more is read by its features' spans,
+        so a value of a gigabyte is looked at where it lies, never copied."""
+        if len(data) < LARGE or self.tally.kind != "example":
+            self.add(bytes(data) if isinstance(data, memoryview) else data, weight)
+            return
+        view = memoryview(data)
+        spans = wire.feature_spans(view)
+        if spans is None:
+            self.add(bytes(view), weight)   # an unusual encoding: protobuf decides
+            return
+        feats = _Spans(view, spans)
+        try:
+            rows = []
+            for key in spans:
+                start, end = spans[key]
+                if end - start <= _SMALL_FEATURE:
+                    value = feats[key]
+                    row = _numeric_row(value) or _feature_row(value)
+                else:
+                    try:
+                        row = _large_feature_row(view, start, end)
+                    except ValueError:   # not the usual encoding: protobuf decides
+                        row = _feature_row(bytes(view[start:end]))
+                rows.append((key, row))
+            if any(row[0] == "bytes_list" and row[1] == 1 for _, row in rows):
+                rows = _with_raw(feats, rows)
+        except Exception:  # noqa: BLE001 - as ``add``: a record that does not parse
+            self.tally.skipped += weight
+            return
+        gives = (tuple(rows), ())
+        self._records[gives] = self._records.get(gives, 0) + weight
 
     def flush(self) -> Tally:
         """The tally, with every record counted so far spread over its keys."""
@@ -238,6 +275,89 @@ def _with_raw(feats: Any, rows: list[tuple[str, Row]]) -> list[tuple[str, Row]]:
     return out
 
 
+class _Spans:
+    """A large record's features by key, as ``_with_raw`` asks for them: the bytes of a small
+    feature, a view of a large one."""
+
+    def __init__(self, view: memoryview, spans: dict[str, tuple[int, int]]) -> None:
+        self.view, self.spans = view, spans
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.spans
+
+    def __getitem__(self, key: str) -> Any:
+        start, end = self.spans[key]
+        part = self.view[start:end]
+        return bytes(part) if end - start <= _SMALL_FEATURE else part
+
+
+def _varint_at(view: memoryview, pos: int, end: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= end or shift > 63:
+            raise ValueError("a varint runs past its field")
+        b = view[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+
+
+def _fields(view: memoryview, start: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """(tag byte, start, end) of each length-delimited field in ``view[start:end]``."""
+    pos = start
+    while pos < end:
+        tag = view[pos]
+        if tag & 0x07 != 2:
+            raise ValueError("not a length-delimited field")
+        length, pos = _varint_at(view, pos + 1, end)
+        if pos + length > end:
+            raise ValueError("a field runs past its message")
+        yield tag, pos, pos + length
+        pos += length
+
+
+def _large_feature_row(view: memoryview, start: int, end: int) -> Row:
+    """The row of a large ``Feature`` read where it lies (at most a chunk of a value at a time)."""
+    lists = list(_fields(view, start, end))
+    if len(lists) != 1:
+        return _feature_row(bytes(view[start:end]))   # not one list: leave it to protobuf
+    tag, lstart, lend = lists[0]
+    if tag == 0x0A:
+        values = [(s, e) for t, s, e in _fields(view, lstart, lend) if t == 0x0A]
+        newline = any(e > s and view[e - 1] == 0x0A for s, e in values)
+        if len(values) == 1:
+            s, e = values[0]
+            suffix = codec.sniff_media(view[s:e]) or (".txt" if _is_text(view[s:e]) else ".bin")
+        else:
+            suffix = ".json" if all(_is_text(view[s:e]) for s, e in values) else ".list"
+        return ("bytes_list", len(values), suffix, newline, False)
+    packed = list(_fields(view, lstart, lend))
+    if tag == 0x12 and len(packed) == 1 and (packed[0][2] - packed[0][1]) % 4 == 0:
+        return ("float_list", (packed[0][2] - packed[0][1]) // 4, ".json", False, False)
+    if tag == 0x1A and len(packed) == 1:
+        _, s, e = packed[0]
+        continued = sum(len(bytes(view[p:min(e, p + _CHUNK)]).translate(None, _HIGH)) for p in range(s, e, _CHUNK))
+        return ("int64_list", (e - s) - continued, ".json", False, False)
+    return _feature_row(bytes(view[start:end]))
+
+
+def _is_text(view: memoryview) -> bool:
+    """``codec.is_text`` of a large value, a chunk at a time."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:
+        for p in range(0, len(view), _CHUNK):
+            chunk = bytes(view[p:p + _CHUNK])
+            if b"\x00" in chunk:
+                return False
+            decoder.decode(chunk)
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _ends_in_newline(value: codec.Value) -> bool:
     return value.kind == "bytes_list" and any(v.endswith(b"\n") for v in value.values)
 
@@ -304,7 +424,10 @@ def scan_part(path: str, stamp: Stamp, kind: str, offsets: bytes, first: int, sk
         def read(n: int, at: int) -> bytes:
             return os.pread(fd, n, at)
         for data in records_in(read, spans, 0, len(spans) - 1, (i - first for i in skip)):
-            scanner.add(data)
+            if len(data) < LARGE:
+                scanner.add(data)
+            else:
+                scanner.add_large(data)
     finally:
         os.close(fd)
     return scanner.flush().to_json()
@@ -412,7 +535,7 @@ def scan_records(kind: str, records: Iterable[bytes]) -> Tally:
     """The tally of ``records`` read here (remote shards, staged records)."""
     scanner = Scanner(kind)
     for data in records:
-        scanner.add(data)
+        scanner.add_large(data)
     return scanner.flush()
 
 

@@ -376,3 +376,27 @@ def test_workers_read_parts_of_shards_and_notice_a_replaced_file(tmp_path: Path,
         _write_shard(tmp_path / "b.tfrecord", _examples(10, 50))   # same size, another file
         again = shardschema.scan_local(jobs, executor=ex)
         assert again[0] is not None and again[1] is None
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.dictionaries(_keys, _feature(), max_size=4), st.sampled_from([b"x" * 5, "é\n".encode(), b"\x00\x01",
+                                                                       PNG, b"BM", b"\xff\xd8\xff\xe0"]),
+       st.sampled_from(["bytes1", "bytes2", "ints", "floats"]))
+def test_a_large_record_is_read_by_spans_as_a_small_one_is_read(values: dict, head: bytes, big: str) -> None:
+    """Records past ``LARGE`` are read where their values lie (the kind, count, suffix and newline of
+    a large value from its bytes in place): they tally as the whole-record reference says."""
+    size = shardschema.LARGE + 100
+    if big == "bytes1":
+        value = codec.Value("bytes_list", (head + b"a" * size + head[-1:],))
+    elif big == "bytes2":
+        value = codec.Value("bytes_list", (head + b"b" * size, b"tail\n"))
+    elif big == "ints":
+        value = codec.Value("int64_list", tuple(range(-size // 8, size // 8)))
+    else:
+        value = codec.Value("float_list", (0.5,) * (size // 4))
+    record = _example({**values, "big": value})
+    assert len(record) > shardschema.LARGE
+    scanner = shardschema.Scanner("example")
+    scanner.add_large(memoryview(record))
+    got = shardschema.summarize([scanner.flush()], True)
+    assert got == reference([record], "example")
