@@ -41,7 +41,9 @@ class Cli:
 
     def run(self, *args: str, ok: tuple[int, ...] = (0, 1)) -> tuple[float, str]:
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "tfrfs", *args], capture_output=True, text=True, env=self.env)
+        # Run from the checkout measured: ``python -m`` looks in the current folder first.
+        proc = subprocess.run([sys.executable, "-m", "tfrfs", *args], capture_output=True, text=True, env=self.env,
+                              cwd=str(self.code) if self.code is not None else None)
         elapsed = time.perf_counter() - t0
         if proc.returncode not in ok or "Traceback" in proc.stderr:
             raise RuntimeError(f"tfrfs {' '.join(args)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
