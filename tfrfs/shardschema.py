@@ -407,11 +407,13 @@ def stamp_of(st: os.stat_result) -> Stamp:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def scan_part(path: str, stamp: Stamp, kind: str, offsets: bytes, first: int, skip: tuple[int, ...]) -> dict | None:
+def scan_part(path: str, stamp: Stamp, kind: str, offsets: bytes, first: int, skip: tuple[int, ...],
+              typecode: str = "Q") -> dict | None:
     """A task of the scan, run in a worker process: the tally (as JSON) of the records whose
-    offsets, as u64, are ``offsets`` (the first is record ``first``'s), in the plain stream
-    ``path``; None when ``path`` is no longer the file ``stamp`` describes (a commit replaced it)."""
-    spans = array("Q")
+    offsets, an array of ``typecode``, are ``offsets`` (the first is record ``first``'s), in the
+    plain stream ``path``; None when ``path`` is no longer the file ``stamp`` describes (a commit
+    replaced it)."""
+    spans = array(typecode)
     spans.frombytes(offsets)
     scanner = Scanner(kind)
     try:
@@ -490,7 +492,7 @@ def scan_local(jobs: list[Job], progress: Progress | None = None, executor: Exec
         for n, (path, stamp, kind, offsets, skip) in enumerate(jobs):
             if stop is not None and stop.is_set():
                 raise Stopped
-            result = scan_part(path, stamp, kind, offsets.tobytes(), 0, tuple(skip))
+            result = scan_part(path, stamp, kind, offsets.tobytes(), 0, tuple(skip), offsets.typecode)
             tallies[n] = Tally.from_json(result) if result is not None else None
             if progress is not None:
                 progress(sum(len(j[3]) - 1 for j in jobs[:n + 1]), total)
@@ -507,7 +509,7 @@ def scan_local(jobs: list[Job], progress: Progress | None = None, executor: Exec
                     continue
                 mine = tuple(i for i in skip if part.start <= i < part.stop)
                 fut = ex.submit(scan_part, path, stamp, kind, offsets[part.start:part.stop + 1].tobytes(),
-                                part.start, mine)
+                                part.start, mine, offsets.typecode)
                 futures[fut] = part
         for fut in as_completed(futures):
             if stop is not None and stop.is_set():
