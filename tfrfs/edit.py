@@ -221,13 +221,12 @@ class FileEditor:
         if isinstance(existing, ScratchFile):
             return
         stager = self.stager
-        if isinstance(existing, DataFile) and existing.loc is not None:
+        if isinstance(existing, DataFile) and existing.loc is not None and existing.loc.item is None:
             loc = existing.loc
             suffix = names.split_suffix(inner[-1])[1] or ".bin"
-            item_names = stager.item_names(record, loc.section, loc.key) if loc.item is not None else None
-            target = Target(loc.section, loc.key, suffix, loc.item, loc.raw, item_names=item_names)
+            target = Target(loc.section, loc.key, suffix, None, loc.raw)
         else:
-            target = stager.target(record, inner, by_name=True)
+            target = stager.target(record, inner)
         msg = self.store.message(record.shard, record.rid)
         try:
             mutate.apply(msg, target, content, stager.dataset_kind_near(record.shard),
@@ -239,8 +238,7 @@ class FileEditor:
             # Written into a .list/ or .steps/ folder: the feature is shown as that folder, its
             # items under the names they had and this one under the name it was written to.
             pin = self.store.names_shown(record.shard, record.rid)
-            pin.set_item_names(target.section, target.key, target.item_names,
-                               feature_digest(msg, target.section, target.key), folder=target.folder)
+            stager.pin_items(pin, msg, target)
         elif target.item is None and target.section != "feature_lists" and not target.raw \
                 and target.suffix != ".json":
             # The name written through keeps finding the value until a commit, whatever suffix the
@@ -285,10 +283,10 @@ def remove_feature(stager: Stager, record: RecordDir, msg: Any, pin: NamePin, no
     as on any file system."""
     loc = node.loc
     assert loc is not None
-    if mutate.remove(msg, loc):
+    gone = mutate.remove(msg, loc)
+    pin.drop(loc, gone, feature_digest(msg, loc.section, loc.key))
+    if gone == "feature" or (gone == "item" and loc.sub is not None):
         stager.keep_folders(record, inner[:-1])
-    elif loc.item is not None:
-        pin.drop_item_name(loc.section, loc.key, loc.item, feature_digest(msg, loc.section, loc.key))
 
 
 def _overwrite(path: str, content: bytes) -> None:

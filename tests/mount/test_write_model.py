@@ -1259,11 +1259,6 @@ def test_a_new_sequence_record_shows_the_parts_made_and_commits_both(tmp_path: P
     assert all(sorted(os.listdir(s / f"{i:06d}")) == ["context", "feature_lists"] for i in range(5))
 
 
-@pytest.mark.xfail(strict=True, reason="a step written into a KEY.steps/ folder must be of the kind of the steps "
-                                       "already there: a .jpg beside .json int steps fails with EINVAL ('this key "
-                                       "holds int64_list'), so a feature list of mixed steps, which SPEC 4 shows as "
-                                       "KEY.steps/, cannot be written step by step, and cp -r of its record fails "
-                                       "(SPEC 7: it comes back equal)")
 def test_steps_of_mixed_kinds_can_be_written_one_by_one(tmp_path: Path, tfrfs_mount: Any) -> None:
     mixed = Feat("steps", (Feat("int64_list", (1,)), Feat("bytes_list", (JPG,))))
     src = _sequence_source(tmp_path, {"mixed": mixed})
@@ -1297,9 +1292,6 @@ def test_scratch_files_and_empty_folders_go_at_every_commit(tmp_path: Path, tfrf
     assert sorted(os.listdir(rec)) == ["n.json"]
 
 
-@pytest.mark.xfail(strict=True, reason="mv of a record folder renumbers the items of its KEY.list/ (and steps of "
-                                       "KEY.steps/) whose names were kept after an item was removed: README, names "
-                                       "inside a record stay stable until a commit")
 def test_a_moved_record_keeps_its_names(tmp_path: Path, tfrfs_mount: Any) -> None:
     src = _example_source(tmp_path, {"items": Feat("bytes_list", (JPG, b"\0one", b"\0two"))})
     (src / "f.tfrecord").write_bytes(frame(message(Rec("000000", False, {"n": Feat("int64_list", (1,))}))))
