@@ -135,23 +135,32 @@ def _apply_to_list(msg: Any, t: Target, content: bytes, dataset_kind: DatasetKin
     if t.suffix == ".txt":
         replaced = None if old is None else list(old.bytes_list.value)
         content = _text(content, replaced, t, dataset_newline)
-    value = codec.parse(t.suffix, content, _written_step_kind(lists, old, t, dataset_kind))
+    value = _parse_step(flist, old, t, content, dataset_kind)
     step = old if old is not None else _insert_step(flist, t.item)
     step.Clear()
     codec.value_to_proto(value, step)
 
 
-def _written_step_kind(lists: Any, old: Any, t: Target, dataset_kind: DatasetKind) -> str | None:
-    """The kind of a step written through a file of a .steps/ folder. Steps may differ in kind
-    (SPEC 4 shows such a list as KEY.steps/), so a file other than .json is one bytes value
-    whatever the other steps hold; a .json keeps the kind of the step it replaces, or takes the
-    one kind of the others, or the dataset's."""
+def _parse_step(flist: Any, old: Any, t: Target, content: bytes, dataset_kind: DatasetKind) -> codec.Value:
+    """The step a file of a .steps/ folder holds. Steps may differ in kind (SPEC 4 shows such a
+    list as KEY.steps/), so a file other than .json is one bytes value whatever the other steps
+    hold, and a .json keeps the kind of the step it replaces. A new .json step is read as the one
+    number kind of the others (or of the dataset's list) when it fits, so [1, 2] among float steps
+    stays float; otherwise its content tells (numbers beside images are a number step, strings
+    beside numbers a text step, whichever is written first)."""
     if t.suffix != ".json":
-        return None
+        return codec.parse(t.suffix, content, None)
     if old is not None and old.WhichOneof("kind"):
-        kind: str = old.WhichOneof("kind")
-        return kind
-    return _step_kind(lists, t.key, dataset_kind)
+        return codec.parse(t.suffix, content, old.WhichOneof("kind"))
+    numbers = ("int64_list", "float_list")
+    kinds = {f.WhichOneof("kind") for f in flist.feature if f.WhichOneof("kind")}
+    hint = kinds.pop() if len(kinds) == 1 else dataset_kind(t.key, "feature_lists")[0]
+    if hint in numbers:
+        try:
+            return codec.parse(t.suffix, content, hint)
+        except Invalid:
+            pass
+    return codec.parse(t.suffix, content, None)
 
 
 def _apply_to_step_value(flist: Any, step: Any, t: Target, content: bytes, dataset_newline: DatasetNewline) -> None:

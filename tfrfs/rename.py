@@ -19,7 +19,7 @@ from .errors import Exists, Invalid, IsADir, NotADir, NotEmpty, NotFound, NotPer
 from .folders import has_files
 from .nodes import DataFile, Dir, Loc, Node, RecordDir, RecordId, ScratchFile, ShardDir
 from .mutate import Target
-from .pins import NamePin, feature_digest
+from .pins import NamePin
 from .stager import Stager, is_scratch, is_scratch_path, is_step_folder, split_path
 
 
