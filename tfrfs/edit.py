@@ -256,13 +256,12 @@ class FileEditor:
             size = len(content)
         if size > LIMIT:
             raise refuse(_too_large(f"the value is {size:,} bytes"))
-        if isinstance(existing, DataFile) and existing.loc is not None:
+        if isinstance(existing, DataFile) and existing.loc is not None and existing.loc.item is None:
             loc = existing.loc
             suffix = names.split_suffix(inner[-1])[1] or ".bin"
-            item_names = stager.item_names(record, loc.section, loc.key) if loc.item is not None else None
-            target = Target(loc.section, loc.key, suffix, loc.item, loc.raw, item_names=item_names)
+            target = Target(loc.section, loc.key, suffix, None, loc.raw)
         else:
-            target = stager.target(record, inner, by_name=True)
+            target = stager.target(record, inner)
         msg = self.store.message(record.shard, record.rid)
         # Written into a .list/ or .steps/ folder, the feature is shown as that folder, its items
         # under the names they had and this one under the name it was written to. Written as a
@@ -298,7 +297,8 @@ class FileEditor:
         pin = self._names_shown(record, msg) if target.item_names is not None or keep_name else None
         if pin is not None and target.item_names is not None:
             pin.set_item_names(target.section, target.key, target.item_names,
-                               _digest(msg, target, stand), folder=target.folder)
+                               _digest(msg, target, stand), folder=target.folder,
+                               sub_names=target.sub_names)
         elif pin is not None:
             rest = inner[1:] if target.section else inner
             pin.keep_written(target.section, target.key, rest[:-1], rest[-1], _digest(msg, target, stand))
@@ -349,10 +349,10 @@ def remove_feature(stager: Stager, record: RecordDir, msg: Any, pin: NamePin, no
     as on any file system."""
     loc = node.loc
     assert loc is not None
-    if mutate.remove(msg, loc):
+    gone = mutate.remove(msg, loc)
+    pin.drop(loc, gone, feature_digest(msg, loc.section, loc.key))
+    if gone == "feature" or (gone == "item" and loc.sub is not None):
         stager.keep_folders(record, inner[:-1])
-    elif loc.item is not None:
-        pin.drop_item_name(loc.section, loc.key, loc.item, feature_digest(msg, loc.section, loc.key))
 
 
 _DIGEST_SIZE = 16   # pins.value_digest's (a test holds the two digests equal)

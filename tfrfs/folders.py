@@ -11,7 +11,7 @@ from . import durable, names, tfrecord
 from .errors import Exists, Invalid, NotADir, NotEmpty, NotFound, NotPermitted
 from .index import ShardFile, ShardIndex
 from .nodes import Dir, RecordDir, ShardDir
-from .stager import Stager, is_scratch, is_scratch_path, split_path
+from .stager import Stager, is_scratch, is_scratch_path, is_step_folder, split_path
 
 SECTIONS = ("context", "feature_lists")   # the two folders of a SequenceExample record (SPEC 4)
 
@@ -45,9 +45,9 @@ class FolderEditor:
             if not inner and name in SECTIONS and self.store.kinds[record.shard] == "sequence":
                 self._make_section(record, name)
                 return
-            if not is_scratch_path(inner + (name,)) and inner \
-                    and names.split_suffix(inner[-1])[1] in (".list", ".steps"):
-                raise Invalid("folders cannot be made inside a .list/ or .steps/ folder")
+            if not is_scratch_path(inner + (name,)) and _inside_items(inner, name):
+                raise Invalid("folders cannot be made inside a .list/ folder, nor inside .steps/ other than a "
+                              "step's own N.list/ (a step of several values)")
             try:
                 self.stager.keep_folders(record, inner + (name,))
             finally:
@@ -148,6 +148,17 @@ class FolderEditor:
                 durable.fsync_dir(os.path.dirname(node.scratch))
         finally:
             self.store.invalidate(record.shard, record.rid)
+
+
+def _inside_items(inner: tuple[str, ...], name: str) -> bool:
+    """Whether folder ``name`` in ``inner`` would be inside a .list/ or .steps/ folder, where only
+    a step's own N.list/ folder (in .steps/) may be made (SPEC 4: a step is shown like a value)."""
+    if any(names.split_suffix(c)[1] in (".list", ".steps") for c in inner[:-1]):
+        return True
+    if not inner:
+        return False
+    suffix = names.split_suffix(inner[-1])[1]
+    return suffix == ".list" or (suffix == ".steps" and not is_step_folder(name))
 
 
 def has_files(d: Dir) -> bool:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import itertools
 import json
 import logging
 import mmap

@@ -14,6 +14,7 @@ from typing import Any, Callable
 from . import codec, proto
 from .errors import Invalid
 from .nodes import Loc
+from .pins import SubNames
 
 # (kind, shown as raw pixels) of a key across the dataset, for a key the record does not hold:
 # (None, False) when the dataset has no such key either.
@@ -38,6 +39,9 @@ class Target:
     insert: bool = False       # a new item goes in before ``item`` (the others keep their values)
     item_names: tuple[str, ...] | None = None   # an item's folder: the names of its items after this write
     folder: tuple[str, ...] = ()                # an item's folder: its path inside the section
+    sub: int | None = None     # a value's index in step ``item``'s own N.list/ folder
+    sub_insert: bool = False   # a new value goes in before ``sub`` (a new step: ``insert``)
+    sub_names: SubNames = ()   # a .steps/ folder: the names inside its steps' N.list/ after this write
 
 
 def features_of(msg: Any, section: str) -> Any:
@@ -70,12 +74,7 @@ def apply(msg: Any, t: Target, content: bytes, dataset_kind: DatasetKind, *, dec
         if t.suffix == ".txt":
             replaced = [values[t.item]] if not t.insert and t.item < len(values) else None
             content = _text(content, replaced, t, dataset_newline)
-        if t.insert:
-            values.insert(t.item, content)
-        else:
-            while len(values) <= t.item:
-                values.append(b"")   # a later file of a .list/ copied before an earlier one
-            values[t.item] = content
+        _put(values, t.item, t.insert, content)
         codec.value_to_proto(codec.Value("bytes_list", tuple(values)), reset(feats, t.key))
         return
     present = t.key in feats
@@ -130,21 +129,76 @@ def _apply_to_list(msg: Any, t: Target, content: bytes, dataset_kind: DatasetKin
             codec.value_to_proto(step, flist.feature.add())
         return
     flist = lists[t.key]
-    kinds = {f.WhichOneof("kind") for f in flist.feature if f.WhichOneof("kind")}
-    step_kind = kinds.pop() if len(kinds) == 1 else None
+    old = flist.feature[t.item] if not t.insert and t.item < len(flist.feature) else None
+    if t.sub is not None:
+        _apply_to_step_value(flist, old, t, content, dataset_newline)
+        return
     if t.suffix == ".txt":
-        old = flist.feature[t.item] if not t.insert and t.item < len(flist.feature) else None
         replaced = None if old is None else list(old.bytes_list.value)
         content = _text(content, replaced, t, dataset_newline)
-    if t.insert:
-        flist.feature.add()
-        for i in range(len(flist.feature) - 1, t.item, -1):   # repeated messages have no insert
-            flist.feature[i].CopyFrom(flist.feature[i - 1])
-    while len(flist.feature) <= t.item:
-        flist.feature.add()
-    step = flist.feature[t.item]
+    value = _parse_step(flist, old, t, content, dataset_kind)
+    step = old if old is not None else _insert_step(flist, t.item)
     step.Clear()
-    codec.value_to_proto(codec.parse(t.suffix, content, step_kind), step)
+    codec.value_to_proto(value, step)
+
+
+def _parse_step(flist: Any, old: Any, t: Target, content: bytes, dataset_kind: DatasetKind) -> codec.Value:
+    """The step a file of a .steps/ folder holds. Steps may differ in kind (SPEC 4 shows such a
+    list as KEY.steps/), so a file other than .json is one bytes value whatever the other steps
+    hold, and a .json keeps the kind of the step it replaces. A new .json step is read as the one
+    number kind of the others (or of the dataset's list) when it fits, so [1, 2] among float steps
+    stays float; otherwise its content tells (numbers beside images are a number step, strings
+    beside numbers a text step, whichever is written first)."""
+    if t.suffix != ".json":
+        return codec.parse(t.suffix, content, None)
+    if old is not None and old.WhichOneof("kind"):
+        return codec.parse(t.suffix, content, old.WhichOneof("kind"))
+    numbers = ("int64_list", "float_list")
+    kinds = {f.WhichOneof("kind") for f in flist.feature if f.WhichOneof("kind")}
+    hint = kinds.pop() if len(kinds) == 1 else dataset_kind(t.key, "feature_lists")[0]
+    if hint in numbers:
+        try:
+            return codec.parse(t.suffix, content, hint)
+        except Invalid:
+            pass
+    return codec.parse(t.suffix, content, None)
+
+
+def _apply_to_step_value(flist: Any, step: Any, t: Target, content: bytes, dataset_newline: DatasetNewline) -> None:
+    """One value of a step's own N.list/ folder: that value of that step, and nothing else."""
+    assert t.sub is not None and t.item is not None
+    if step is not None and step.WhichOneof("kind") not in ("bytes_list", None):
+        raise Invalid(f"step {t.item} holds {step.WhichOneof('kind')}: its values are one .json file, "
+                      f"not files in a .list/ folder")
+    values = list(step.bytes_list.value) if step is not None else []
+    if t.suffix == ".txt":
+        replaced = [values[t.sub]] if not t.sub_insert and t.sub < len(values) else None
+        content = _text(content, replaced, t, dataset_newline)
+    _put(values, t.sub, t.sub_insert, content)
+    if step is None:
+        step = _insert_step(flist, t.item)
+    step.Clear()
+    codec.value_to_proto(codec.Value("bytes_list", tuple(values)), step)
+
+
+def _insert_step(flist: Any, at: int) -> Any:
+    """A new, empty step at position ``at`` (after the last one when ``at`` is past it)."""
+    flist.feature.add()
+    for i in range(len(flist.feature) - 1, at, -1):   # repeated messages have no insert
+        flist.feature[i].CopyFrom(flist.feature[i - 1])
+    step = flist.feature[min(at, len(flist.feature) - 1)]
+    step.Clear()
+    return step
+
+
+def _put(values: list, at: int, insert: bool, value: bytes) -> None:
+    """``value`` in before position ``at`` (``insert``) or in its place; past the end, after the
+    last: no empty values are made up for numbers missing in between (SPEC 7: a folder holds the
+    values of its files, in name order)."""
+    if insert or at >= len(values):
+        values.insert(at, value)
+    else:
+        values[at] = value
 
 
 def _step_kind(lists: Any, key: str, dataset_kind: DatasetKind) -> str | None:
@@ -156,29 +210,77 @@ def _step_kind(lists: Any, key: str, dataset_kind: DatasetKind) -> str | None:
     return kind
 
 
-def remove(msg: Any, loc: Loc) -> bool:
-    """Remove what ``loc`` stands for from ``msg``; returns whether the feature itself is gone."""
+def remove(msg: Any, loc: Loc) -> str:
+    """Remove what ``loc`` stands for from ``msg``, and nothing else. Returns what went: "feature"
+    (the feature itself, also with its last item), "item" (a value of a .list/ folder, or a step:
+    also a step with the last value of its own N.list/) or "value" (a value of a step's N.list/)."""
     if loc.section == "feature_lists":
         lists = msg.feature_lists.feature_list
         if loc.item is None:
             del lists[loc.key]
-            return True
-        del lists[loc.key].feature[loc.item]
-        if not lists[loc.key].feature:
+            return "feature"
+        flist = lists[loc.key]
+        if loc.sub is not None:
+            step = flist.feature[loc.item]
+            values = list(step.bytes_list.value)
+            del values[loc.sub]
+            if values:
+                step.Clear()
+                codec.value_to_proto(codec.Value("bytes_list", tuple(values)), step)
+                return "value"
+        del flist.feature[loc.item]
+        if not flist.feature:
             del lists[loc.key]
-            return True
-        return False
+            return "feature"
+        return "item"
     feats = features_of(msg, loc.section)
     if loc.item is None:
         del feats[loc.key]
-        return True
+        return "feature"
     values = list(feats[loc.key].bytes_list.value)
     del values[loc.item]
     if not values:
         del feats[loc.key]
-        return True
+        return "feature"
     codec.value_to_proto(codec.Value("bytes_list", tuple(values)), reset(feats, loc.key))
-    return False
+    return "item"
+
+
+def holds(msg: Any, section: str, key: str) -> bool:
+    """Whether ``msg`` has a feature (or feature list) ``key`` in ``section``."""
+    return key in _container(msg, section)
+
+
+def take(msg: Any, section: str, key: str) -> Any:
+    """Feature (or feature list) ``key`` of ``section``, removed from ``msg``: to be put elsewhere."""
+    container = _container(msg, section)
+    value = type(container[key])()
+    value.CopyFrom(container[key])
+    del container[key]
+    return value
+
+
+def put(msg: Any, section: str, key: str, value: Any) -> None:
+    """Give ``msg`` feature (or feature list) ``key`` of ``section`` with ``value``, as it is."""
+    _container(msg, section)[key].CopyFrom(value)
+
+
+def take_step(msg: Any, key: str, item: int) -> Any:
+    """A copy of step ``item`` of feature list ``key``."""
+    step = proto.Feature()
+    step.CopyFrom(msg.feature_lists.feature_list[key].feature[item])
+    return step
+
+
+def put_step(msg: Any, t: Target, step: Any) -> None:
+    """Step ``step`` as it is where ``t`` says (in before ``t.item``, or in its place)."""
+    flist = msg.feature_lists.feature_list[t.key]
+    old = flist.feature[t.item] if not t.insert and t.item is not None and t.item < len(flist.feature) else None
+    (old if old is not None else _insert_step(flist, t.item or 0)).CopyFrom(step)
+
+
+def _container(msg: Any, section: str) -> Any:
+    return msg.feature_lists.feature_list if section == "feature_lists" else features_of(msg, section)
 
 
 def with_both_parts(data: bytes) -> bytes:

@@ -37,6 +37,7 @@ class Loc:
     key: str
     item: int | None = None  # a value's index in a .list/ folder, or a step's in .steps/
     raw: bool = False        # shown as a PNG decoded from raw pixels
+    sub: int | None = None   # a value's index in step ``item``'s own N.list/ folder (inside .steps/)
 
 
 @dataclass(eq=False)

@@ -17,9 +17,14 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from . import codec, names, proto
+from .nodes import Loc
 
 PinKey = tuple[str, str]   # (section, key) of one feature of a record; section "", "context", "feature_lists"
 Path = tuple[str, ...]     # an entry's path inside its section's folder
+# A .steps/ folder's steps shown as their own N.list/ folders: (step name, its items' names), so
+# removing one value of a step renames none of the others (and a step left with one value stays
+# a folder) until a commit.
+SubNames = tuple[tuple[str, tuple[str, ...]], ...]
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,7 @@ class Shown:
     digest: bytes = b""                      # in a pin: the value it was shown for
     written: str = ""                        # the file name its value was written through, which
                                              # stays a name for it (lookups only) until a commit
+    sub_names: SubNames = ()                 # a .steps/ folder: the names inside its steps' N.list/
 
     def path(self, suffix: str) -> Path:
         return self.folders + (self.stem + suffix,)
@@ -69,15 +75,18 @@ class NamePin:
         return out
 
     def set_item_names(self, section: str, key: str, item_names: tuple[str, ...], digest: bytes,
-                       folder: Path = ()) -> None:
+                       folder: Path = (), sub_names: SubNames = ()) -> None:
         """Show ``key`` for its new value (``digest``) as a .list/ or .steps/ folder with these item
-        names: where it is shown now, or for a key not shown yet at ``folder`` (its path in the section)."""
+        names (and, in a .steps/ folder, these names inside its steps' N.list/ folders): where it is
+        shown now, or for a key not shown yet at ``folder`` (its path in the section)."""
         shown = self.entries.get((section, key))
         if shown is not None:
-            self.entries[(section, key)] = replace(shown, shape=None, item_names=item_names, digest=digest)
+            self.entries[(section, key)] = replace(shown, shape=None, item_names=item_names, digest=digest,
+                                                   sub_names=sub_names)
         elif folder:
             stem, _ = names.split_suffix(folder[-1])
-            self.entries[(section, key)] = Shown(folder[:-1], stem, None, item_names, False, digest)
+            self.entries[(section, key)] = Shown(folder[:-1], stem, None, item_names, False, digest,
+                                                 sub_names=sub_names)
 
     def keep_written(self, section: str, key: str, folders: Path, written: str, digest: bytes) -> None:
         """``key``'s new value (``digest``) was written through the file ``written`` in ``folders``:
@@ -88,6 +97,16 @@ class NamePin:
         stem, _ = names.split_suffix(written)
         self.entries[(section, key)] = Shown(folders, stem, None, None, False, digest, written=written)
 
+    def drop(self, loc: Loc, gone: str, digest: bytes) -> None:
+        """``loc`` was removed from the record (``gone``: what went, as ``mutate.remove`` says), which
+        holds ``digest`` for the feature now: the names of the rest stay."""
+        if gone == "feature":
+            self.entries.pop((loc.section, loc.key), None)   # a value that comes next is shown afresh
+        elif gone == "value" and loc.item is not None and loc.sub is not None:
+            self.drop_sub_name(loc.section, loc.key, loc.item, loc.sub, digest)
+        elif gone == "item" and loc.item is not None:
+            self.drop_item_name(loc.section, loc.key, loc.item, digest)
+
     def drop_item_name(self, section: str, key: str, item: int, digest: bytes) -> None:
         """After item ``item`` of a .list/ or .steps/ folder was removed, the items after it keep
         their names (``rm -r`` has listed them already): the folder shows the names it had, less one."""
@@ -95,7 +114,30 @@ class NamePin:
         if shown is None or shown.item_names is None or item >= len(shown.item_names):
             return
         rest = shown.item_names[:item] + shown.item_names[item + 1:]
-        self.set_item_names(section, key, rest, digest)
+        gone = shown.item_names[item]
+        self.set_item_names(section, key, rest, digest, sub_names=tuple(s for s in shown.sub_names if s[0] != gone))
+
+    def drop_sub_name(self, section: str, key: str, item: int, sub: int, digest: bytes) -> None:
+        """After value ``sub`` of step ``item``'s own N.list/ folder was removed, the values after it
+        keep their names, and the step stays a folder."""
+        shown = self.entries.get((section, key))
+        if shown is None or shown.item_names is None or item >= len(shown.item_names):
+            return
+        step = shown.item_names[item]
+        subs = dict(shown.sub_names)
+        if step not in subs or sub >= len(subs[step]):
+            return
+        subs[step] = subs[step][:sub] + subs[step][sub + 1:]
+        self.set_item_names(section, key, shown.item_names, digest, sub_names=tuple(subs.items()))
+
+    def move(self, section: str, key: str, new_key: str, path: Path) -> None:
+        """``key``'s value moved, as it is, to ``new_key`` shown at ``path`` (in its section's
+        folder): its items keep their names there."""
+        shown = self.entries.pop((section, key), None)
+        if shown is None:
+            return
+        stem, _ = names.split_suffix(path[-1])
+        self.entries[(section, new_key)] = replace(shown, folders=path[:-1], stem=stem, written="")
 
     def restricted_to(self, keys: set[PinKey]) -> "NamePin":
         return NamePin({k: v for k, v in self.entries.items() if k in keys})

@@ -159,8 +159,9 @@ def _feature_lists_dir(lists: Mapping, options: Options, damaged: str | None, p:
         views[key] = codec.render_feature_list(steps)
         shown = unchanged.get(key)
         if shown is not None and shown.item_names is not None:
-            views[key] = _pinned_items(views[key], shown.item_names, ".steps", [codec.render(s) for s in steps],
-                                       ("feature_lists", key), p)
+            subs = dict(shown.sub_names)
+            step_views = [_pinned_step(step, subs.get(name)) for name, step in zip(shown.item_names, steps)]
+            views[key] = _pinned_items(views[key], shown.item_names, ".steps", step_views, ("feature_lists", key), p)
         step_kinds = {s.kind for s in steps}
         kinds[key] = step_kinds.pop() if len(step_kinds) == 1 else "feature_list"
     return _place(views, kinds, "feature_lists", options.mtime_ns, damaged, p, unchanged)
@@ -170,13 +171,22 @@ def _pinned_items(by_rules: codec.View, item_names: tuple[str, ...], suffix: str
                   where: PinKey, p: _Pinning) -> codec.View:
     """A .list/ or .steps/ folder shown with the item names it had: after an item was removed,
     the later ones keep their numbers, and one value or all-text steps left stay a folder."""
-    if isinstance(by_rules, codec.DirView) and by_rules.suffix == suffix and \
-            tuple(name for name, _ in by_rules.items) == item_names:
-        return by_rules
     if len(items) != len(item_names):
         return by_rules    # the pin no longer matches the value: the rules decide
+    pinned = codec.DirView(suffix, tuple(zip(item_names, items)))
+    if pinned == by_rules:
+        return by_rules
     p.overrides.add(where)
-    return codec.DirView(suffix, tuple(zip(item_names, items)))
+    return pinned
+
+
+def _pinned_step(step: codec.Value, names: tuple[str, ...] | None) -> codec.View:
+    """A step shown as its own N.list/ folder with the names its values had (``names``), as long
+    as it holds that many bytes values; otherwise by the rules."""
+    if names is None or step.kind != "bytes_list" or len(step.values) != len(names):
+        return codec.render(step)
+    return codec.DirView(".list", tuple((name, codec.render(codec.Value("bytes_list", (v,))))
+                                        for name, v in zip(names, step.values)))
 
 
 def _place(views: Mapping[str, codec.View], kinds: Mapping[str, str], section: str, mtime: int,
@@ -229,7 +239,9 @@ def _node(view: codec.View, xattrs: Mapping[str, bytes], mtime: int, damaged: st
         return DataFile(view.data, mtime, xattrs, damaged, loc)
     d = Dir(mtime_ns=mtime, xattrs=xattrs, loc=loc)
     for i, (name, item) in enumerate(view.items):
-        d.children[name + item.suffix] = _node(item, xattrs, mtime, damaged, Loc(loc.section, loc.key, i))
+        # Inside a step's own N.list/ folder, a file is value i of that step, not step i.
+        inner = Loc(loc.section, loc.key, i) if loc.item is None else Loc(loc.section, loc.key, loc.item, sub=i)
+        d.children[name + item.suffix] = _node(item, xattrs, mtime, damaged, inner)
     return d
 
 
@@ -238,7 +250,8 @@ def _shown(view: codec.View, comps: tuple[str, ...], pinned: bool, written: str 
     stem = name[:len(name) - len(view.suffix)]
     if isinstance(view, codec.FileView):
         return Shown(comps[:-1], stem, view.raw_shape, None, pinned, written=written)
-    return Shown(comps[:-1], stem, None, tuple(item for item, _ in view.items), pinned)
+    subs = tuple((item, tuple(n for n, _ in v.items)) for item, v in view.items if isinstance(v, codec.DirView))
+    return Shown(comps[:-1], stem, None, tuple(item for item, _ in view.items), pinned, sub_names=subs)
 
 
 _XATTRS: dict[tuple[str, str | None], Mapping[str, bytes]] = {}

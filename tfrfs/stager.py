@@ -19,7 +19,7 @@ from .errors import Invalid
 from .largevalue import Spliced
 from .mutate import Target, item_count
 from .nodes import Dir, Node, RecordDir, RecordId, record_name_width
-from .pins import NamePin
+from .pins import NamePin, SubNames, feature_digest
 from .staging import Intent, ShardChanges, Staging
 from .tree import Tree
 
@@ -197,46 +197,75 @@ class Stager:
 
     # -- what a path inside a record stands for ----------------------------------------------
 
-    def target(self, record: RecordDir, inner: tuple[str, ...], *, by_name: bool = False) -> Target:
+    def target(self, record: RecordDir, inner: tuple[str, ...], *, pin: NamePin | None = None,
+               msg: Any = None) -> Target:
         """What a (possibly new) file at ``inner`` inside ``record`` stands for.
 
-        ``by_name``: a file of a .list/ or .steps/ folder goes among the items shown there in the
-        order of their numbers (for content written to it); otherwise its number is its index."""
-        section = ""
-        rest = inner
-        if self.store.kinds[record.shard] == "sequence":
-            if len(inner) < 2 or inner[0] not in ("context", "feature_lists"):
-                raise Invalid("in a SequenceExample record, features live in context/ or feature_lists/")
-            section, rest = inner[0], inner[1:]
-
-        def known() -> set[str]:
-            # A shortened name stands for the dataset key it was made from (SPEC 3.1), so a record
-            # copied out without xattrs and back in gets its keys, not the names they were shown as.
-            return self.tree.schema.keys(section)
-        # A file inside a .list/ or .steps/ folder is one value of that feature.
+        A file of a .list/ or .steps/ folder (or of a step's own N.list/ in .steps/) is an item
+        found by its number among the items shown there: an existing number is that item, a new
+        one goes in among the others in number order. ``pin`` and ``msg``: the names and the
+        message to place it by, when a change is under way (by default, the record as shown)."""
+        section, rest = self.section_of(record, inner)
         for j, comp in enumerate(rest[:-1]):
-            stem, suffix = names.split_suffix(comp)
-            if suffix in (".list", ".steps"):
-                if j != len(rest) - 2:
-                    raise Invalid("folders cannot be made inside a .list/ or .steps/ folder")
-                folder = self._feature_folder(record, inner[:-1])
-                # A folder shown for a feature stands for that feature's key, whatever its name.
-                key = folder.loc.key if folder is not None and folder.loc is not None \
-                    else names.path_to_key(rest[:j + 1], known)[0]
-                item_stem, item_suffix = names.split_suffix(rest[-1])
-                if item_suffix not in codec.SUFFIXES or not (item_stem.isdigit() and item_stem.isascii()):
-                    raise Invalid(f"{rest[-1]}: files in {comp}/ are named by their index and a suffix, e.g. 0.jpg")
-                if suffix == ".steps" and section != "feature_lists":
-                    raise Invalid(".steps/ folders belong in feature_lists/")
-                if not by_name:
-                    return Target(section, key, item_suffix, int(item_stem))
-                return self._item_target(record, section, key, item_suffix, item_stem, rest[:-1])
-        key, suffix = names.path_to_key(rest, known)
+            if names.split_suffix(comp)[1] in (".list", ".steps"):
+                return self._item_target(record, section, rest, j, inner, pin, msg)
+        key, suffix = names.path_to_key(rest, lambda: self.tree.schema.keys(section))
         if suffix is None or suffix not in codec.SUFFIXES:
             raise Invalid(f"{rest[-1]}: a feature file needs a suffix from .json .txt .bin .jpg .png .gif .bmp "
                           f".webp .tif .wav .flac .mp3 .ogg (names starting with '.' or ending with '~' are "
                           f"scratch files)")
         return Target(section, key, suffix)
+
+    def feature_key(self, record: RecordDir, inner: tuple[str, ...]) -> tuple[str, str, str | None]:
+        """(section, key, suffix) of a feature's entry (a file, or a .list/ or .steps/ folder) at
+        ``inner``, shown there or not."""
+        section, rest = self.section_of(record, inner)
+        key, suffix = names.path_to_key(rest, lambda: self.tree.schema.keys(section))
+        return section, key, suffix
+
+    def section_of(self, record: RecordDir, inner: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+        """(section, path inside the section's folder) of a path inside a record."""
+        if self.store.kinds[record.shard] != "sequence":
+            return "", inner
+        if len(inner) < 2 or inner[0] not in ("context", "feature_lists"):
+            raise Invalid("in a SequenceExample record, features live in context/ or feature_lists/")
+        return inner[0], inner[1:]
+
+    def _item_target(self, record: RecordDir, section: str, rest: tuple[str, ...], j: int,
+                     inner: tuple[str, ...], pin: NamePin | None, msg: Any) -> Target:
+        folder_suffix = names.split_suffix(rest[j])[1]
+        tail = rest[j + 1:]
+        if folder_suffix == ".steps" and section != "feature_lists":
+            raise Invalid(".steps/ folders belong in feature_lists/")
+        if len(tail) > 2 or (len(tail) == 2 and not (folder_suffix == ".steps" and is_step_folder(tail[0]))):
+            raise Invalid("folders cannot be made inside a .list/ folder, nor inside .steps/ other than a "
+                          "step's own N.list/")
+        folder = self._feature_folder(record, inner[:len(inner) - len(tail)])
+        # A folder shown for a feature stands for that feature's key, whatever its name. A shortened
+        # name stands for the dataset key it was made from (SPEC 3.1), so a record copied out
+        # without xattrs and back in gets its keys, not the names they were shown as.
+        key = folder.loc.key if folder is not None and folder.loc is not None \
+            else names.path_to_key(rest[:j + 1], lambda: self.tree.schema.keys(section))[0]
+        stem, suffix = names.split_suffix(tail[-1])
+        if suffix not in codec.SUFFIXES or not _is_number(stem):
+            raise Invalid(f"{tail[-1]}: files in {rest[-2]}/ are named by their index and a suffix, e.g. 0.jpg")
+        assert suffix is not None
+        msg = msg if msg is not None else self.store.message(record.shard, record.rid)
+        items, subs = self._names_of(record, section, key, pin, msg)
+        where = rest[:j + 1]
+        if len(tail) == 1:
+            at, insert, after = _place(items, stem)
+            # An item written as one file is no longer a step's N.list/ folder.
+            return Target(section, key, suffix, at, insert=insert, item_names=after, folder=where,
+                          sub_names=tuple(s for s in subs if s[0] != stem))
+        step = names.split_suffix(tail[0])[0]
+        at, insert, after = _place(items, step)
+        values = () if insert else dict(subs).get(step)
+        if values is None:   # a step shown as one file: its values numbered as the rules would
+            values = tuple(codec.index_names(len(msg.feature_lists.feature_list[key].feature[at].bytes_list.value)))
+        sub, sub_insert, values_after = _place(values, stem)
+        return Target(section, key, suffix, at, insert=insert, item_names=after, folder=where, sub=sub,
+                      sub_insert=sub_insert, sub_names=tuple(s for s in subs if s[0] != step) + ((step, values_after),))
 
     def _feature_folder(self, record: RecordDir, folder: tuple[str, ...]) -> Dir | None:
         """The .list/ or .steps/ folder shown at ``folder`` for a feature, if there is one now."""
@@ -249,28 +278,45 @@ class Stager:
             return node
         return None
 
-    def item_names(self, record: RecordDir, section: str, key: str) -> tuple[str, ...]:
-        """The names (without suffix) of ``key``'s items as shown now, by position: those of its
-        folder, or for a key shown as one file the numbers the rules would give its items."""
-        shown = self.store.view(record.shard, record.rid).shown.get((section, key))
+    def _names_of(self, record: RecordDir, section: str, key: str, pin: NamePin | None,
+                  msg: Any) -> tuple[tuple[str, ...], SubNames]:
+        """The names (without suffix) of ``key``'s items as shown now, by position, and those inside
+        its steps' N.list/ folders: those of its folder, or for a key shown as one file the numbers
+        the rules would give its items."""
+        shown = pin.get(section, key) if pin is not None else \
+            self.store.view(record.shard, record.rid).shown.get((section, key))
         if shown is not None and shown.item_names is not None:
-            return shown.item_names
-        msg = self.store.message(record.shard, record.rid)
-        return tuple(codec.index_names(item_count(msg, section, key)))
+            return shown.item_names, shown.sub_names
+        return tuple(codec.index_names(item_count(msg, section, key))), ()
 
-    def _item_target(self, record: RecordDir, section: str, key: str, suffix: str, stem: str,
-                     folder: tuple[str, ...]) -> Target:
-        """Where content written to ``stem`` + ``suffix`` in ``key``'s .list/ or .steps/ folder goes.
+    def pin_items(self, pin: NamePin, msg: Any, target: Target) -> None:
+        """After content was written through ``target`` into ``msg``: a feature written into a .list/
+        or .steps/ folder is shown as that folder, its items under the names they had and this one
+        under the name it was written to."""
+        if target.item_names is not None:
+            pin.set_item_names(target.section, target.key, target.item_names,
+                               feature_digest(msg, target.section, target.key), folder=target.folder,
+                               sub_names=target.sub_names)
 
-        An existing number is that item; a new one goes among the others in number order, with
-        no empty values made up for gaps: a folder shows the values of its files in name order
-        (SPEC 7), also when its files arrive out of order or its numbers have gaps (items removed
-        before a commit keep the numbers of the others)."""
-        items = self.item_names(record, section, key)
-        numbers = [int(n) for n in items]
-        number = int(stem)
-        if number in numbers:
-            return Target(section, key, suffix, numbers.index(number), item_names=items, folder=folder)
-        at = sum(1 for n in numbers if n < number)
-        return Target(section, key, suffix, at, insert=True, item_names=items[:at] + (stem,) + items[at:],
-                      folder=folder)
+
+def is_step_folder(name: str) -> bool:
+    """A step's own N.list/ folder inside a .steps/ folder: a step of several values."""
+    stem, suffix = names.split_suffix(name)
+    return suffix == ".list" and _is_number(stem)
+
+
+def _is_number(stem: str) -> bool:
+    return stem.isdigit() and stem.isascii()
+
+
+def _place(names_now: tuple[str, ...], stem: str) -> tuple[int, bool, tuple[str, ...]]:
+    """Where the item named ``stem`` (an index) is among items named ``names_now``: (its position,
+    whether it is new there, the names after). A new one goes in among the others in number
+    order, with no empty values made up for gaps: items removed before a commit keep the numbers
+    of the others (SPEC 7), and a folder shows the values of its files in name order."""
+    numbers = [int(n) for n in names_now]
+    number = int(stem)
+    if number in numbers:
+        return numbers.index(number), False, names_now
+    at = sum(1 for n in numbers if n < number)
+    return at, True, names_now[:at] + (stem,) + names_now[at:]

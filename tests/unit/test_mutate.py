@@ -54,7 +54,7 @@ def test_items_of_a_list_are_replaced_inserted_and_removed_one_at_a_time() -> No
     assert list(msg.features.feature["items"].bytes_list.value) == [b"a", b"B", b"c"]
     apply(msg, Target("", "items", ".bin", item=1, insert=True), b"new", _none)
     assert list(msg.features.feature["items"].bytes_list.value) == [b"a", b"new", b"B", b"c"]
-    assert remove(msg, Loc("", "items", 0)) is False
+    assert remove(msg, Loc("", "items", 0)) == "item"
     assert list(msg.features.feature["items"].bytes_list.value) == [b"new", b"B", b"c"]
     assert item_count(msg, "", "items") == 3
     with pytest.raises(Invalid):
@@ -63,9 +63,9 @@ def test_items_of_a_list_are_replaced_inserted_and_removed_one_at_a_time() -> No
 
 def test_removing_the_last_item_removes_the_feature() -> None:
     msg = _example(items=("bytes_list", [b"a"]), other=("int64_list", [1]))
-    assert remove(msg, Loc("", "items", 0)) is True
+    assert remove(msg, Loc("", "items", 0)) == "feature"
     assert "items" not in msg.features.feature
-    assert remove(msg, Loc("", "other")) is True
+    assert remove(msg, Loc("", "other")) == "feature"
     assert not msg.features.feature
 
 
@@ -88,7 +88,7 @@ def test_steps_of_a_feature_list() -> None:
     apply(msg, Target("feature_lists", "n", ".json", item=1), b"[10]\n", _none)
     apply(msg, Target("feature_lists", "n", ".json", item=0, insert=True), b"[-1]\n", _none)
     assert [list(f.int64_list.value) for f in flist.feature] == [[-1], [0], [10], [2]]
-    assert remove(msg, Loc("feature_lists", "n", 2)) is False
+    assert remove(msg, Loc("feature_lists", "n", 2)) == "item"
     assert [list(f.int64_list.value) for f in flist.feature] == [[-1], [0], [2]]
     apply(msg, Target("feature_lists", "n", ".json"), b"[[1, 2], []]\n", _none)
     assert [list(f.int64_list.value) for f in flist.feature] == [[1, 2], []]
