@@ -24,7 +24,7 @@ import secrets
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
-from . import durable
+from . import durable, wire
 
 LIMIT = 2**31 - 1            # protobuf's limit on a serialized message (and on every field in it)
 MIN_SIZE = 1 << 20           # content from this size on is staged through a stand-in
@@ -166,17 +166,6 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
-def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    n = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        n |= (b & 0x7F) << shift
-        if b < 0x80:
-            return n, pos
-        shift += 7
-
-
 def _enclosing(buf: bytes, start: int) -> list[tuple[int, int, int]]:
     """The length-delimited fields of message ``buf`` that hold offset ``start``, outermost first,
     the last being the field whose value starts there: (where its length is, where its value
@@ -185,17 +174,17 @@ def _enclosing(buf: bytes, start: int) -> list[tuple[int, int, int]]:
     found: list[tuple[int, int, int]] = []
     pos, end = 0, len(buf)
     while pos < end:
-        key, pos = _read_varint(buf, pos)
-        wire = key & 7
-        if wire == 0:
-            _, pos = _read_varint(buf, pos)
-        elif wire == 1:
+        key, pos = wire.varint(buf, pos, len(buf))
+        wire_type = key & 7
+        if wire_type == 0:
+            _, pos = wire.varint(buf, pos, len(buf))
+        elif wire_type == 1:
             pos += 8
-        elif wire == 5:
+        elif wire_type == 5:
             pos += 4
-        elif wire == 2:
+        elif wire_type == 2:
             length_at = pos
-            length, body = _read_varint(buf, pos)
+            length, body = wire.varint(buf, pos, len(buf))
             if body <= start < body + length:
                 found.append((length_at, body, length))
                 if body == start:
@@ -203,6 +192,6 @@ def _enclosing(buf: bytes, start: int) -> list[tuple[int, int, int]]:
                 pos, end = body, body + length   # look inside it
                 continue
             pos = body + length
-        elif wire not in (3, 4):   # groups carry no length: their fields are walked as they come
+        elif wire_type not in (3, 4):   # groups carry no length: their fields are walked as they come
             return []
     return []

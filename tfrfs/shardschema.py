@@ -291,41 +291,14 @@ class _Spans:
         return bytes(part) if end - start <= _SMALL_FEATURE else part
 
 
-def _varint_at(view: memoryview, pos: int, end: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= end or shift > 63:
-            raise ValueError("a varint runs past its field")
-        b = view[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
-
-
-def _fields(view: memoryview, start: int, end: int) -> Iterator[tuple[int, int, int]]:
-    """(tag byte, start, end) of each length-delimited field in ``view[start:end]``."""
-    pos = start
-    while pos < end:
-        tag = view[pos]
-        if tag & 0x07 != 2:
-            raise ValueError("not a length-delimited field")
-        length, pos = _varint_at(view, pos + 1, end)
-        if pos + length > end:
-            raise ValueError("a field runs past its message")
-        yield tag, pos, pos + length
-        pos += length
-
-
 def _large_feature_row(view: memoryview, start: int, end: int) -> Row:
     """The row of a large ``Feature`` read where it lies (at most a chunk of a value at a time)."""
-    lists = list(_fields(view, start, end))
+    lists = list(wire.fields(view, start, end))
     if len(lists) != 1:
         return _feature_row(bytes(view[start:end]))   # not one list: leave it to protobuf
     tag, lstart, lend = lists[0]
     if tag == 0x0A:
-        values = [(s, e) for t, s, e in _fields(view, lstart, lend) if t == 0x0A]
+        values = [(s, e) for t, s, e in wire.fields(view, lstart, lend) if t == 0x0A]
         newline = any(e > s and view[e - 1] == 0x0A for s, e in values)
         if len(values) == 1:
             s, e = values[0]
@@ -333,7 +306,7 @@ def _large_feature_row(view: memoryview, start: int, end: int) -> Row:
         else:
             suffix = ".json" if all(_is_text(view[s:e]) for s, e in values) else ".list"
         return ("bytes_list", len(values), suffix, newline, False)
-    packed = list(_fields(view, lstart, lend))
+    packed = list(wire.fields(view, lstart, lend))
     if tag == 0x12 and len(packed) == 1 and (packed[0][2] - packed[0][1]) % 4 == 0:
         return ("float_list", (packed[0][2] - packed[0][1]) // 4, ".json", False, False)
     if tag == 0x1A and len(packed) == 1:

@@ -13,6 +13,8 @@ parsed by protobuf from its own bytes, unless it is one bytes value that is show
 
 from __future__ import annotations
 
+from typing import Iterator
+
 Buffer = bytes | memoryview
 
 _TAG_1 = 0x0A   # field 1, length-delimited: Example.features, Features.feature, entry key, BytesList.value
@@ -81,3 +83,33 @@ def single_bytes_value(data: Buffer, start: int, end: int) -> tuple[int, int] | 
     except _Unusual:
         return None
     return (value_start, value_end) if value_end == list_end else None
+
+
+def varint(data: Buffer, pos: int, end: int) -> tuple[int, int]:
+    """(value, position after it) of the varint at ``pos``; ValueError when it runs past ``end``."""
+    value = shift = 0
+    while True:
+        if pos >= end or shift > 63:
+            raise ValueError("a varint runs past its field")
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+
+
+def fields(data: Buffer, start: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """(tag byte, start, end) of each length-delimited field of the message ``data[start:end]``;
+    ValueError at a field of another wire type or one that runs past the message."""
+    pos = start
+    while pos < end:
+        tag = data[pos]
+        if tag & 0x07 != 2:
+            raise ValueError("not a length-delimited field")
+        length, pos = varint(data, pos + 1, end)
+        if pos + length > end:
+            raise ValueError("a field runs past its message")
+        yield tag, pos, pos + length
+        pos += length
+
