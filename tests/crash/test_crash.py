@@ -32,7 +32,7 @@ from tfrfs.staging import INTENT, Staging, shard_id
 from conftest import force_unmount, is_mounted, run_tfrfs
 from inprocess import Session
 from support.daemons import daemon_pid, wait_gone
-from support.files import disk_files
+from support.files import disk_files, tmpfs
 
 NONE, GZIP, ZLIB = tfrecord.NONE, tfrecord.GZIP, tfrecord.ZLIB
 
@@ -936,17 +936,8 @@ def test_kill_9_after_closed_writes_loses_nothing(tmp_path: Path, tfrfs_mount) -
 
 @pytest.fixture
 def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
-    d = tmp_path / "tmpfs"
-    d.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(d)], capture_output=True,
-                          text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {proc.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "tmpfs", "2m") as d:
         yield d
-    finally:
-        if subprocess.run(["umount", str(d)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(d)], capture_output=True)
 
 
 @pytest.mark.mount

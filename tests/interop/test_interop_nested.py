@@ -15,17 +15,16 @@ from __future__ import annotations
 import base64
 import importlib.util
 import io
-import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 from PIL import Image
 
-from conftest import REPO, run_tfrfs
+from conftest import run_tfrfs
+from support.tfworker import TfWorker
 
 pytestmark = [pytest.mark.tf, pytest.mark.mount]
 
@@ -105,38 +104,12 @@ for line in sys.stdin:
 '''
 
 
-class TensorFlow:
+class TensorFlow(TfWorker):
     def __init__(self) -> None:
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-        self.proc = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, env=env, cwd=REPO)
-        self._answer("READY")
-
-    def _answer(self, prefix: str) -> str:
-        assert self.proc.stdout is not None
-        while True:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise AssertionError(f"the TensorFlow worker died (exit {self.proc.poll()})")
-            if line.startswith(prefix):
-                return line[len(prefix):].strip()
-            if line.startswith("ERR "):
-                raise AssertionError(f"TensorFlow failed: {line[4:]}")
+        super().__init__(WORKER)
 
     def ask(self, **req: Any) -> Any:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(req) + "\n")
-        self.proc.stdin.flush()
-        return json.loads(self._answer("OK "))
-
-    def close(self) -> None:
-        if self.proc.stdin:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        return self.request(req)
 
 
 @pytest.fixture(scope="module")

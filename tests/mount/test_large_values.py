@@ -19,6 +19,7 @@ from tfrfs import proto, tfrecord
 
 from conftest import run_tfrfs
 from support.daemons import daemon_pid
+from support.files import tmpfs
 
 pytestmark = [pytest.mark.mount, pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="no /dev/fuse")]
 
@@ -165,16 +166,8 @@ def test_a_value_past_protobufs_limit_is_refused_with_efbig(tfrfs_mount, tmp_pat
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    d = tmp_path / "disk"
-    d.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(d)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {proc.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "disk", "16m") as d:
         yield d
-    finally:
-        if subprocess.run(["umount", str(d)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(d)], capture_output=True)
 
 
 def test_a_write_the_disk_had_no_room_for_refuses_the_close(small_disk: Path, tfrfs_mount, tmp_path: Path) -> None:

@@ -22,7 +22,6 @@ import os
 import shutil
 import struct
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any, Union
@@ -33,7 +32,8 @@ from PIL import Image
 from tfrfs import codec, proto, tfrecord
 from tfrfs.sample import write_sample
 
-from conftest import REPO, is_mounted, run_tfrfs
+from conftest import is_mounted, run_tfrfs
+from support.tfworker import TfWorker
 
 pytestmark = [pytest.mark.mount]
 
@@ -140,32 +140,14 @@ WORKER = textwrap.dedent("""
 """).format(canon=inspect.getsource(canon), write=inspect.getsource(write_tf_dataset))
 
 
-class TFReader:
+class TFReader(TfWorker):
     """A TensorFlow subprocess that reads shards (and writes a TF dataset) on request."""
 
     def __init__(self) -> None:
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-        self.proc = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
-                                     cwd=REPO)
-        self._expect("READY")
-
-    def _expect(self, prefix: str) -> str:
-        assert self.proc.stdout is not None
-        while True:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise AssertionError(f"the TensorFlow worker died (exit {self.proc.poll()})")
-            if line.startswith(prefix):
-                return line[len(prefix):].strip()
-            if line.startswith("ERR "):
-                raise AssertionError(f"TensorFlow worker failed: {line[4:]}")
+        super().__init__(WORKER)
 
     def _ask(self, req: dict) -> Any:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(req) + "\n")
-        self.proc.stdin.flush()
-        return json.loads(self._expect("OK "))
+        return self.request(req)
 
     def dump(self, shards: list[tuple[Path, str]]) -> dict[str, dict]:
         """Path -> {"raw": [bytes], "parsed": [canon]} as TensorFlow reads each shard."""
@@ -179,15 +161,6 @@ class TFReader:
 
     def write_dataset(self, dest: Path) -> dict:
         return self._ask({"op": "write", "dest": str(dest)})
-
-    def close(self) -> None:
-        if self.proc.stdin:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 @pytest.fixture(scope="module")
