@@ -188,28 +188,30 @@ def _examples(n: int, start: int = 0) -> list[bytes]:
             for i in range(start, start + n)]
 
 
+def _schema_of(root: Path, cache: Path, **options: str) -> tuple[bool, dict]:
+    """Mounted (in process) with ``cache``: whether the schema was at hand without reading a
+    record, and the schema."""
+    m = open_mount(str(root), cache_dir=str(cache), **options)
+    try:
+        return m.tree.schema.ready(), m.tree.schema.summary()
+    finally:
+        m.close()
+
+
 def test_the_tally_is_kept_in_the_index_file_and_read_back(tmp_path: Path) -> None:
     root = tmp_path / "data"
     root.mkdir()
     _write_shard(root / "a.tfrecord", _examples(700))
     _write_shard(root / "b.tfrecord", _examples(5))
     cache = tmp_path / "cache"
-    m = open_mount(str(root), cache_dir=str(cache))
-    try:
-        first = m.tree.schema.summary()
-    finally:
-        m.close()
+    ready, first = _schema_of(root, cache)
+    assert not ready
     assert first["features"]["id"]["records"] == 705
     assert first["features"]["label"]["ending_in_newline"] == 705
     for entry in (cache / "index").iterdir():
         meta, _ = idxfile.header(entry.read_bytes())
         assert meta["schema"]["records"] in (700, 5)
-    m = open_mount(str(root), cache_dir=str(cache))
-    try:
-        assert m.tree.schema.ready()      # nothing to read: the index files hold it
-        assert m.tree.schema.summary() == first
-    finally:
-        m.close()
+    assert _schema_of(root, cache) == (True, first)      # nothing to read: the index files hold it
 
 
 def test_a_changed_shard_is_read_again(tmp_path: Path) -> None:
@@ -217,16 +219,11 @@ def test_a_changed_shard_is_read_again(tmp_path: Path) -> None:
     root.mkdir()
     _write_shard(root / "a.tfrecord", _examples(10))
     cache = tmp_path / "cache"
-    m = open_mount(str(root), cache_dir=str(cache))
-    m.tree.schema.summary()
-    m.close()
+    _schema_of(root, cache)
     _write_shard(root / "a.tfrecord", _examples(10) + [_example({"new": codec.Value("float_list", (1.0,))})])
-    m = open_mount(str(root), cache_dir=str(cache))
-    try:
-        assert not m.tree.schema.ready()
-        assert m.tree.schema.summary()["features"]["new"]["kind"] == "float_list"
-    finally:
-        m.close()
+    ready, schema = _schema_of(root, cache)
+    assert not ready
+    assert schema["features"]["new"]["kind"] == "float_list"
 
 
 def test_a_shipped_index_carries_the_tally(tmp_path: Path) -> None:
@@ -239,12 +236,9 @@ def test_a_shipped_index_carries_the_tally(tmp_path: Path) -> None:
     assert main(["index", str(root), "--beside", "--cache-dir", str(tmp_path / "c1")]) == 0
     meta, _ = idxfile.header((root / ("a.tfrecord" + idxfile.SUFFIX)).read_bytes())
     assert meta["schema"]["records"] == 50
-    m = open_mount(str(root), cache_dir=str(tmp_path / "c2"))
-    try:
-        assert m.tree.schema.ready()
-        assert m.tree.schema.summary()["features"]["id"]["records"] == 50
-    finally:
-        m.close()
+    ready, schema = _schema_of(root, tmp_path / "c2")
+    assert ready
+    assert schema["features"]["id"]["records"] == 50
 
 
 def test_a_tally_of_another_record_kind_is_not_used(tmp_path: Path) -> None:
@@ -252,15 +246,10 @@ def test_a_tally_of_another_record_kind_is_not_used(tmp_path: Path) -> None:
     root.mkdir()
     _write_shard(root / "a.tfrecord", _examples(3))
     cache = tmp_path / "cache"
-    m = open_mount(str(root), cache_dir=str(cache))
-    m.tree.schema.summary()
-    m.close()
-    m = open_mount(str(root), cache_dir=str(cache), records="raw")
-    try:
-        assert not m.tree.schema.ready()
-        assert m.tree.schema.summary()["features"] == {}
-    finally:
-        m.close()
+    _schema_of(root, cache)
+    assert _schema_of(root, cache, records="raw") == (False, {"shards": [{"shard": "a.tfrecord", "records": 3,
+                                                                          "kind": "raw", "compression": "NONE"}],
+                                                               "features": {}})
 
 
 # --- carried through a commit ------------------------------------------------------------------
@@ -268,12 +257,9 @@ def test_a_tally_of_another_record_kind_is_not_used(tmp_path: Path) -> None:
 
 def _fresh(root: Path, tmp: Path) -> dict:
     """The schema read from scratch (another cache): what the shards hold now."""
-    m = open_mount(str(root), cache_dir=str(tmp / "fresh-cache"))
-    try:
-        assert not m.tree.schema.ready()
-        return m.tree.schema.summary()
-    finally:
-        m.close()
+    ready, schema = _schema_of(root, tmp / "fresh-cache")
+    assert not ready
+    return schema
 
 
 def test_a_commit_carries_the_tally_without_reading_the_shard(tmp_path: Path) -> None:
