@@ -22,7 +22,7 @@ from typing import Any
 
 from .common import WORK, progress
 from .scaledata import scale_dataset
-from .tools import fstype_at, proc_mem
+from .tools import find_pids, fstype_at, proc_mem
 
 
 def _drop_caches() -> None:
@@ -52,19 +52,6 @@ class Cli:
     def knows(self, option: str, command: str) -> bool:
         _, out = self.run(command, "--help", ok=(0,))
         return option in out
-
-
-def _daemon_pid(mnt: Path) -> int | None:
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"--daemon" in cmd and str(mnt).encode() in cmd:
-            return int(pid)
-    return None
 
 
 def _create_ms(path: Path) -> float:
@@ -108,7 +95,8 @@ def measure_scale(records: int, shards: int, code: Path | None) -> dict[str, Any
         cli.run("mount", str(data), str(mnt), "--rw", "--cache-dir", str(cache), "--log", str(WORK / "scale.log"),
                 ok=(0,))
         elapsed = time.perf_counter() - t0
-        return elapsed, _daemon_pid(mnt)
+        pids = find_pids(mnt, "--daemon")
+        return elapsed, pids[-1] if pids else None
 
     def umount_discard() -> None:
         cli.run("umount", "--discard", str(mnt), ok=(0,))
