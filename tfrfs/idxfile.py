@@ -11,9 +11,11 @@ CRC-32C of the offsets, so a file that does not belong to the shard, or is damag
 from __future__ import annotations
 
 import json
+import mmap
+import os
 import struct
 from array import array
-from typing import Any
+from typing import Any, Union
 
 import crc32c
 
@@ -23,19 +25,32 @@ SUFFIX = ".tfrfs-idx"
 _U32_LIMIT = 1 << 32
 
 
+# A shard's record offsets: an array as built, or a read-only view of a mapped index file.
+Offsets = Union[array, memoryview]
+
+
 class IndexFileError(ValueError):
     """Not an index file of this version, or damaged."""
 
 
-def dump(meta: dict[str, Any], offsets: array) -> bytes:
+def typecode(offsets: Offsets) -> str:
+    """``"I"`` or ``"Q"``: how the offsets are stored (an array's typecode, a view's format)."""
+    return offsets.typecode if isinstance(offsets, array) else offsets.format
+
+
+def dump(meta: dict[str, Any], offsets: Offsets) -> bytes:
     """The file's bytes; ``meta`` gets ``version``, ``count``, ``width`` and ``crc`` added."""
     if array("I").itemsize != 4 or array("Q").itemsize != 8 or struct.pack("=I", 1) != struct.pack("<I", 1):
         raise RuntimeError("index files are written on little-endian hosts with 4- and 8-byte arrays only")
     wide = len(offsets) > 0 and offsets[-1] >= _U32_LIMIT
-    body = array("Q" if wide else "I", offsets).tobytes()
+    code = "Q" if wide else "I"
+    body = offsets.tobytes() if typecode(offsets) == code else array(code, offsets).tobytes()
     head = dict(meta, version=VERSION, count=max(0, len(offsets) - 1), width=8 if wide else 4,
                 crc=crc32c.crc32c(body))
     blob = json.dumps(head, sort_keys=True).encode()
+    # Spaces after the JSON (still the same JSON) put the offsets at a multiple of 8 bytes, so a
+    # mapped file is read in place (``map_file``) rather than copied.
+    blob += b" " * (-(len(MAGIC) + 4 + len(blob)) % 8)
     return MAGIC + struct.pack("<I", len(blob)) + blob + body
 
 
@@ -59,9 +74,7 @@ def header(data: bytes | memoryview) -> tuple[dict[str, Any], int]:
     return meta, start + hlen
 
 
-def load(data: bytes | memoryview) -> tuple[dict[str, Any], array]:
-    """(header, offsets) of an index file: an array of u32 or u64, as written. Raises IndexFileError."""
-    view = memoryview(data)
+def _body(view: memoryview) -> tuple[dict[str, Any], memoryview, str]:
     meta, start = header(view)
     body = view[start:]
     width = meta.get("width")
@@ -70,7 +83,42 @@ def load(data: bytes | memoryview) -> tuple[dict[str, Any], array]:
         raise IndexFileError("the offsets do not match the header")
     if crc32c.crc32c(body) != meta.get("crc"):
         raise IndexFileError("the offsets' checksum fails")
+    return meta, body, "Q" if width == 8 else "I"
+
+
+def load(data: bytes | memoryview) -> tuple[dict[str, Any], array]:
+    """(header, offsets) of an index file: an array of u32 or u64, as written. Raises IndexFileError."""
+    meta, body, code = _body(memoryview(data))
     # Kept as stored: u32 for almost every shard (half the memory, and no conversion at load).
-    offsets = array("Q" if width == 8 else "I")
+    offsets = array(code)
+    offsets.frombytes(body)
+    return meta, offsets
+
+
+def read_header(path: str, first: int = 1 << 16) -> dict[str, Any]:
+    """The header of the index file at ``path``, reading only its first bytes. Raises
+    IndexFileError, OSError."""
+    with open(path, "rb") as f:
+        head = f.read(first)
+        if len(head) >= len(MAGIC) + 4 and head.startswith(MAGIC):
+            (hlen,) = struct.unpack_from("<I", head, len(MAGIC))
+            if len(MAGIC) + 4 + hlen > len(head):
+                head += f.read(len(MAGIC) + 4 + hlen - len(head))
+    return header(head)[0]
+
+
+def map_file(path: str) -> tuple[dict[str, Any], Offsets]:
+    """(header, offsets) of the index file at ``path``, its checksum checked, the offsets a
+    read-only view of the mapped file: they take page cache, not the process's own memory, and
+    go when the last view of them does. (A file whose offsets are not 8-byte aligned, written
+    before they were, is copied.) Raises IndexFileError, OSError."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            raise IndexFileError("an empty file")
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    meta, body, code = _body(memoryview(mapped))
+    if (len(mapped) - len(body)) % 8 == 0:
+        return meta, body.cast("Q") if code == "Q" else body.cast("I")
+    offsets = array(code)
     offsets.frombytes(body)
     return meta, offsets

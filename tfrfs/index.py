@@ -13,13 +13,16 @@ as SPEC 5 asks.
 
 from __future__ import annotations
 
+import functools
 import glob as _glob
 import hashlib
 import logging
 import os
 import re
 import stat
+import struct
 import tempfile
+import threading
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +30,7 @@ from typing import BinaryIO, Callable, Iterable, Iterator
 
 from . import idxfile, proto, salvage, tfrecord
 from .errors import DataLoss, UsageError
+from .indexmemory import IndexMemory
 from .readers import Readers, ShardReader, default_readers
 from .shardschema import Tally
 from .tfrecord import Problem
@@ -44,6 +48,12 @@ HIDDEN_DIRS = (STAGING_DIR, DAMAGED_DIR)
 # by - and digits, as TFDS names its shards), or -NNNNN-of-NNNNN.
 _SHARD_NAME = re.compile(r"(?:\.(?:tfrecords?|tfrec|records?)(?:-\d+(?:-of-\d+)?)?|-\d+-of-\d+)"
                          r"(?:\.gz|\.gzip|\.zlib)?\Z", re.ASCII)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def default_cache_dir() -> Path:
@@ -100,10 +110,17 @@ class SourceFiles:
         with open(path, "rb") as f:
             return f.read()
 
+    def read_head(self, path: str, size: int) -> bytes:
+        """The first ``size`` bytes of a file (fewer when it is shorter)."""
+        with open(path, "rb") as f:
+            return f.read(size)
+
     def write_bytes(self, path: str, data: bytes) -> None:
-        """Write a whole file atomically (temporary file, fsync, rename)."""
+        """Write a whole file atomically (temporary file, fsync, rename), readable as any file
+        the user makes (0666 less the umask): index files and the manifest are for everyone who
+        reads the dataset."""
         from . import durable
-        durable.write_file(path, data)
+        durable.write_file(path, data, mode=0o666 & ~_umask())
 
     def open_stream(self, path: str) -> BinaryIO:
         return open(path, "rb")
@@ -322,46 +339,132 @@ def _discover_dir(source: str, empty_ok: bool = False) -> Discovery:
 
 # --- the index ---------------------------------------------------------------
 
-@dataclass
 class ShardIndex:
-    """Record offsets of one shard, and what was learned about it while indexing."""
+    """Record offsets of one shard, and what was learned about it while indexing.
 
-    shard: ShardFile
-    data_path: str                 # plain stream to read records from
-    offsets: array                 # header offsets, plus the end of the last record
-    detected_kind: str
-    problems: list[Problem] = field(default_factory=list)
-    bad: set[int] = field(default_factory=set)   # records known not to parse or verify
-    notes: list[str] = field(default_factory=list)   # index files found and ignored (not persisted)
-    # Where a record ends when damage follows it (SPEC 6): the next record starts at
-    # ``offsets[index + 1]``, after the gap. One entry per gap, none in a sound shard.
-    ends: dict[int, int] = field(default_factory=dict)
-    # What the records hold (the schema's part of this shard), once read: kept in the index file.
-    tally: Tally | None = None
+    The offsets are either held (an index just built) or loaded when first needed through
+    ``loader`` (a map of the shard's index file) and then held within ``memory``'s budget, which
+    may drop them again (SPEC 1.2): ``count`` and the rest of what indexing learned are known
+    without them. ``tally`` may be loaded late too (``header``: the index file's header).
+    """
+
+    def __init__(self, shard: ShardFile, data_path: str, offsets: idxfile.Offsets | None, detected_kind: str,
+                 problems: list[Problem] | None = None, bad: set[int] | None = None,
+                 notes: list[str] | None = None, ends: dict[int, int] | None = None, tally: Tally | None = None,
+                 *, count: int | None = None, loader: Callable[[], idxfile.Offsets] | None = None,
+                 header: Callable[[], Tally | None] | None = None, memory: IndexMemory | None = None) -> None:
+        if offsets is None and (loader is None or count is None):
+            raise ValueError("an index without offsets needs their count and a loader")
+        self.shard = shard
+        self.data_path = data_path                 # plain stream to read records from
+        self.detected_kind = detected_kind
+        self.problems: list[Problem] = problems if problems is not None else []
+        self.bad: set[int] = bad if bad is not None else set()   # records known not to parse or verify
+        self.notes: list[str] = notes if notes is not None else []   # index files ignored (not persisted)
+        # Where a record ends when damage follows it (SPEC 6): the next record starts at
+        # ``offsets[index + 1]``, after the gap. One entry per gap, none in a sound shard.
+        self.ends: dict[int, int] = ends if ends is not None else {}
+        self._count: int = len(offsets) - 1 if offsets is not None else (count or 0)
+        self._offsets = offsets
+        self._loader = loader
+        self._memory = memory if loader is not None else None
+        self._lock = threading.Lock()
+        # What the records hold (the schema's part of this shard), once read: kept in the index file.
+        self._tally = tally
+        self._header = header if tally is None else None
+
+    def __repr__(self) -> str:
+        return f"ShardIndex({self.shard.relpath!r}, {self._count} records, {self.detected_kind})"
 
     @property
     def count(self) -> int:
-        return len(self.offsets) - 1
+        return self._count
+
+    @property
+    def offsets(self) -> idxfile.Offsets:
+        """Header offsets of every record, plus the end of the last one (loaded if need be)."""
+        held = self._offsets
+        if held is not None:
+            if self._memory is not None:
+                self._memory.used(self)
+            return held
+        with self._lock:
+            held = self._offsets
+            if held is None:
+                assert self._loader is not None
+                held = self._loader()
+                if len(held) != self._count + 1:
+                    raise DataLoss(f"{self.shard.relpath}: its index now holds {len(held) - 1} records, "
+                                   f"{self._count} when it was mounted")
+                self._offsets = held
+        if self._memory is not None:
+            self._memory.hold(self, len(held) * held.itemsize)
+        return held
+
+    def peek_offsets(self) -> idxfile.Offsets:
+        """The offsets, loaded if need be but not held (for a caller that keeps them itself)."""
+        held = self._offsets
+        if held is not None:
+            return held
+        assert self._loader is not None
+        return self._loader()
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the offsets are in memory now."""
+        return self._offsets is not None
+
+    def drop_offsets(self) -> None:
+        """Let the offsets go (they are loaded again when next needed); kept when they cannot be."""
+        if self._loader is not None:
+            self._offsets = None
+            if self._memory is not None:
+                self._memory.forget(self)
+
+    def release(self) -> None:
+        """This index is no longer served (its shard was written anew): its memory is freed."""
+        if self._memory is not None:
+            self._memory.forget(self)
+
+    @property
+    def tally(self) -> Tally | None:
+        if self._header is not None:
+            read, self._header = self._header, None
+            try:
+                self._tally = read()
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log.debug("%s: the schema kept in its index is not read: %s", self.shard.relpath, exc)
+        return self._tally
+
+    @tally.setter
+    def tally(self, value: Tally | None) -> None:
+        self._header = None
+        self._tally = value
 
     def span(self, index: int) -> tuple[int, int]:
         """(header offset, data length) of record ``index``."""
-        start = self.offsets[index]
+        offsets = self.offsets
+        start = offsets[index]
         end = self.ends.get(index) if self.ends else None
-        return start, (self.offsets[index + 1] if end is None else end) - start - tfrecord.OVERHEAD
+        return start, (offsets[index + 1] if end is None else end) - start - tfrecord.OVERHEAD
 
     def runs(self, indexes: Iterable[int]) -> Iterator[tuple[int, int]]:
         """Byte ranges [start, end) holding the framed records ``indexes`` (ascending), adjacent
         records in one range: what a copy of them reads."""
+        offsets = self.offsets
+        ends = self.ends
         start = end = 0
         open_run = False
         for i in indexes:
-            s, length = self.span(i)
+            s = offsets[i]
+            stop = ends.get(i) if ends else None
+            e = offsets[i + 1] if stop is None else stop
             if open_run and s != end:
                 yield start, end
                 open_run = False
             if not open_run:
                 start, open_run = s, True
-            end = s + length + tfrecord.OVERHEAD
+            end = e
         if open_run:
             yield start, end
 
@@ -429,11 +532,13 @@ class IndexCache:
     through ``files``."""
 
     def __init__(self, cache_dir: Path | str | None = None, readers: Readers | None = None,
-                 files: SourceFiles | None = None, index_dir: str | None = None) -> None:
+                 files: SourceFiles | None = None, index_dir: str | None = None,
+                 memory: IndexMemory | None = None) -> None:
         self.dir = Path(cache_dir) if cache_dir else default_cache_dir()
         self.readers = readers or default_readers()
         self.files = files or SourceFiles("/")
         self.index_dir = index_dir
+        self.memory = memory or IndexMemory()   # offsets held at once, of every index this gives
         self.scans = 0       # shards indexed from their headers (not from a cache or shipped index)
 
     def _paths(self, shard: ShardFile) -> tuple[Path, Path]:
@@ -441,16 +546,37 @@ class IndexCache:
         return self.dir / "index" / f"{key}.idx", self.dir / "streams" / f"{key}.raw"
 
     def load(self, shard: ShardFile) -> ShardIndex | None:
+        """The cached index of ``shard`` when it matches: its header is read now, its offsets
+        when first needed."""
         idx_path, _ = self._paths(shard)
         try:
-            meta, offsets = idxfile.load(idx_path.read_bytes())
+            meta = idxfile.read_header(str(idx_path))
         except (OSError, idxfile.IndexFileError):
             return None
         if meta.get("path") != shard.path or not _matches(meta, shard):
             return None
-        return self._from_meta(shard, meta, offsets)
+        return self._from_meta(shard, meta, None, self._cached_offsets(shard, str(idx_path), meta))
 
-    def _from_meta(self, shard: ShardFile, meta: dict, offsets: array) -> ShardIndex | None:
+    def _cached_offsets(self, shard: ShardFile, path: str, meta: dict) -> Callable[[], idxfile.Offsets]:
+        """How the offsets of a cached index are loaded (again): the file mapped; should it have
+        gone or changed, the shard is indexed again."""
+        def load() -> idxfile.Offsets:
+            try:
+                got, offsets = idxfile.map_file(path)
+                if got.get("crc") == meta.get("crc") and _matches(got, shard):
+                    return offsets
+                reason = "it was replaced"
+            except (OSError, idxfile.IndexFileError) as exc:
+                reason = str(exc)
+            log.warning("%s: its cached index cannot be read again (%s): the shard is indexed again",
+                        shard.relpath, reason)
+            idx = self.build(shard)
+            self.save(idx)
+            return idx.offsets
+        return load
+
+    def _from_meta(self, shard: ShardFile, meta: dict, offsets: idxfile.Offsets | None,
+                   loader: Callable[[], idxfile.Offsets] | None = None) -> ShardIndex | None:
         data_path = shard.path
         if shard.compression != tfrecord.NONE:
             _, raw_path = self._paths(shard)
@@ -467,9 +593,9 @@ class IndexCache:
         try:
             problems = [Problem.from_fields(p) for p in meta["problems"]]
             ends = {int(i): int(end) for i, end in meta["gaps"]}
-            tally = Tally.from_json(meta["schema"]) if "schema" in meta else None
             return ShardIndex(shard, data_path, offsets, meta["kind"], problems, set(meta["bad"]), ends=ends,
-                              tally=tally)
+                              count=int(meta["count"]), loader=loader, memory=self.memory,
+                              header=functools.partial(_tally_of, meta) if "schema" in meta else None)
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -502,6 +628,43 @@ class IndexCache:
     def shipped_bytes(self, idx: ShardIndex) -> bytes:
         """The ``NAME.tfrfs-idx`` file to ship beside the shard."""
         return idxfile.dump(self.meta(idx), idx.offsets)
+
+    # -- a dataset's manifest (SPEC 1.2) --------------------------------------------
+
+    def from_manifest(self, shard: ShardFile, kind: str, count: int, summary: dict) -> ShardIndex:
+        """The index of a shard as the dataset's manifest gives it: nothing is read now. Its
+        offsets come, when first needed, from the cache or the index file beside it (checked
+        against the shard as any shipped index is), or else from a scan; its tally from the
+        header of either."""
+        data_path = shard.path if shard.compression == tfrecord.NONE else str(self._paths(shard)[1])
+
+        def offsets() -> idxfile.Offsets:
+            idx, _ = self.get(shard)
+            if idx.count != count or idx.detected_kind != kind:
+                log.warning("%s: differs from the manifest (%d records as %s; the manifest: %d as %s)",
+                            shard.relpath, idx.count, idx.detected_kind, count, kind)
+            return idx.peek_offsets()
+        problems = [Problem.from_fields(p) for p in summary["problems"]]
+        ends = {int(i): int(end) for i, end in summary["gaps"]}
+        return ShardIndex(shard, data_path, None, kind, problems, set(summary["bad"]), ends=ends, count=count,
+                          loader=offsets, memory=self.memory,
+                          header=functools.partial(self._shipped_tally, shard, kind))
+
+    def _shipped_tally(self, shard: ShardFile, kind: str) -> Tally | None:
+        """A shard's tally from the header of its cached or shipped index, or None."""
+        cached = self.load(shard)
+        if cached is not None:
+            return cached.tally
+        for path, files in self._candidates(shard):
+            if not path.endswith(idxfile.SUFFIX):
+                continue
+            try:
+                meta = _header_of(files, path)
+            except (OSError, idxfile.IndexFileError):
+                continue
+            if _matches(meta, shard) and meta.get("kind") == kind and "schema" in meta:
+                return _tally_of(meta)
+        return None
 
     # -- shipped indexes -------------------------------------------------------------
 
@@ -561,14 +724,15 @@ class IndexCache:
             self._decompress(shard)   # the offsets are of the plain stream
         idx = self._from_meta(shard, meta, offsets)
         # (A compressed shard's sample is checked when its stream is made: see readers.remote.)
-        if idx is not None and shard.compression == tfrecord.NONE and not self._sample_holds(idx):
+        if idx is not None and shard.compression == tfrecord.NONE and not self.sample_holds(idx.data_path, offsets,
+                                                                                            idx.ends):
             raise ValueError("a record header at an indexed offset does not check")
         return idx
 
     def _from_loader(self, shard: ShardFile, offsets: array) -> ShardIndex:
-        idx = ShardIndex(shard, shard.path, offsets, "example")
-        if not self._sample_holds(idx):
+        if not self.sample_holds(shard.path, offsets, {}):
             raise ValueError("a record header at an indexed offset does not check")
+        idx = ShardIndex(shard, shard.path, offsets, "example")
         reader = self.readers.open(shard.path)
         try:
             idx.detected_kind = detect_kind(_sample_records(reader, idx))
@@ -576,14 +740,21 @@ class IndexCache:
             reader.close()
         return idx
 
-    def _sample_holds(self, idx: ShardIndex) -> bool:
-        """Whether the last indexed record's header checks and gives the indexed length."""
-        if idx.count == 0:
+    def sample_holds(self, data_path: str, offsets: idxfile.Offsets, ends: dict[int, int]) -> bool:
+        """Whether the headers of a few indexed records (the first, one in the middle, the last)
+        check and give the indexed lengths: an index of another version of the shard, with the
+        same size and count, is caught here (SPEC 1.2)."""
+        count = len(offsets) - 1
+        if count <= 0:
             return True
-        reader = self.readers.open(idx.data_path)
+        reader = self.readers.open(data_path)
         try:
-            offset, length = idx.span(idx.count - 1)
-            return tfrecord.parse_header(reader.pread(tfrecord.HEADER, offset)) == length
+            for i in sorted({0, count // 2, count - 1}):
+                start = offsets[i]
+                end = ends.get(i, offsets[i + 1])
+                if tfrecord.parse_header(reader.pread(tfrecord.HEADER, start)) != end - start - tfrecord.OVERHEAD:
+                    return False
+            return True
         finally:
             reader.close()
 
@@ -627,7 +798,9 @@ class IndexCache:
         return idx
 
     def get(self, shard: ShardFile) -> tuple[ShardIndex, bool]:
-        """The index of ``shard`` and whether it came from the cache or a shipped index file."""
+        """The index of ``shard`` and whether it came from the cache or a shipped index file.
+        One built or taken from a shipped file is saved to the cache and served from there: its
+        offsets are then loaded only when needed."""
         idx = self.load(shard)
         if idx is not None:
             return idx, True
@@ -636,8 +809,30 @@ class IndexCache:
             log.warning("%s: %s", shard.relpath, note)
         idx = shipped if shipped is not None else self.build(shard)
         self.save(idx)
+        lazy = self.load(shard)
+        if lazy is not None:
+            lazy.tally = idx.tally
+            idx = lazy
         idx.notes.extend(ignored)
         return idx, shipped is not None
+
+
+def _header_of(files: SourceFiles, path: str) -> dict:
+    """An index file's header, from its first bytes. Raises IndexFileError, OSError."""
+    head = files.read_head(path, 1 << 16)
+    try:
+        return idxfile.header(head)[0]
+    except idxfile.IndexFileError:
+        if len(head) < len(idxfile.MAGIC) + 4 or not head.startswith(idxfile.MAGIC):
+            raise
+        (hlen,) = struct.unpack_from("<I", head, len(idxfile.MAGIC))
+        return idxfile.header(files.read_head(path, len(idxfile.MAGIC) + 4 + hlen))[0]
+
+
+def _tally_of(meta: dict) -> Tally | None:
+    """The tally an index file's header keeps, if it is of the records as they are indexed."""
+    tally = Tally.from_json(meta["schema"])
+    return tally if tally is not None and tally.kind == meta.get("kind") else None
 
 
 def _matches(meta: dict, shard: ShardFile) -> bool:

@@ -46,7 +46,10 @@ class RecordStore:
         self.on_bad = on_bad   # persists a newly found unparsable record, so the next mount lists it right
         self.on_view: Callable[[Dir, int, RecordId], None] | None = None   # adds the user's scratch entries
         self._readers_factory = readers
-        self._readers: list[ShardReader | None] = [self._open_reader(idx) for idx in indexes]
+        # Opened when a record of the shard is first read: a mount of ten thousand shards opens
+        # only those it reads.
+        self._readers: list[ShardReader | None] = [None] * len(indexes)
+        self._opening = threading.Lock()
         self._lock = threading.RLock()
         self._views: CostLRU[tuple[int, RecordId], RecordView] = CostLRU(cache_bytes, lambda v: v.cost)
         self._bins: CostLRU[tuple[int, RecordId], tuple[bytes, str | None]] = \
@@ -55,11 +58,15 @@ class RecordStore:
 
     # -- shards --------------------------------------------------------------
 
-    def _open_reader(self, idx: ShardIndex) -> ShardReader | None:
-        return self._readers_factory.open(idx.data_path) if idx.count else None
-
     def reader(self, shard: int) -> ShardReader | None:
-        return self._readers[shard]
+        """Shard ``shard``'s reader (None for a shard of no record), opened when first asked for."""
+        reader = self._readers[shard]
+        if reader is None and self.shards[shard].count:
+            with self._opening:
+                reader = self._readers[shard]
+                if reader is None:
+                    reader = self._readers[shard] = self._readers_factory.open(self.shards[shard].data_path)
+        return reader
 
     def relpath(self, shard: int) -> str:
         return self.shards[shard].shard.relpath
@@ -74,15 +81,17 @@ class RecordStore:
         """A shard that is not among the source's files yet (a new shard of a writable mount)."""
         self.shards.append(idx)
         self.kinds.append(self.records_override or kind)
-        self._readers.append(self._open_reader(idx))
+        self._readers.append(None)
         return len(self.shards) - 1
 
     def replace_shard(self, shard: int, idx: ShardIndex) -> None:
         """Read shard ``shard`` from a new file and index (after a commit): records are renumbered."""
-        old = self._readers[shard]
-        self._readers[shard] = self._open_reader(idx)
+        with self._opening:
+            old = self._readers[shard]
+            self._readers[shard] = None
         if old is not None:
             old.close()
+        self.shards[shard].release()
         self.shards[shard] = idx
         self.forget_shard(shard)
 
@@ -108,7 +117,7 @@ class RecordStore:
         """An original record's bytes, and why they cannot be trusted (data checksum), if so."""
         idx = self.shards[shard]
         offset, length = idx.span(index)
-        reader = self._readers[shard]
+        reader = self.reader(shard)
         assert reader is not None
         try:
             return reader.record(offset, length), None
@@ -166,7 +175,7 @@ class RecordStore:
 
     def serve(self, where: InShard, size: int, offset: int) -> Served:
         """``size`` bytes at ``offset`` of an image left in its shard."""
-        reader = self._readers[where.shard]
+        reader = self.reader(where.shard)
         assert reader is not None
         try:
             return reader.serve(where.offset + offset, max(0, min(size, where.length - offset)))
@@ -232,7 +241,7 @@ class RecordStore:
             return None
         idx = self.shards[shard]
         offset, length = idx.span(rid)
-        reader = self._readers[shard]
+        reader = self.reader(shard)
         if length < IN_SHARD_MIN or reader is None or rid in idx.bad:
             return None
         try:

@@ -25,7 +25,7 @@ from array import array
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from typing import Any, Callable, Iterable, Iterator
 
-from . import codec, proto, wire
+from . import codec, idxfile, proto, wire
 
 VERSION = 1
 TABLES = ("features", "feature_lists")
@@ -351,7 +351,7 @@ def _steps_suffix(steps: list[codec.Value]) -> str:
 # --- scanning shards ----------------------------------------------------------------------
 
 
-def records_in(read: Callable[[int, int], bytes], offsets: array, first: int, stop: int,
+def records_in(read: Callable[[int, int], bytes], offsets: idxfile.Offsets, first: int, stop: int,
                skip: Iterable[int] = ()) -> Iterator[bytes]:
     """The data of records ``first``..``stop-1`` whose header offsets (and the end of the last)
     are ``offsets[first..stop]``, read ``_CHUNK`` bytes at a time; ``skip``: indexes left out."""
@@ -444,7 +444,7 @@ def pool(n: int | None = None, *, nice: bool = False) -> Executor:
 Progress = Callable[[int, int], None]    # (records done, records in all)
 
 
-Job = tuple[str, Stamp, str, array, set[int]]   # path, its stamp, record kind, offsets, records left out
+Job = tuple[str, Stamp, str, "idxfile.Offsets", set[int]]   # path, its stamp, record kind, offsets, records left out
 
 
 class Stopped(Exception):
@@ -465,7 +465,7 @@ def scan_local(jobs: list[Job], progress: Progress | None = None, executor: Exec
         for n, (path, stamp, kind, offsets, skip) in enumerate(jobs):
             if stop is not None and stop.is_set():
                 raise Stopped
-            result = scan_part(path, stamp, kind, offsets.tobytes(), 0, tuple(skip), offsets.typecode)
+            result = scan_part(path, stamp, kind, offsets.tobytes(), 0, tuple(skip), idxfile.typecode(offsets))
             tallies[n] = Tally.from_json(result) if result is not None else None
             if progress is not None:
                 progress(sum(len(j[3]) - 1 for j in jobs[:n + 1]), total)
@@ -482,7 +482,7 @@ def scan_local(jobs: list[Job], progress: Progress | None = None, executor: Exec
                     continue
                 mine = tuple(i for i in skip if part.start <= i < part.stop)
                 fut = ex.submit(scan_part, path, stamp, kind, offsets[part.start:part.stop + 1].tobytes(),
-                                part.start, mine, offsets.typecode)
+                                part.start, mine, idxfile.typecode(offsets))
                 futures[fut] = part
         for fut in as_completed(futures):
             if stop is not None and stop.is_set():
