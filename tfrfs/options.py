@@ -110,6 +110,8 @@ SETTINGS: dict[str, Setting] = {
     "cache_dir": Setting("cache_dir", parse=_text),
     "cache_size": Setting("cache_size", parse=size),
     "index_dir": Setting("index_dir", parse=_text),
+    "index_memory": Setting("index_memory", parse=size),
+    "no_manifest": Setting("no_manifest", True),
     "log": Setting("log", parse=_text),
     "poll_us": Setting("poll_us", parse=whole_number),
 }
@@ -117,7 +119,8 @@ SETTINGS: dict[str, Setting] = {
 # How each setting is written as a long option, to name it in a message.
 LONG = {"rw": "--rw", "foreground": "--foreground", "debug": "--debug", "no_decode_raw": "--no-decode-raw",
         "records": "--records", "cache_dir": "--cache-dir", "cache_size": "--cache-size",
-        "index_dir": "--index-dir", "log": "--log", "poll_us": "--poll-us"}
+        "index_dir": "--index-dir", "index_memory": "--index-memory", "no_manifest": "--no-manifest",
+        "log": "--log", "poll_us": "--poll-us"}
 
 
 @dataclass(frozen=True)

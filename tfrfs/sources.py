@@ -15,11 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from . import idxfile
+import crc32c
+
+from . import idxfile, manifest
 from .errors import UsageError
 from .index import (HIDDEN_DIRS, INDEX_SUFFIXES, SNIFF_BYTES, TMP_PREFIX, Discovery, IndexCache, IndexProgress,
                     ShardFile, ShardIndex, SourceFiles, default_cache_dir, discover, index_all, judge_head,
                     shipped_names)
+from .indexmemory import IndexMemory
+from .manifest import Manifest
 from .readers import Readers, default_readers
 from .remote import (SNIFF_WORKERS, Listing, ObjectInfo, Store, describe, heads, is_url, list_source,
                      plain_file_path)
@@ -42,6 +46,7 @@ class Source:
     readers: Readers
     cache_dir: Path
     store: Store | None = None
+    manifest: Manifest | None = None   # what the dataset's manifest says, when it was mounted from one
 
     @property
     def remote(self) -> bool:
@@ -52,31 +57,88 @@ class Source:
 
 
 def open_source(source: str, *, options: dict[str, Any] | None = None, cache_dir: str | Path | None = None,
-                cache_size: int | None = None, readers: Readers | None = None, empty_ok: bool = False) -> Source:
-    """Find SOURCE's shards. Raises UsageError (bad SOURCE, bad options, the store unreachable; a
-    local folder without shards unless ``empty_ok``)."""
+                cache_size: int | None = None, readers: Readers | None = None, empty_ok: bool = False,
+                use_manifest: bool = False) -> Source:
+    """Find SOURCE's shards: from the dataset's manifest when ``use_manifest`` and SOURCE is a
+    folder or prefix that holds one (SPEC 1.2), else by listing it. Raises UsageError (bad
+    SOURCE, bad options, the store unreachable; a local folder without shards unless
+    ``empty_ok``)."""
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     if not is_url(source):
         if options:
             raise UsageError(f"store options (-o {', '.join(options)}) apply to URL sources only")
+        found = manifest.read_local(source) if use_manifest and os.path.isdir(source) else None
+        if found is not None:
+            log.info("%s: shards, counts and folders from its manifest (%d shards)", source, len(found.shards))
+            return Source(source, manifest.local_discovery(source, found), readers or default_readers(), cache,
+                          manifest=found)
         return Source(source, discover(source, empty_ok=empty_ok), readers or default_readers(), cache)
     from .readers.remote import DEFAULT_CACHE_SIZE, RemoteReaders
     store = Store(source, options)
     remote_readers = RemoteReaders(store, cache, DEFAULT_CACHE_SIZE if cache_size is None else cache_size)
+    found = None
     try:
-        disc = discover_remote(store, source, cache)
+        found = _remote_manifest(store, source) if use_manifest else None
+        disc = _remote_discovery(store, source, cache, found) if found is not None else \
+            discover_remote(store, source, cache)
     except BaseException:
         remote_readers.close()
         raise
     remote_readers.know([ObjectInfo(s.path, s.size, s.identity, s.mtime_ns) for s in disc.shards])
-    return Source(source, disc, remote_readers, cache, store)
+    return Source(source, disc, remote_readers, cache, store, manifest=found)
 
 
-def index_source(source: Source, progress: IndexProgress | None = None,
-                 index_dir: str | None = None) -> tuple[list[ShardIndex], IndexCache]:
-    """The indexes of SOURCE's shards (cached, shipped or built now), and the cache that gave them."""
+def _remote_manifest(store: Store, url: str) -> Manifest | None:
+    """The manifest at a prefix (one request), or None (none there, or not a prefix)."""
+    if any(ch in url.partition("://")[2] for ch in "*?["):
+        return None
+    where = url.rstrip("/") + "/" + manifest.NAME
+    try:
+        data = store.call("read", where, lambda: bytes(store.fs.cat_file(store.path_of(where),
+                                                                          timeout=store.timeout)))
+    except (FileNotFoundError, PermissionError):
+        return None
+    except Exception as exc:  # noqa: BLE001 - no manifest to use: the prefix is listed as usual
+        log.info("%s: not read (%s): the prefix is listed", where, describe(exc))
+        return None
+    try:
+        found = manifest.parse(data)
+    except manifest.ManifestError as exc:
+        log.warning("%s: %s: the prefix is listed instead", where, exc)
+        return None
+    log.info("%s: shards, counts and folders from its manifest (%d shards): no listing", url, len(found.shards))
+    return found
+
+
+def _remote_discovery(store: Store, url: str, cache_dir: Path, found: Manifest) -> Discovery:
+    """What a prefix holds, as its manifest says: no LIST request, none per shard."""
+    root = url.rstrip("/")
+
+    def url_of(rel: str) -> str:
+        return root + "/" + rel.replace(os.sep, "/")
+    objects = [(e.path.replace(os.sep, "/"), ObjectInfo(url_of(e.path), e.size, e.identity, e.mtime_ns))
+               for e in found.shards]
+    objects += [(rel.replace(os.sep, "/"), ObjectInfo(url_of(rel), size, f"mtime:{mtime}", mtime))
+                for rel, size, mtime in found.files]
+    dirs = tuple(rel.replace(os.sep, "/") for rel, _ in found.dirs) or ("",)
+    files = RemoteFiles(store, Listing(root, tuple(objects), dirs, False), cache_dir)
+    shards = tuple(manifest.shard_file(root, e, join=posixpath.join) for e in found.shards)
+    return Discovery(root=root, shards=shards, plain_files=tuple(rel.replace(os.sep, "/") for rel, _, _ in found.files),
+                     dirs=dirs, mirrors_dir=True, files=files, remote=True)
+
+
+def index_source(source: Source, progress: IndexProgress | None = None, index_dir: str | None = None,
+                 memory: IndexMemory | None = None) -> tuple[list[ShardIndex], IndexCache]:
+    """The indexes of SOURCE's shards (cached, shipped or built now; from its manifest, only what
+    the manifest says until a shard is touched), and the cache that gave them."""
     disc = source.discovery
-    cache = IndexCache(source.cache_dir, source.readers, disc.access, index_dir)
+    cache = IndexCache(source.cache_dir, source.readers, disc.access, index_dir, memory)
+    if source.manifest is not None:
+        indexes = [cache.from_manifest(shard, e.kind, e.count, e.summary)
+                   for shard, e in zip(disc.shards, source.manifest.shards)]
+        if progress is not None:
+            progress(len(indexes), len(indexes), sum(i.count for i in indexes), 0, 0)
+        return indexes, cache
     upto = [0, *itertools.accumulate(s.size for s in disc.shards)]   # bytes of the first n shards
 
     def report(done: int, total: int, records: int) -> None:
@@ -125,6 +187,12 @@ class RemoteFiles(SourceFiles):
     def read_bytes(self, path: str) -> bytes:
         data = self.prefetched.pop(path, None)
         return data if data is not None else self.store.read_all(path)
+
+    def read_head(self, path: str, size: int) -> bytes:
+        store = self.store
+        # One ranged request; an object shorter than ``size`` comes whole.
+        return bytes(store.read_call(path, lambda: store.fs.cat_file(store.path_of(path), start=0, end=size,
+                                                                      timeout=store.timeout)))[:size]
 
     def write_bytes(self, path: str, data: bytes) -> None:
         self.store.write_all(path, data)
@@ -248,6 +316,8 @@ class Shipped:
     shard: str
     path: str | None
     skipped: str | None = None
+    size: int = 0      # of the file written
+    crc32c: int = 0    # of the file written (the manifest names it)
 
 
 def ship_indexes(source: Source, indexes: list[ShardIndex], cache: IndexCache, *, fmt: str = "tfrfs",
@@ -279,5 +349,19 @@ def ship_indexes(source: Source, indexes: list[ShardIndex], cache: IndexCache, *
         else:
             path = beside_path(shard, suffix)
             files.write_bytes(path, data)
-        done.append(Shipped(shard.relpath, path))
+        done.append(Shipped(shard.relpath, path, size=len(data), crc32c=crc32c.crc32c(data)))
     return done
+
+
+def write_manifest(source: Source, indexes: list[ShardIndex], cache: IndexCache, shipped: list[Shipped],
+                   schema: dict | None) -> str:
+    """Write the dataset's manifest at SOURCE's root (SPEC 1.2), after its shards' index files:
+    where it went."""
+    disc = source.discovery
+    if not disc.mirrors_dir:
+        raise UsageError(f"{source.name}: a manifest is written at a dataset's root: give the folder or "
+                         "prefix, not a shard or a glob")
+    data = manifest.build(disc, indexes, cache, {s.shard: (s.size, s.crc32c) for s in shipped if s.path}, schema)
+    where = (posixpath.join(disc.root, manifest.NAME) if disc.remote else os.path.join(disc.root, manifest.NAME))
+    disc.access.write_bytes(where, data)
+    return where

@@ -14,7 +14,7 @@ import itertools
 import os
 import threading
 from collections import OrderedDict
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 from . import names
 from .errors import DataLoss, IsADir, NameTooLong, NotADir, NotFound
@@ -42,6 +42,10 @@ class Tree:
         self._lock = threading.Lock()
         self.meta = Dir(mtime_ns=0)
         self.dirs: dict[str, Dir] = {}
+        # Folders shown as a manifest says, to compare with the disk when first visited (SPEC 1.2).
+        self._unchecked: dict[int, str] = {}
+        self._check: Callable[[str], None] | None = None
+        self._checking = threading.RLock()
         self.root = self._build_static()
         for idx in store.shards:
             for p in idx.problems:
@@ -101,6 +105,21 @@ class Tree:
         self.show_shard(n)
         self.schema.forget()
 
+    def check_folders(self, check: Callable[[str], None]) -> None:
+        """Every mirrored folder is shown as a manifest says until first visited: then
+        ``check(relpath)`` compares it with the disk (and may change what it holds)."""
+        self._check = check
+        self._unchecked = {id(d): rel for rel, d in self.dirs.items()}
+
+    def _settle(self, node: Node) -> None:
+        """Compare a folder with the disk before its first use (see ``check_folders``)."""
+        if not self._unchecked or id(node) not in self._unchecked:
+            return
+        with self._checking:
+            rel = self._unchecked.pop(id(node), None)
+            if rel is not None and self._check is not None and self.dirs.get(rel) is node:
+                self._check(rel)
+
     def is_source_folder(self, node: Node) -> bool:
         """A folder that mirrors one of SOURCE's folders (new shards can be made in it)."""
         return self.discovery.mirrors_dir and any(node is d for d in self.dirs.values())
@@ -142,6 +161,7 @@ class Tree:
         if len(name.encode("utf-8", "surrogateescape")) > names.NAME_MAX:
             raise NameTooLong(f"{name[:40]}...: name longer than {names.NAME_MAX} bytes")
         if isinstance(node, Dir):
+            self._settle(node)
             try:
                 return node.children[name]
             except KeyError:
@@ -203,6 +223,7 @@ class Tree:
         if isinstance(node, DataFile):
             return Stat(False, len(node.data), node.mtime_ns)
         if isinstance(node, Dir):
+            self._settle(node)
             return Stat(True, 0, node.mtime_ns, 2 + sum(1 for c in node.children.values() if is_dir(c)))
         if isinstance(node, RecordBin) and node.damaged:
             raise DataLoss(node.damaged)
@@ -226,6 +247,7 @@ class Tree:
         if isinstance(node, RecordDir):
             node = self.record_root(node)
         if isinstance(node, Dir):
+            self._settle(node)
             return iter([(n, is_dir(c)) for n, c in node.children.items()])
         raise NotADir("not a folder")
 
@@ -239,6 +261,7 @@ class Tree:
         if isinstance(node, RecordDir):
             node = self.record_root(node)
         if isinstance(node, Dir):
+            self._settle(node)
             rest = itertools.islice(node.children.items(), start, None)
             return ((pos, name, child) for pos, (name, child) in enumerate(rest, start))
         if isinstance(node, ShardDir):

@@ -15,6 +15,7 @@ from .. import mounttab
 from ..errors import UsageError
 from ..index import IndexCache, ShardIndex, default_cache_dir
 from ..remote import parse_options
+from ..indexmemory import IndexMemory
 from ..sources import Source, index_source, open_source
 
 
@@ -57,8 +58,12 @@ def open_args(args: argparse.Namespace) -> Source:
         store = parse_options(getattr(args, "options", None) or [])
     if getattr(args, "cache_dir", None):
         _check_folder(args.cache_dir, "--cache-dir")
+    # A read-only mount starts from the dataset's manifest when it has one (SPEC 1.2); the other
+    # commands (and --rw) list the source, as they read or write every shard.
+    mounting = getattr(args, "command", None) == "mount" and not getattr(args, "rw", False)
     return open_source(args.source, options=store, cache_dir=getattr(args, "cache_dir", None),
-                       cache_size=getattr(args, "cache_size", None), empty_ok=bool(getattr(args, "rw", False)))
+                       cache_size=getattr(args, "cache_size", None), empty_ok=bool(getattr(args, "rw", False)),
+                       use_manifest=mounting and not getattr(args, "no_manifest", False))
 
 
 def open_dataset(args: argparse.Namespace, *, quiet: bool = False,
@@ -80,7 +85,9 @@ def open_dataset(args: argparse.Namespace, *, quiet: bool = False,
         _check_folder(str(default_cache_dir()), "cache folder", hint="choose one with --cache-dir DIR (-o cache_dir=DIR)")
     src = open_args(args)
     try:
-        indexes, cache = index_source(src, None if quiet else report, getattr(args, "index_dir", None))
+        budget = getattr(args, "index_memory", None)
+        indexes, cache = index_source(src, None if quiet else report, getattr(args, "index_dir", None),
+                                      IndexMemory(budget) if budget is not None else None)
     except BaseException:
         src.close()
         raise

@@ -150,14 +150,16 @@ def _kind_words(kind: str | None | list[str | None]) -> str:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from ..sources import ship_indexes
+    from ..sources import ship_indexes, write_manifest
     started = time.monotonic()
     src, indexes, cache = open_dataset(args)
+    manifest_at = None
     try:
-        if not args.no_schema:
-            _read_schema(src, indexes, cache)
+        schema = None if args.no_schema else _read_schema(src, indexes, cache)
         write = args.beside or args.out_dir or args.format == "dali"
         shipped = ship_indexes(src, indexes, cache, fmt=args.format, out_dir=args.out_dir) if write else []
+        if args.beside and args.format == "tfrfs" and not args.out_dir and src.discovery.mirrors_dir:
+            manifest_at = write_manifest(src, indexes, cache, shipped, schema)
     finally:
         src.close()
     for s in shipped:
@@ -172,13 +174,16 @@ def cmd_index(args: argparse.Namespace) -> int:
     if written:
         where = args.out_dir or "beside the shards"
         print(f"wrote {len(written)} {args.format} index file(s) {where}")
+    if manifest_at:
+        print(f"wrote the dataset's manifest {manifest_at}")
     if problems:
         print(f"{problems} problem(s) found; run `tfrfs verify {args.source}` for details", file=sys.stderr)
     return EXIT_PROBLEMS if problems or any(s.skipped for s in shipped) else EXIT_OK
 
 
-def _read_schema(src: Any, indexes: list, cache: Any) -> None:
-    """Every shard's part of the schema, into its index (so into the files shipped beside it)."""
+def _read_schema(src: Any, indexes: list, cache: Any) -> dict:
+    """Every shard's part of the schema, into its index (so into the files shipped beside it); the
+    dataset's schema summary (SPEC 5)."""
     from ..records import RecordStore
     from ..schema import Schema
     store = RecordStore(indexes, src.readers)
@@ -186,6 +191,7 @@ def _read_schema(src: Any, indexes: list, cache: Any) -> None:
         schema = Schema(store, cache.save)
         _schema_progress(schema)
         schema.tallies()
+        return schema.summary()
     finally:
         store.close(factory=False)   # the source's readers serve the shipping still
 

@@ -230,6 +230,10 @@ def _spawn_daemon(args: argparse.Namespace, opts: options.MountOptions, log_path
         cmd.append("--debug")
     if args.index_dir:
         cmd += ["--index-dir", args.index_dir]
+    if args.index_memory is not None:
+        cmd += ["--index-memory", str(args.index_memory)]
+    if args.no_manifest:
+        cmd.append("--no-manifest")
     if opts.passed:   # the -o items that are no long option (those are given as such above)
         cmd += ["-o", ",".join(opts.passed)]
     cmd += ["--poll-us", str(args.poll_us)]

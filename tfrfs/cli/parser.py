@@ -59,7 +59,7 @@ mount options (-o OPT[,OPT...]):
   rw                   writable, as --rw (mount(8) passes rw unless the fstab line says ro)
   fsname=NAME          the mount's source in the mount table (default tfrfs)
   cache_dir=DIR, cache_size=SIZE, records=KIND, no_decode_raw, index_dir=DIR,
-  log=FILE, poll_us=N, debug, foreground
+  index_memory=SIZE, no_manifest, log=FILE, poll_us=N, debug, foreground
                        the long options of the same name; one given both ways must agree
   nofail, noauto, _netdev, dev, suid, noatime, ...
                        fstab words that mean nothing here: ignored
@@ -114,6 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="after each request, watch N microseconds for the next before sleeping "
                         f"(default {POLL_US}; 0: sleep at once). Waking a sleeping daemon is slow on "
                         "virtual machines; once requests stop, it sleeps after N microseconds")
+    p.add_argument("--index-memory", metavar="SIZE", type=_size,
+                   help="bytes of record offsets held in memory at once (4 a record), least recently used "
+                        "shard dropped first and loaded again when needed (default 128M)")
+    p.add_argument("--no-manifest", action="store_true",
+                   help="list SOURCE even when it holds a manifest (.tfrfs-manifest, written by "
+                        "tfrfs index --beside)")
     p.add_argument("--debug", action="store_true",
                    help="log at debug level: among others, every request to a remote store, with its "
                         "byte range and time")
