@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+import crc32c
+
 from . import idxfile, tfrecord
 from .index import (HIDDEN_DIRS, INDEX_SUFFIXES, TMP_PREFIX, Discovery, IndexCache, ShardFile, ShardIndex,
                     SourceFiles, local_identity, shipped_names, sniff_file)
@@ -80,19 +82,7 @@ def build(discovery: Discovery, indexes: list[ShardIndex], cache: IndexCache,
     """The manifest of a dataset whose shards are ``indexes``; ``shipped``: (size, CRC-32C) of the
     index file each shard got beside it, by relative path."""
     files = discovery.access
-    shards = []
-    for idx in indexes:
-        shard = idx.shard
-        meta = cache.meta(idx)
-        written = shipped.get(shard.relpath)
-        shards.append({
-            "path": _posix(shard.relpath), "size": shard.size, "identity": shard.identity,
-            "mtime_ns": shard.mtime_ns, "compression": shard.compression, "kind": idx.detected_kind,
-            "count": idx.count, "stream_size": meta["stream_size"], "problems": meta["problems"],
-            "bad": meta["bad"], "gaps": meta["gaps"],
-            "index": None if written is None else {"file": posixpath.basename(_posix(shard.relpath)) + idxfile.SUFFIX,
-                                                   "size": written[0], "crc32c": written[1]},
-        })
+    shards = [shard_json(idx, cache, shipped.get(idx.shard.relpath)) for idx in indexes]
     plain = {}
     for rel in discovery.plain_files:
         size, mtime_ns = files.plain_stat(rel)
@@ -112,8 +102,81 @@ def build(discovery: Discovery, indexes: list[ShardIndex], cache: IndexCache,
     return (json.dumps(body, separators=(",", ":"), sort_keys=True) + "\n").encode()
 
 
+def shard_json(idx: ShardIndex, cache: IndexCache, written: tuple[int, int] | None) -> dict:
+    """A shard's entry; ``written``: (size, CRC-32C) of its index file beside it, if any."""
+    shard = idx.shard
+    meta = cache.meta(idx)
+    return {
+        "path": _posix(shard.relpath), "size": shard.size, "identity": shard.identity,
+        "mtime_ns": shard.mtime_ns, "compression": shard.compression, "kind": idx.detected_kind,
+        "count": idx.count, "stream_size": meta["stream_size"], "problems": meta["problems"],
+        "bad": meta["bad"], "gaps": meta["gaps"],
+        "index": None if written is None else {"file": posixpath.basename(_posix(shard.relpath)) + idxfile.SUFFIX,
+                                               "size": written[0], "crc32c": written[1]},
+    }
+
+
 def _posix(rel: str) -> str:
     return rel.replace(os.sep, "/")
+
+
+def follow(root: str, cache: IndexCache, written: list[ShardIndex], removed: list[str],
+           schema: dict | None) -> list[str]:
+    """After a commit or repair wrote shards anew (``written``, indexed) or removed them (by
+    relative path): the index file beside each (where it had one, or the dataset has a manifest)
+    and the dataset's manifest (where it has one) follow, each replaced whole (temporary file,
+    fsync, rename), after the shards. A crash between leaves an index file or manifest of the
+    old shard, which its size and identity tell apart: it is ignored (and reported) until the
+    next ``tfrfs index --beside``. ``schema``: the new schema summary, None when not known.
+    Returns what was done or could not be, one line each."""
+    from . import durable
+    files = SourceFiles(root)
+    where = os.path.join(root, NAME)
+    has_manifest = os.path.exists(where)
+    notes: list[str] = []
+    shipped: dict[str, tuple[int, int]] = {}
+    for idx in written:
+        beside = idx.shard.path + idxfile.SUFFIX
+        if not (has_manifest or os.path.exists(beside)):
+            continue
+        try:
+            data = cache.shipped_bytes(idx)
+            files.write_bytes(beside, data)
+            shipped[idx.shard.relpath] = (len(data), crc32c.crc32c(data))
+        except OSError as exc:
+            notes.append(f"{idx.shard.relpath}{idxfile.SUFFIX}: not written anew ({exc.strerror or exc}): "
+                         "it is ignored, as of another version of the shard, until tfrfs index --beside")
+    for rel in removed:
+        try:
+            durable.unlink(os.path.join(root, rel + idxfile.SUFFIX))
+        except OSError:
+            pass
+    if not has_manifest:
+        return notes
+    try:
+        with open(where, "rb") as f:
+            body = json.loads(f.read())
+        entries = {e["path"]: e for e in body["shards"]}
+        plain = {e["path"]: e for e in body["files"]}
+        for rel in removed:
+            entries.pop(_posix(rel), None)
+            plain.pop(_posix(rel + idxfile.SUFFIX), None)
+        for idx in written:
+            rel = _posix(idx.shard.relpath)
+            entries[rel] = shard_json(idx, cache, shipped.get(idx.shard.relpath))
+            if idx.shard.relpath in shipped:
+                st = os.stat(idx.shard.path + idxfile.SUFFIX)
+                plain[rel + idxfile.SUFFIX] = {"path": rel + idxfile.SUFFIX, "size": st.st_size,
+                                               "mtime_ns": st.st_mtime_ns}
+        body["shards"] = [entries[k] for k in sorted(entries)]
+        body["files"] = [plain[k] for k in sorted(plain)]
+        body["schema"] = schema
+        files.write_bytes(where, (json.dumps(body, separators=(",", ":"), sort_keys=True) + "\n").encode())
+        notes.append(f"{NAME}: updated for {len(written) + len(removed)} shard(s)")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        notes.append(f"{NAME}: not updated ({exc}): a mount reports the shards that differ from it; "
+                     "tfrfs index --beside writes it anew")
+    return notes
 
 
 # --- reading ------------------------------------------------------------------------
@@ -336,5 +399,4 @@ class FolderCheck:
                          shipped=tuple(os.path.join(folder, n) for n in shipped_names(name, beside)))
 
     def _report(self, rel: str, what: str) -> None:
-        log.warning("%s: %s", rel, what)
-        self.tree.errors.add(rel, None, None, f"differs from {NAME}: {what}")
+        self.tree.errors.add(rel, None, None, f"differs from {NAME}: {what}")   # and logged

@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
 
-from . import mountrecord, mutate, repack, tfds
+from . import manifest, mountrecord, mutate, repack, tfds
 from .errors import Busy, UsageError
 from .remote import is_url
 from .index import Discovery, IndexCache, IndexProgress, ShardFile, ShardIndex, discover, local_identity
@@ -229,7 +229,7 @@ class Mount:
             except CommitFailed as exc:
                 log.error("%s", exc)
                 self.last_commit = CommitResult(False, tuple(done), error=str(exc), staged=tuple(staged),
-                                                notes=self._follow_tfds(done))
+                                                notes=self._follow_tfds(done) + self._follow_manifest(done))
                 raise
             done.append(result)
             staged.append(pending)
@@ -240,7 +240,7 @@ class Mount:
                     self._reload(n, relpath)
                     self.tree.schema.committed(n, tally)
             log.info("committed %s: %s, %d records, %d bytes", relpath, result.action, result.records, result.bytes)
-        notes = self._follow_tfds(done)
+        notes = self._follow_tfds(done) + self._follow_manifest(done)
         self.last_commit = CommitResult(True, tuple(done), round(time.monotonic() - started, 3),
                                         staged=tuple(staged), notes=notes)
         return self.last_commit
@@ -281,6 +281,22 @@ class Mount:
                     parent.children[tfds.INFO] = PlainFile(rel, *self.discovery.access.plain_stat(rel))
                 except OSError:   # gone from under the mount: it is shown as it was
                     pass
+        return tuple(notes)
+
+    def _follow_manifest(self, done: list[ShardResult]) -> tuple[str, ...]:
+        """The index files beside the committed shards and the dataset's manifest follow them
+        (SPEC 1.2), where the dataset has them."""
+        if not done:
+            return ()
+        store = self.store
+        written = [store.shards[n] for r in done if r.action != "removed"
+                   and (n := store.shard_number(r.relpath)) is not None]
+        removed = [r.relpath for r in done if r.action == "removed"]
+        schema = self.tree.schema
+        notes = manifest.follow(self.discovery.root, self.cache, written, removed,
+                                schema.summary() if schema.ready() else None)
+        for note in notes:
+            log.info("%s", note)
         return tuple(notes)
 
     def _reload(self, n: int, relpath: str) -> None:

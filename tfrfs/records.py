@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Generic, Hashable, TypeVar
+from typing import Any, Callable, Generic, Hashable, Sequence, TypeVar, overload
 
 from . import proto, tfrecord
 from .errors import DataLoss, Unreachable
@@ -38,7 +38,7 @@ class RecordStore:
                  cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.shards = indexes
         self.records_override = records
-        self.kinds = [records or idx.detected_kind for idx in indexes]
+        self.kinds = _Kinds(self)   # each shard's record kind, as its index says (or --records)
         self.decode_raw = decode_raw
         self.writable = writable
         self.staging = staging
@@ -79,8 +79,8 @@ class RecordStore:
 
     def add_shard(self, idx: ShardIndex, kind: str) -> int:
         """A shard that is not among the source's files yet (a new shard of a writable mount)."""
+        idx.detected_kind = kind
         self.shards.append(idx)
-        self.kinds.append(self.records_override or kind)
         self._readers.append(None)
         return len(self.shards) - 1
 
@@ -327,6 +327,27 @@ class RecordStore:
         with self._lock:
             self._bins.drop_where(lambda key: True)
             self._views.drop_where(lambda key: True)
+
+
+class _Kinds(Sequence[str]):
+    """The record kind of each shard of a store: ``--records``, else what its index says (which
+    may learn better when a shard's offsets are first loaded, see ``IndexCache.from_manifest``)."""
+
+    def __init__(self, store: RecordStore) -> None:
+        self._store = store
+
+    @overload
+    def __getitem__(self, n: int) -> str: ...
+    @overload
+    def __getitem__(self, n: slice) -> Sequence[str]: ...
+
+    def __getitem__(self, n: int | slice) -> str | Sequence[str]:
+        if isinstance(n, slice):
+            return [self[i] for i in range(len(self))[n]]
+        return self._store.records_override or self._store.shards[n].detected_kind
+
+    def __len__(self) -> int:
+        return len(self._store.shards)
 
 
 K = TypeVar("K", bound=Hashable)

@@ -20,7 +20,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Iterator
 
-from . import durable, salvage, tfds, tfrecord
+from . import durable, idxfile, salvage, tfds, tfrecord
 from .errors import UsageError
 from .index import DAMAGED_DIR, ShardFile
 from .repack import TMP_PREFIX, _FaultedFile, check_new_shard
@@ -74,6 +74,7 @@ def repair_source(source: Source, *, backup: bool = True, dry_run: bool = False,
     reports = list(verify_source(source, None, progress))
     # What each sound (or repaired) shard holds, by folder: a TFDS dataset_info.json there follows.
     figures: dict[str, dict[str, tfds.ShardFigures]] = {}
+    repaired: list[ShardFile] = []
     for r in reports:
         if not r.damaged:
             figures.setdefault(os.path.dirname(r.shard.path), {})[os.path.basename(r.shard.path)] = \
@@ -87,6 +88,7 @@ def repair_source(source: Source, *, backup: bool = True, dry_run: bool = False,
         except OSError as exc:
             result.error = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
         if result.error is None and not dry_run:
+            repaired.append(report.shard)
             folder, name = os.path.split(report.shard.path)
             figures.setdefault(folder, {})[name] = tfds.ShardFigures(result.kept, result.kept_bytes)
             result.notes += tfds.update(folder, figures[folder])
@@ -96,6 +98,27 @@ def repair_source(source: Source, *, backup: bool = True, dry_run: bool = False,
         for folder, shards in figures.items():
             for note in tfds.update(folder, shards):
                 log.info("%s", note)
+        _follow_manifest(source, repaired)
+
+
+def _follow_manifest(source: Source, repaired: list[ShardFile]) -> None:
+    """The repaired shards' index files beside them and the dataset's manifest follow them
+    (SPEC 1.2), where the dataset has them: the new shards are indexed for that."""
+    from . import manifest
+    from .index import IndexCache, local_identity
+    root = source.discovery.root
+    if not repaired or not (os.path.exists(os.path.join(root, manifest.NAME)) or
+                            any(os.path.exists(s.path + idxfile.SUFFIX) for s in repaired)):
+        return
+    cache = IndexCache(source.cache_dir)
+    written = []
+    for old in repaired:
+        st = os.stat(old.path)
+        shard = ShardFile(path=old.path, relpath=old.relpath, compression=old.compression, size=st.st_size,
+                          mtime_ns=st.st_mtime_ns, identity=local_identity(st))
+        written.append(cache.get(shard)[0])
+    for note in manifest.follow(root, cache, written, [], None):
+        log.info("%s", note)
 
 
 def _repair_shard(result: Repaired, *, backup: bool, dry_run: bool) -> None:
