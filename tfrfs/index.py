@@ -365,6 +365,7 @@ class ShardIndex:
         # ``offsets[index + 1]``, after the gap. One entry per gap, none in a sound shard.
         self.ends: dict[int, int] = ends if ends is not None else {}
         self._count: int = len(offsets) - 1 if offsets is not None else (count or 0)
+        self.origin: str | None = None   # the index file beside the shard it came from, if any
         self._offsets = offsets
         self._loader = loader
         self._memory = memory if loader is not None else None
@@ -749,6 +750,7 @@ class IndexCache:
                 continue
             if idx is not None:
                 log.info("%s: using the index file %s", shard.relpath, path)
+                idx.origin = path
                 return idx, ignored
         return None, ignored
 
@@ -841,6 +843,15 @@ class IndexCache:
         shipped, ignored = self.from_shipped(shard)
         for note in ignored:
             log.warning("%s: %s", shard.relpath, note)
+        if shipped is not None and shipped.origin and shipped.origin.endswith(idxfile.SUFFIX) and \
+                "://" not in shipped.origin and shard.compression == tfrecord.NONE:
+            # A local NAME.tfrfs-idx that matches: read in place when needed, not copied.
+            meta = idxfile.read_header(shipped.origin)
+            lazy = self._from_meta(shard, meta, None, self._cached_offsets(shard, shipped.origin, meta))
+            if lazy is not None:
+                lazy.origin = shipped.origin
+                lazy.notes.extend(ignored)
+                return lazy, True
         idx = shipped if shipped is not None else self.build(shard)
         self.save(idx)
         lazy = self.load(shard)

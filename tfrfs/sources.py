@@ -328,6 +328,7 @@ def ship_indexes(source: Source, indexes: list[ShardIndex], cache: IndexCache, *
     from .tfrecord import NONE
     done: list[Shipped] = []
     files = source.discovery.access
+    disc_remote = source.discovery.remote
     for idx in indexes:
         shard = idx.shard
         if fmt == "dali":
@@ -348,9 +349,19 @@ def ship_indexes(source: Source, indexes: list[ShardIndex], cache: IndexCache, *
             SourceFiles(out_dir).write_bytes(path, data)
         else:
             path = beside_path(shard, suffix)
-            files.write_bytes(path, data)
+            if disc_remote or not _holds(path, data):   # an index file as it is: not written (and synced) again
+                files.write_bytes(path, data)
         done.append(Shipped(shard.relpath, path, size=len(data), crc32c=crc32c.crc32c(data)))
     return done
+
+
+def _holds(path: str, data: bytes) -> bool:
+    """Whether the local file at ``path`` holds exactly ``data``."""
+    try:
+        with open(path, "rb") as f:
+            return os.fstat(f.fileno()).st_size == len(data) and f.read() == data
+    except OSError:
+        return False
 
 
 def write_manifest(source: Source, indexes: list[ShardIndex], cache: IndexCache, shipped: list[Shipped],
