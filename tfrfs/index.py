@@ -823,7 +823,7 @@ class IndexCache:
         reader = self.readers.open(data_path)
         try:
             walk = salvage.Walk(reader.pread, reader.size)
-            offsets = array("Q", (offset for offset, _, _ in walk))
+            offsets = walk.offsets()
             offsets.append(walk.end if walk.count else 0)
             idx = ShardIndex(shard, data_path, offsets, "example",
                              salvage.merge_stream_problem(stream_problem, walk), ends=walk.ends)
@@ -894,6 +894,8 @@ def index_all(shards: Iterable[ShardFile], cache: IndexCache,
     of many shards overlap)."""
     shards = list(shards)
     records = 0
+    if workers <= 1 and len(shards) > 1:
+        return _index_local(shards, cache, progress)
     if workers <= 1 or len(shards) <= 1:
         out: list[ShardIndex] = []
         for n, shard in enumerate(shards, 1):
@@ -913,6 +915,36 @@ def index_all(shards: Iterable[ShardFile], cache: IndexCache,
             records += idx.count
             if progress:
                 progress(done, len(shards), records)
+    return [found[n] for n in range(len(shards))]
+
+
+def _index_local(shards: list[ShardFile], cache: IndexCache, progress: ProgressFn | None) -> list[ShardIndex]:
+    """``index_all`` of local shards: those in the cache or with an index file beside them are
+    taken here, the others are walked on every core (``indexbuild``) when there are enough."""
+    from . import indexbuild
+    found: dict[int, ShardIndex] = {}
+    records = 0
+
+    def done(n: int, idx: ShardIndex) -> None:
+        nonlocal records
+        found[n] = idx
+        records += idx.count
+        if progress:
+            progress(len(found), len(shards), records)
+    scan: list[tuple[int, ShardFile]] = []
+    for n, shard in enumerate(shards):
+        idx = cache.load(shard)
+        if idx is not None:
+            done(n, idx)
+        elif indexbuild.poolable(shard, cache) and not cache._candidates(shard):
+            scan.append((n, shard))
+        else:
+            done(n, cache.get(shard)[0])
+    if indexbuild.worth_a_pool([s for _, s in scan]):
+        indexbuild.build_all(scan, cache, done)
+    else:
+        for n, shard in scan:
+            done(n, cache.get(shard)[0])
     return [found[n] for n in range(len(shards))]
 
 

@@ -18,6 +18,7 @@ import re
 import struct
 import zlib
 from dataclasses import dataclass, field
+from array import array
 from typing import BinaryIO, Iterator
 
 from . import tfrecord
@@ -27,6 +28,9 @@ from .tfrecord import HEADER, OVERHEAD, Problem, PRead
 CHUNK = 1 << 20            # bytes read at once while walking small records and while resyncing
 _SMALL = 64 << 10          # a record at least this long is stepped over, not read, in a header walk
 _HDR = struct.Struct("<QI")
+_U64 = struct.Struct("<Q")
+BLOCK = 4 << 20            # bytes read at once by ``Walk.offsets`` while records are small
+_LENGTH_CRCS: dict[int, int] = {}   # record length -> its header's checksum (a pure function)
 _NONZERO = re.compile(rb"[^\x00]")
 _ZERO_STEPS = tuple(bytes(n) for n in (1 << 16, 1 << 12, 1 << 8))
 _EMPTY_CRC = struct.pack("<I", tfrecord.masked_crc(bytes(8)))   # the header checksum of a 0 length
@@ -164,6 +168,40 @@ class Walk:
             self.end = pos
             ahead = CHUNK if length < _SMALL else 4096
 
+    def offsets(self) -> array:
+        """The header offsets a header walk gives (``__iter__`` without data), as an array, with
+        the same ``problems``, ``ends``, ``count``, ``end`` and ``cut``.
+
+        Sound headers are taken a block at a time by ``_sound_run`` (no read, no generator step
+        per record); at the first header it does not take, this falls back to the walk's own
+        step for that one header, so damage is judged and reported exactly as ``__iter__`` does."""
+        assert not self.with_data
+        out = array("Q")
+        pos, size = 0, self.size
+        ahead = BLOCK
+        while pos < size:
+            block = self.pread(min(ahead, size - pos), pos)
+            taken, nxt = _sound_run(block, pos, size, out)
+            if taken:
+                self.count += taken
+                self.end = pos = nxt
+                # After a large record only its successor's header is wanted, not a block.
+                ahead = BLOCK if nxt - out[-1] < _SMALL else 4096
+                continue
+            head = block[:HEADER]
+            length, problem = tfrecord.header_problem(head, pos, size, self.count)
+            if length is None:
+                assert problem is not None
+                cut = len(head) < HEADER or tfrecord.parse_header(head) is not None
+                if not self._resync(pos, problem, trailing=len(head) < HEADER, cut=cut):
+                    break
+                pos = self.problems[-1].resync_offset   # type: ignore[assignment]
+                continue
+            out.append(pos)        # (``_sound_run`` takes every header this takes)
+            self.count += 1
+            self.end = pos = pos + OVERHEAD + length
+        return out
+
     def _resync(self, pos: int, problem: Problem, *, trailing: bool, cut: bool) -> bool:
         """Record the problem at ``pos``; whether records resume after it (then the last problem
         says where)."""
@@ -180,6 +218,34 @@ class Walk:
                                           f"at offset {found}", self.count, resync_offset=found,
                                      skipped=found - pos))
         return True
+
+
+def _sound_run(block: bytes, base: int, size: int, out: array) -> tuple[int, int]:
+    """Take the run of sound headers at the start of ``block`` (the stream's bytes from offset
+    ``base``; the stream is ``size`` bytes): each whole in the block, its length checksum holding
+    and its record fitting in the stream, as ``tfrecord.header_problem`` judges. Their offsets go
+    to ``out``; returns (how many, the offset after the last). A header's checksum is a function
+    of its length alone, so it is computed once per length seen (records of a shard share few)."""
+    unpack, crcs, append = _HDR.unpack_from, _LENGTH_CRCS, out.append
+    room = size - base - OVERHEAD      # a record at p fits when p + length <= room
+    limit = len(block) - HEADER
+    before = len(out)
+    p = 0
+    while p <= limit:
+        length, hcrc = unpack(block, p)
+        if crcs.get(length) != hcrc:
+            if length in crcs or p + length > room:
+                break
+            if len(crcs) >= 1 << 16:
+                crcs.clear()
+            crcs[length] = tfrecord.masked_crc(_U64.pack(length))
+            if crcs[length] != hcrc:
+                break
+        if p + length > room:
+            break
+        append(base + p)
+        p += OVERHEAD + length
+    return len(out) - before, base + p
 
 
 # --- compressed streams ---------------------------------------------------------------------

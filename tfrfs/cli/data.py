@@ -4,6 +4,7 @@ index."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -150,9 +151,13 @@ def _kind_words(kind: str | None | list[str | None]) -> str:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    from ..indexbuild import reading_schema
     from ..sources import ship_indexes, write_manifest
     started = time.monotonic()
-    src, indexes, cache = open_dataset(args)
+    # The shards walked by worker processes have their schema read there too, while their bytes
+    # are in the page cache; ``_read_schema`` reads what is left (remote shards, a small dataset).
+    with reading_schema() if not args.no_schema else contextlib.nullcontext():
+        src, indexes, cache = open_dataset(args)
     manifest_at = None
     try:
         schema = None if args.no_schema else _read_schema(src, indexes, cache)

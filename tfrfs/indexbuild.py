@@ -1,0 +1,129 @@
+"""Indexing local shards on every core (``tfrfs index``, the cold part of a mount).
+
+A shard's index is found by walking its headers from the first record to the last: one shard is
+one job, and the shards of a dataset are walked side by side, one worker process per core (fresh
+processes, never forked from a daemon's threads). A worker writes the index file into the cache
+directory itself and sends back only a few figures; the caller then loads each index from the
+cache, as a later mount would. ``tfrfs index`` also asks the worker for the shard's part of the
+schema (``shardschema``): it reads the records just after walking them, while they are in the
+page cache, and the tally goes into the same index file.
+
+Remote shards are not for a pool (their requests overlap in threads instead), and so few bytes
+that starting workers would cost more than it saves are indexed in the calling process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import os
+from concurrent.futures import Executor, Future, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from typing import Callable, Iterator
+
+from . import shardschema
+from .index import IndexCache, ShardFile, ShardIndex, SourceFiles
+from .remote import is_url
+
+log = logging.getLogger("tfrfs")
+
+POOL_BYTES = 64 << 20     # fewer bytes to walk than this in all: walked here (a worker takes ~0.1 s to start)
+
+_SCHEMA = contextvars.ContextVar("tfrfs_index_schema", default=False)
+
+
+@contextlib.contextmanager
+def reading_schema() -> Iterator[None]:
+    """Within it, shards indexed by workers also have their schema's part read (``tfrfs index``)."""
+    token = _SCHEMA.set(True)
+    try:
+        yield
+    finally:
+        _SCHEMA.reset(token)
+
+
+def poolable(shard: ShardFile, cache: IndexCache) -> bool:
+    """Whether a worker can index ``shard`` as ``cache`` would: a local file, read by the local
+    readers, through the local files."""
+    from .readers.local import LocalReaders
+    return (not is_url(shard.path) and type(cache.readers) is LocalReaders
+            and type(cache.files) is SourceFiles)
+
+
+def worth_a_pool(shards: list[ShardFile]) -> bool:
+    return len(shards) > 1 and shardschema.workers() > 1 and sum(s.size for s in shards) >= POOL_BYTES
+
+
+def build_one(cache_dir: str, shard: ShardFile, schema: bool) -> int:
+    """A worker's job: index ``shard`` from its headers into the cache at ``cache_dir`` (with its
+    schema's part when ``schema``). Returns its record count."""
+    cache = IndexCache(cache_dir)
+    idx = cache.build(shard)
+    if schema:
+        idx.tally = tally_of(idx)
+    cache.save(idx)
+    return idx.count
+
+
+def tally_of(idx: ShardIndex) -> shardschema.Tally | None:
+    """The schema's part of an indexed local shard, or None when its stream changed meanwhile."""
+    try:
+        stamp = shardschema.stamp_of(os.stat(idx.data_path))
+    except OSError:
+        return None
+    got = shardschema.scan_part(idx.data_path, stamp, idx.detected_kind, idx.offsets.tobytes(), 0,
+                                tuple(sorted(idx.bad)), idx.offsets.typecode)
+    return shardschema.Tally.from_json(got) if got is not None else None
+
+
+Done = Callable[[int, ShardIndex], None]   # (the shard's position in the list, its index)
+
+
+def build_all(shards: list[tuple[int, ShardFile]], cache: IndexCache, done: Done,
+              executor: Executor | None = None) -> None:
+    """Index ``shards`` (each with its position in the caller's list) in worker processes, the
+    largest first; ``done`` is called with each index, loaded from the cache, as it is ready. A
+    job that fails in its worker is done here (where its error, if any, is raised as the calling
+    process would raise it), after one message saying so."""
+    schema = _SCHEMA.get()
+    own = executor is None
+    if own:
+        import multiprocessing
+        # The fork server imports what the workers run once, before it forks them (when it is not
+        # running yet): each worker starts ready instead of importing it again (~0.2 s).
+        multiprocessing.get_context("forkserver").set_forkserver_preload([__name__])
+    ex = executor or shardschema.pool(min(shardschema.workers(), len(shards)))
+    here: list[tuple[int, ShardFile]] = []
+    try:
+        futures: dict[Future, tuple[int, ShardFile]] = {}
+        for n, shard in sorted(shards, key=lambda job: -job[1].size):
+            futures[ex.submit(build_one, str(cache.dir), shard, schema)] = (n, shard)
+        broken = False
+        for fut in as_completed(futures):
+            n, shard = futures[fut]
+            try:
+                fut.result()
+            except BrokenProcessPool:
+                if not broken:
+                    log.warning("a process indexing shards stopped; the shards it had not indexed "
+                                "are indexed in this process")
+                broken = True
+                here.append((n, shard))
+                continue
+            except Exception as exc:  # noqa: BLE001 - whatever it was, the job is done again here
+                log.warning("%s: indexing it in a worker process failed (%s); it is indexed in this process",
+                            shard.relpath, exc or type(exc).__name__)
+                here.append((n, shard))
+                continue
+            idx = cache.load(shard)
+            if idx is None:   # not in the cache after all (it cannot be written): indexed here
+                idx = cache.get(shard)[0]
+            else:
+                cache.scans += 1
+            done(n, idx)
+    finally:
+        if own:
+            ex.shutdown(wait=True, cancel_futures=True)
+    for n, shard in sorted(here):
+        done(n, cache.get(shard)[0])
