@@ -214,7 +214,7 @@ def _texts(values: Sequence[bytes]) -> list[str] | None:
     return out
 
 
-def _single_suffix(data: bytes) -> str:
+def single_suffix(data: bytes) -> str:
     """Suffix of a one-value bytes feature that is not a raw pixel array (SPEC 3.2 rows 4-6)."""
     return sniff_media(data) or (".txt" if is_text(data) else ".bin")
 
@@ -297,11 +297,11 @@ def _render_bytes(values: tuple, shape: Shape | None) -> View:
         data = values[0]
         if shape is not None:
             return FileView(".png", _encode_png(data, shape), shape)
-        return FileView(_single_suffix(data), data)
+        return FileView(single_suffix(data), data)
     texts = _texts(values)
     if texts is not None:  # zero values land here too: "[]"
         return FileView(".json", (_json_texts(texts) + "\n").encode("utf-8"))
-    return DirView(".list", tuple((name, FileView(_single_suffix(v), v))
+    return DirView(".list", tuple((name, FileView(single_suffix(v), v))
                                   for name, v in zip(index_names(len(values)), values)))
 
 
@@ -330,7 +330,7 @@ def suffix_of(value: Value) -> str:
     if value.kind != "bytes_list":
         return ".json"
     if len(value.values) == 1:
-        return _single_suffix(value.values[0])
+        return single_suffix(value.values[0])
     return ".json" if all(is_text(v) for v in value.values) else ".list"
 
 

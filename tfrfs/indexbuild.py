@@ -73,7 +73,7 @@ def tally_of(idx: ShardIndex) -> shardschema.Tally | None:
     except OSError:
         return None
     got = shardschema.scan_part(idx.data_path, stamp, idx.detected_kind, idx.offsets.tobytes(), 0,
-                                tuple(sorted(idx.bad)), idx.offsets.typecode)
+                                tuple(sorted(idx.bad)), idxfile.typecode(idx.offsets))
     return shardschema.Tally.from_json(got) if got is not None else None
 
 
