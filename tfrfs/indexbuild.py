@@ -22,7 +22,7 @@ from concurrent.futures import Executor, Future, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Iterator
 
-from . import shardschema
+from . import idxfile, shardschema
 from .index import IndexCache, ShardFile, ShardIndex, SourceFiles
 from .remote import is_url
 
