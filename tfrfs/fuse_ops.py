@@ -192,7 +192,23 @@ class _Fuse(fuse.FUSE):
         plus = bool(flags & _READDIR_PLUS)
         fill_flags = _FILL_DIR_PLUS if plus else 0
         st = fuse.c_stat()
+        shared: dict[int, Any] = {}   # id of a record entries' shared attributes -> their c_stat
         for position, name, attrs in self.operations.readdir(path.decode(self.encoding, self.errors), offset, plus):
+            if type(attrs) is tuple:
+                # A shard's record: the attributes its shard's records share, filled in once
+                # per listing, with its own inode number (and size): a shard of millions of
+                # records lists at the speed of the filler.
+                base, ino, size = attrs
+                rec = shared.get(id(base))
+                if rec is None:
+                    rec = shared[id(base)] = fuse.c_stat()
+                    fuse.set_st_attrs(rec, base, use_ns=True)
+                rec.st_ino = ino
+                if size:
+                    rec.st_size, rec.st_blocks = size, (size + 511) // 512
+                if filler(buf, name.encode(self.encoding, self.errors), rec, position, fill_flags):
+                    break
+                continue
             ctypes.memset(ctypes.byref(st), 0, ctypes.sizeof(st))
             fuse.set_st_attrs(st, attrs, use_ns=True)
             # An entry without its size is listed without attributes: the kernel asks for them
@@ -316,6 +332,9 @@ class Operations(_Edge):
                 yield (position if plus else 0), name, {"st_mode": _stat.S_IFDIR, "st_ino": _ino(of)}
         prefix = path.rstrip("/") + "/"
         tree = self.tree
+        if plus and isinstance(node, ShardDir) and not tree.writable:
+            yield from self._shard_entries(node, prefix, offset)
+            return
         if plus:
             for pos, name, child in tree.entries(node, max(0, offset - 2)):
                 try:
@@ -332,6 +351,26 @@ class Operations(_Edge):
             return
         for name, is_dir in tree.names(node):
             yield 0, name, {"st_mode": _stat.S_IFDIR if is_dir else _stat.S_IFREG, "st_ino": _ino(prefix + name)}
+
+    def _shard_entries(self, node: ShardDir, prefix: str, offset: int) -> Iterator[tuple[int, str, Any]]:
+        """``readdir``'s entries of a read-only shard folder, each with (the attributes every record
+        folder, or every ``.bin``, of the shard shares; its inode number; its size)."""
+        folder = self._attrs(Stat(True, 0, node.mtime_ns, 1), prefix)
+        binary = self._attrs(Stat(False, 0, node.mtime_ns), prefix)
+        shard = node.shard
+        for pos, name, is_dir, size in self.tree.shard_listing(node, max(0, offset - 2)):
+            if is_dir:
+                yield pos + 3, name, (folder, _record_ino(shard, pos), 0)
+            elif size:
+                yield pos + 3, name, (binary, _record_ino(shard, pos), size)
+            else:
+                # An empty record: its stat checks its checksum (an empty file is never read).
+                child = self.tree.child(node, name)
+                try:
+                    attrs = self._attrs(self.tree.stat(child), prefix + name, child)
+                except DataLoss:
+                    attrs = {"st_mode": _stat.S_IFREG, "st_ino": _node_ino(prefix + name, child)}
+                yield pos + 3, name, attrs
 
     def open(self, path: str, fi: Any) -> int:
         if not self.tree.writable:

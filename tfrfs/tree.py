@@ -270,6 +270,15 @@ class Tree:
                     for pos, name, _ in self._shard_names(shard_dir.shard, start))
         raise NotADir("not a folder")
 
+    def shard_listing(self, node: ShardDir, start: int = 0) -> Iterator[tuple[int, str, bool, int]]:
+        """(position, name, is_dir, size) of a read-only mount's shard folder's entries, what
+        ``entries`` gives without a node each: a record folder's size is 0, a ``.bin``'s its
+        record's length. A listing of millions of records is made as it is read."""
+        assert not self.writable
+        idx = self.store.shards[node.shard]
+        for pos, name, folder in self._shard_names(node.shard, start):
+            yield pos, name, folder, 0 if folder else idx.span(pos)[1]
+
     def record_names(self, node: ShardDir) -> Iterator[tuple[RecordId, str, bool]]:
         """(record id, name, is_dir) of a shard folder's entries, in ``names``' order: an
         original record's id is its index, an added record's its name."""
