@@ -147,10 +147,12 @@ def follow(root: str, cache: IndexCache, written: list[ShardIndex], removed: lis
             notes.append(f"{idx.shard.relpath}{idxfile.SUFFIX}: not written anew ({exc.strerror or exc}): "
                          "it is ignored, as of another version of the shard, until tfrfs index --beside")
     for rel in removed:
-        try:
-            durable.unlink(os.path.join(root, rel + idxfile.SUFFIX))
-        except OSError:
-            pass
+        stale = os.path.join(root, rel + idxfile.SUFFIX)
+        if os.path.exists(stale):
+            try:
+                durable.unlink(stale)
+            except OSError as exc:   # harmless: an index file is never a shard
+                notes.append(f"{rel}{idxfile.SUFFIX}: the index of the removed shard stays ({exc.strerror or exc})")
     if not has_manifest:
         return notes
     try:
