@@ -163,6 +163,31 @@ def follow(root: str, cache: IndexCache, written: list[ShardIndex], removed: lis
         for rel in removed:
             entries.pop(_posix(rel), None)
             plain.pop(_posix(rel + idxfile.SUFFIX), None)
+        # A shard an earlier commit or repair replaced or removed before it could get here (a
+        # crash between): its entry follows now too.
+        done = {_posix(i.shard.relpath) for i in written} | {_posix(r) for r in removed}
+        for rel, e in list(entries.items()):
+            if rel in done:
+                continue
+            try:
+                st = os.stat(os.path.join(root, _rel(rel)))
+            except OSError:
+                del entries[rel]
+                plain.pop(rel + idxfile.SUFFIX, None)
+                stale = os.path.join(root, _rel(rel) + idxfile.SUFFIX)
+                if os.path.exists(stale):
+                    durable.unlink(stale)
+                continue
+            if (st.st_size, local_identity(st)) != (e.get("size"), e.get("identity")):
+                shard = ShardFile(path=os.path.join(root, _rel(rel)), relpath=_rel(rel), compression=e["compression"],
+                                  size=st.st_size, mtime_ns=st.st_mtime_ns, identity=local_identity(st))
+                idx, _ = cache.get(shard)
+                data = cache.shipped_bytes(idx)
+                files.write_bytes(shard.path + idxfile.SUFFIX, data)
+                shipped[shard.relpath] = (len(data), crc32c.crc32c(data))
+                written = [*written, idx]
+        if not written and len(entries) == len(body["shards"]):
+            return notes   # nothing to follow
         for idx in written:
             rel = _posix(idx.shard.relpath)
             entries[rel] = shard_json(idx, cache, shipped.get(idx.shard.relpath))
@@ -174,7 +199,8 @@ def follow(root: str, cache: IndexCache, written: list[ShardIndex], removed: lis
         body["files"] = [plain[k] for k in sorted(plain)]
         body["schema"] = schema
         files.write_bytes(where, (json.dumps(body, separators=(",", ":"), sort_keys=True) + "\n").encode())
-        notes.append(f"{NAME}: updated for {len(written) + len(removed)} shard(s)")
+        notes.append(f"{NAME}: updated for {len(written) + len(removed)} shard(s)"
+                     if written or removed else f"{NAME}: updated")
     except (OSError, ValueError, KeyError, TypeError) as exc:
         notes.append(f"{NAME}: not updated ({exc}): a mount reports the shards that differ from it; "
                      "tfrfs index --beside writes it anew")

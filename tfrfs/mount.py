@@ -285,9 +285,8 @@ class Mount:
 
     def _follow_manifest(self, done: list[ShardResult]) -> tuple[str, ...]:
         """The index files beside the committed shards and the dataset's manifest follow them
-        (SPEC 1.2), where the dataset has them."""
-        if not done:
-            return ()
+        (SPEC 1.2), where the dataset has them (also after a commit of nothing: one that a crash
+        cut short may have left them behind)."""
         store = self.store
         written = [store.shards[n] for r in done if r.action != "removed"
                    and (n := store.shard_number(r.relpath)) is not None]
