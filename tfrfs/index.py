@@ -24,7 +24,7 @@ import struct
 import tempfile
 import threading
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator
 

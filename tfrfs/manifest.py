@@ -299,14 +299,13 @@ class FolderCheck:
     """Compares each folder of a local dataset mounted from its manifest with what is on disk,
     when the folder is first visited, and makes the mount show what is there."""
 
-    def __init__(self, tree: Tree, cache: IndexCache, manifest: Manifest) -> None:
+    def __init__(self, tree: Tree, cache: IndexCache) -> None:
         self.tree = tree
         self.cache = cache
         self.root = tree.discovery.root
-        self.kinds = {e.path: e.kind for e in manifest.shards}
 
     def __call__(self, rel: str) -> None:
-        tree, store = self.tree, self.tree.store
+        tree = self.tree
         folder = tree.dirs.get(rel)
         if folder is None:
             return

@@ -361,7 +361,7 @@ def open_mount(source: str | Source, *, writable: bool = False, records: str | N
         tree = Tree(disc, store, Schema(store, cache.save))
         if src.manifest is not None and not src.remote and staging is None:
             from .manifest import FolderCheck
-            tree.check_folders(FolderCheck(tree, cache, src.manifest))
+            tree.check_folders(FolderCheck(tree, cache))
         mount = Mount(disc, tree, cache, src, staging)
         if staging is not None:
             # Imported here: a read-only mount (and every command but mount --rw) does without them.

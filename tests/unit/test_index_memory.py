@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tfrfs import idxfile, index, tfrecord
+from tfrfs import idxfile, index
 from tfrfs.errors import DataLoss
 from tfrfs.indexmemory import IndexMemory
 from tfrfs.records import RecordStore
