@@ -9,12 +9,12 @@ import multiprocessing
 import os
 import random
 import struct
+import sys
 import zlib
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Callable
 
-import crc32c
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,15 +22,8 @@ from hypothesis import strategies as st
 from tfrfs import index, indexbuild, proto, salvage, shardschema
 from tfrfs.index import IndexCache, ShardIndex
 
-
-def _mcrc(b: bytes) -> int:
-    c = crc32c.crc32c(b)
-    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def _frame(data: bytes) -> bytes:
-    n = struct.pack("<Q", len(data))
-    return n + struct.pack("<I", _mcrc(n)) + data + struct.pack("<I", _mcrc(data))
+sys.path.insert(0, str(Path(__file__).parent))
+from test_salvage import _frame, _mcrc  # noqa: E402   (the framing written by hand, not by tfrfs)
 
 
 def _example(i: int, text: bytes = b"") -> bytes:
