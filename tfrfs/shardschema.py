@@ -192,21 +192,26 @@ class Scanner:
     def _features(self, feats: Any) -> tuple:
         out = []
         memo = self._memo
-        one_bytes = False
+        one_bytes = sized = False
         for key in feats:
             value = feats[key]
-            seen = memo.get(key)
-            if seen is None:
-                seen = memo[key] = {}
-            row = seen.get(value)
-            if row is None:
-                row = _numeric_row(value) or _feature_row(value)
-                if len(value) <= _MEMO_VALUE and len(seen) < _MEMO_KEYS:
-                    seen[value] = row
+            if len(value) <= _MEMO_VALUE:
+                seen = memo.get(key)
+                if seen is None:
+                    seen = memo[key] = {}
+                row = seen.get(value)
+                if row is None:
+                    row = _numeric_row(value) or _feature_row(value)
+                    if len(seen) < _MEMO_KEYS:
+                        seen[value] = row
+            else:   # a long value (text, an image) is seldom seen twice: not hashed to look it up
+                row = _feature_row(value)
             if row[1] == 1 and row[0] == "bytes_list":
                 one_bytes = True
+            if key.endswith("height"):
+                sized = True
             out.append((key, row))
-        if one_bytes:
+        if one_bytes and sized:   # raw pixels need a PREFIXheight (SPEC 3.3)
             out = _with_raw(feats, out)
         return tuple(out)
 
@@ -248,8 +253,33 @@ def _numeric_row(value: bytes) -> Row | None:
     return None
 
 
+def _one_bytes_value(data: bytes) -> tuple[int, int] | None:
+    """``wire.single_bytes_value`` of a whole Feature, for the values under 16 KiB that text
+    features hold, with the varints read inline (it runs once per long value of every record)."""
+    size = len(data)
+    if size < 4 or data[0] != 0x0A:
+        return None
+    b = data[1]
+    if b < 0x80:
+        pos, outer = 2, b
+    elif size > 4 and data[2] < 0x80:
+        pos, outer = 3, (b & 0x7F) | data[2] << 7
+    else:
+        return wire.single_bytes_value(data, 0, size)
+    if pos + outer != size or data[pos] != 0x0A:
+        return None
+    b = data[pos + 1]
+    if b < 0x80:
+        start, inner = pos + 2, b
+    elif pos + 2 < size and data[pos + 2] < 0x80:
+        start, inner = pos + 3, (b & 0x7F) | data[pos + 2] << 7
+    else:
+        return wire.single_bytes_value(data, 0, size)
+    return (start, size) if start + inner == size else None
+
+
 def _feature_row(data: bytes) -> Row:
-    span = wire.single_bytes_value(data, 0, len(data))
+    span = _one_bytes_value(data)
     if span is not None:
         # One bytes value in the usual encoding (text, an image): read where it lies, as the
         # renderer would show it, without parsing it into a message and a Value (a third of
@@ -403,16 +433,34 @@ def scan_part(path: str, stamp: Stamp, kind: str, offsets: bytes, first: int, sk
     try:
         if stamp_of(os.fstat(fd)) != stamp:
             return None
-        def read(n: int, at: int) -> bytes:
-            return os.pread(fd, n, at)
-        for data in records_in(read, spans, 0, len(spans) - 1, (i - first for i in skip)):
-            if len(data) < LARGE:
-                scanner.add(data)
-            else:
-                scanner.add_large(data)
+        _scan_file(scanner, fd, spans, {i - first for i in skip})
     finally:
         os.close(fd)
     return scanner.flush().to_json()
+
+
+def _scan_file(scanner: Scanner, fd: int, offsets: array, skipped: set[int]) -> None:
+    """``records_in`` over a file into ``scanner``, without a generator step per record (this
+    loop runs once per record of every shard a cold index reads)."""
+    unpack, add, pread = _LENGTH.unpack_from, scanner.add, os.pread
+    stop = len(offsets) - 1
+    i = 0
+    while i < stop:
+        start = offsets[i]
+        j = i + 1
+        while j < stop and offsets[j + 1] - start <= _CHUNK:
+            j += 1
+        block = pread(fd, offsets[j] - start, start)
+        for k in range(i, j):
+            if skipped and k in skipped:
+                continue
+            head = offsets[k] - start + 12
+            (length,) = unpack(block, head - 12)
+            if length < LARGE:
+                add(block[head:head + length])
+            else:
+                scanner.add_large(block[head:head + length])
+        i = j
 
 
 class Part:
