@@ -141,9 +141,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="with --scale: 2 KB records of the C4-like dataset (default 1,000,000: about 2 GB)")
     p.add_argument("--scale-text-shards", type=int, default=16, metavar="N",
                    help="with --scale: shards of the C4-like dataset (default 16)")
-    p.add_argument("--tfd-records", type=int, default=10_000_000, metavar="N",
+    p.add_argument("--tfd-records", type=int, default=5_000_000, metavar="N",
                    help="with --scale: records tfd-utils' prebuild indexes (the first shards holding them; "
-                        "default 10,000,000: it keeps about 300 bytes a record in memory; 0: skip it)")
+                        "default 5,000,000: it keeps about 300 bytes a record in memory; 0: skip it)")
     p.add_argument("--scale-data", type=Path, metavar="DIR",
                    help="with --scale: where the datasets are made and kept (default bench-out/)")
     p.add_argument("--scale-timeout", type=float, default=900.0, metavar="S",
