@@ -129,14 +129,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--damage-mib", type=int, default=256, metavar="MIB",
                    help="with --damage: MiB of damage in each damaged shard (default 256)")
     p.add_argument("--scale", action="store_true",
-                   help="measure a dataset of millions of tiny records instead: verify, index, inspect and "
-                        "the first edit of a key new to the dataset (see scripts/benchkit/scale.py)")
-    p.add_argument("--scale-records", type=int, default=10_000_000, metavar="N",
-                   help="with --scale: records in the dataset (default 10,000,000)")
-    p.add_argument("--scale-shards", type=int, default=100, metavar="N",
-                   help="with --scale: shards of the dataset (default 100)")
+                   help="measure datasets at scale instead: index building against cat, verify and tfd-utils, "
+                        "and a billion-record tree of hard links mounted (see scripts/benchkit/scale.py)")
+    p.add_argument("--scale-records", type=int, default=100_000_000, metavar="N",
+                   help="with --scale: 50-byte records in the dataset (default 100,000,000)")
+    p.add_argument("--scale-shards", type=int, default=1000, metavar="N",
+                   help="with --scale: shards of that dataset (default 1,000)")
+    p.add_argument("--scale-copies", type=int, default=10, metavar="N",
+                   help="with --scale: copies of that dataset in the tree of hard links (default 10)")
+    p.add_argument("--scale-text-records", type=int, default=1_000_000, metavar="N",
+                   help="with --scale: 2 KB records of the C4-like dataset (default 1,000,000: about 2 GB)")
+    p.add_argument("--scale-text-shards", type=int, default=16, metavar="N",
+                   help="with --scale: shards of the C4-like dataset (default 16)")
+    p.add_argument("--tfd-records", type=int, default=5_000_000, metavar="N",
+                   help="with --scale: records tfd-utils' prebuild indexes (the first shards holding them; "
+                        "default 5,000,000: it keeps about 300 bytes a record in memory; 0: skip it)")
+    p.add_argument("--scale-data", type=Path, metavar="DIR",
+                   help="with --scale: where the datasets are made and kept (default bench-out/)")
+    p.add_argument("--scale-timeout", type=float, default=900.0, metavar="S",
+                   help="with --scale: stop a step after S seconds and show it as '> S s' (default 900)")
+    p.add_argument("--scale-before", type=Path, metavar="FILE",
+                   help="with --scale: the 'before' column from the --json FILE of an earlier --scale run")
+    p.add_argument("--scale-no-after", action="store_true",
+                   help="with --scale --code DIR: measure DIR only (no run of this checkout)")
+    p.add_argument("--scale-edits", action="store_true",
+                   help="with --scale: also the first edits of a key new to the dataset in a --rw mount, and inspect")
     p.add_argument("--code", type=Path, metavar="DIR",
-                   help="with --scale: measure the tfrfs of another checkout DIR (e.g. an older commit) instead")
+                   help="with --scale: also measure the tfrfs of another checkout DIR (e.g. an older commit), "
+                        "shown as the 'before' column")
     p.add_argument("--large-values", action="store_true",
                    help="measure large values written through a --rw mount instead (see above)")
     p.add_argument("--large-mib", default="100,1024", metavar="MIB,...",
@@ -162,6 +182,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--small, --large and --shards must be at least 1")
     if a.write_mib < 1 or a.commit_mib < 1 or a.commit_shards < 1:
         p.error("--write-mib, --commit-mib and --commit-shards must be at least 1")
+    if min(a.scale_records, a.scale_shards, a.scale_copies, a.scale_text_records, a.scale_text_shards) < 1 \
+            or a.tfd_records < 0 or a.scale_timeout <= 0:
+        p.error("--scale-* sizes must be at least 1, --tfd-records not negative and --scale-timeout positive")
+    if a.scale_no_after and a.code is None:
+        p.error("--scale-no-after measures --code DIR only: give --code DIR")
+    if a.code is not None and a.scale_before is not None:
+        p.error("--code DIR and --scale-before FILE both give the 'before' column: give one")
     if a.no_write and a.only_write:
         p.error("--no-write and --only-write exclude each other")
     if a.remote and (a.only_write or a.keep):
@@ -198,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"machine skews the numbers")
     profiler = Profiler(OUT / "profile") if args.profile else None
     if args.scale:
-        results["scale"] = measure_scale(args.scale_records, args.scale_shards, args.code)
+        results["scale"] = measure_scale(args)
         print_scale(results["scale"])
     elif args.damage:
         results["damage"] = measure_damage(args)
