@@ -93,7 +93,7 @@ def build_all(shards: list[tuple[int, ShardFile]], cache: IndexCache, done: Done
         # The fork server imports what the workers run once, before it forks them (when it is not
         # running yet): each worker starts ready instead of importing it again (~0.2 s).
         multiprocessing.get_context("forkserver").set_forkserver_preload([__name__])
-    ex = executor or shardschema.pool(min(shardschema.workers() + 1, len(shards)))
+    ex = executor or shardschema.pool(min(shardschema.workers() + 1, len(shards)), fork=True)
     here: list[tuple[int, ShardFile]] = []
     try:
         futures: dict[Future, tuple[int, ShardFile]] = {}

@@ -488,11 +488,14 @@ def _nice_worker() -> None:
         pass
 
 
-def pool(n: int | None = None, *, nice: bool = False) -> Executor:
+def pool(n: int | None = None, *, nice: bool = False, fork: bool = False) -> Executor:
     """A process pool for ``scan_part``: started fresh (never forked from a daemon's threads);
-    ``nice``: its workers yield to other work (a read nobody waits for)."""
+    ``nice``: its workers yield to other work (a read nobody waits for). ``fork``: forked
+    instead when this process runs one thread only (a command, a daemon before it serves), which
+    starts each worker in milliseconds rather than a third of a second."""
     import multiprocessing
-    return ProcessPoolExecutor(n or workers(), mp_context=multiprocessing.get_context("forkserver"),
+    context = "fork" if fork and threading.active_count() == 1 else "forkserver"
+    return ProcessPoolExecutor(n or workers(), mp_context=multiprocessing.get_context(context),
                                initializer=_nice_worker if nice else None)
 
 
