@@ -147,15 +147,11 @@ class Walk:
         ahead = CHUNK
         while pos < size:
             head = win.get(pos, HEADER, ahead)
-            length, problem = tfrecord.header_problem(head, pos, size, self.count)
+            length, resume = self._judge(head, pos)
             if length is None:
-                assert problem is not None
-                # Fewer than 12 bytes left, or a sound header whose length runs past the end: the
-                # stream was cut short (unless records resume after it).
-                cut = len(head) < HEADER or tfrecord.parse_header(head) is not None
-                if not self._resync(pos, problem, trailing=len(head) < HEADER, cut=cut):
+                if resume is None:
                     return
-                pos = self.problems[-1].resync_offset   # type: ignore[assignment]
+                pos = resume
                 continue
             data: bytes | None = None
             if self.with_data:
@@ -188,19 +184,30 @@ class Walk:
                 # After a large record only its successor's header is wanted, not a block.
                 ahead = BLOCK if nxt - out[-1] < _SMALL else 4096
                 continue
-            head = block[:HEADER]
-            length, problem = tfrecord.header_problem(head, pos, size, self.count)
+            length, resume = self._judge(block[:HEADER], pos)
             if length is None:
-                assert problem is not None
-                cut = len(head) < HEADER or tfrecord.parse_header(head) is not None
-                if not self._resync(pos, problem, trailing=len(head) < HEADER, cut=cut):
+                if resume is None:
                     break
-                pos = self.problems[-1].resync_offset   # type: ignore[assignment]
+                pos = resume
                 continue
             out.append(pos)        # (``_sound_run`` takes every header this takes)
             self.count += 1
             self.end = pos = pos + OVERHEAD + length
         return out
+
+    def _judge(self, head: bytes, pos: int) -> tuple[int | None, int | None]:
+        """The header ``head`` at ``pos``: (its record's length, None) when sound; else the
+        problem is recorded and it is (None, where records resume), or (None, None) at the end."""
+        length, problem = tfrecord.header_problem(head, pos, self.size, self.count)
+        if length is not None:
+            return length, None
+        assert problem is not None
+        # Fewer than 12 bytes left, or a sound header whose length runs past the end: the stream
+        # was cut short (unless records resume after it).
+        cut = len(head) < HEADER or tfrecord.parse_header(head) is not None
+        if not self._resync(pos, problem, trailing=len(head) < HEADER, cut=cut):
+            return None, None
+        return None, self.problems[-1].resync_offset
 
     def _resync(self, pos: int, problem: Problem, *, trailing: bool, cut: bool) -> bool:
         """Record the problem at ``pos``; whether records resume after it (then the last problem

@@ -89,20 +89,28 @@ def _write_blob(path: str, blob: bytes) -> int:
 
 def scale_dataset(records: int, shards: int, base: Path = OUT) -> Path:
     """The folder of the dataset (made once; kept in bench-out/ or ``base``)."""
-    root = base / f"scale-{records}-{shards}"
+    return _made(base / f"scale-{records}-{shards}", "scale", records, shards, _write_shard, (),
+                 f"making {records} records in {shards} shards")
+
+
+def _made(root: Path, stem: str, records: int, shards: int, write: Callable[..., int], extra: tuple,
+          what: str) -> Path:
+    """``root`` holding ``records`` records in ``shards`` shards named ``stem.tfrecord-N-of-M``,
+    each written by ``write(path, first, count, *extra)`` on every core; made once (a
+    ``.complete`` marker says it was finished)."""
     done = root / ".complete"
     if done.exists():
         return root
     root.mkdir(parents=True, exist_ok=True)
-    progress(f"making {records} records in {shards} shards under {root}")
-    per, extra = divmod(records, shards)
+    progress(f"{what} under {root}")
+    per, spare = divmod(records, shards)
     jobs, first = [], 0
     for n in range(shards):
-        count = per + (n < extra)
-        jobs.append((str(root / f"scale.tfrecord-{n:05d}-of-{shards:05d}"), first, count))
+        count = per + (n < spare)
+        jobs.append((str(root / f"{stem}.tfrecord-{n:05d}-of-{shards:05d}"), first, count, *extra))
         first += count
     with ProcessPoolExecutor(os.cpu_count() or 1) as pool:
-        total = sum(pool.map(_write_shard, *zip(*jobs)))
+        total = sum(pool.map(write, *zip(*jobs)))
     done.write_text(f"{records} {shards} {total}\n")
     progress(f"made {total / 1e6:.0f} MB")
     return root
@@ -150,23 +158,8 @@ def _write_text_shard(path: str, first: int, count: int, mean: int) -> int:
 
 def text_dataset(base: Path, records: int, shards: int, mean: int = 2048) -> Path:
     """C4-like records of about ``mean`` bytes of text each (base/c4like-R-S/; made once)."""
-    root = base / f"c4like-{records}-{shards}"
-    done = root / ".complete"
-    if done.exists():
-        return root
-    root.mkdir(parents=True, exist_ok=True)
-    progress(f"making {records} text records of ~{mean} bytes in {shards} shards under {root}")
-    per, extra = divmod(records, shards)
-    jobs, first = [], 0
-    for n in range(shards):
-        count = per + (n < extra)
-        jobs.append((str(root / f"c4like.tfrecord-{n:05d}-of-{shards:05d}"), first, count, mean))
-        first += count
-    with ProcessPoolExecutor(os.cpu_count() or 1) as pool:
-        total = sum(pool.map(_write_text_shard, *zip(*jobs)))
-    done.write_text(f"{records} {shards} {total}\n")
-    progress(f"made {total / 1e6:.0f} MB")
-    return root
+    return _made(base / f"c4like-{records}-{shards}", "c4like", records, shards, _write_text_shard, (mean,),
+                 f"making {records} text records of ~{mean} bytes in {shards} shards")
 
 
 # --- the billion-record tree: copies of one dataset, hard links only ----------------------------
