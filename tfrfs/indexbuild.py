@@ -20,7 +20,7 @@ import logging
 import os
 from concurrent.futures import Executor, Future, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from . import idxfile, shardschema
 from .index import IndexCache, ShardFile, ShardIndex, SourceFiles
@@ -127,3 +127,67 @@ def build_all(shards: list[tuple[int, ShardFile]], cache: IndexCache, done: Done
             ex.shutdown(wait=True, cancel_futures=True)
     for n, shard in sorted(here):
         done(n, cache.get(shard)[0])
+
+
+# --- the indexes of many shards, in order --------------------------------------------------------
+
+ProgressFn = Callable[[int, int, int], None]   # (shards done, shards total, records so far)
+
+
+def index_all(shards: Iterable[ShardFile], cache: IndexCache,
+              progress: ProgressFn | None = None, workers: int = 1) -> list[ShardIndex]:
+    """Every shard's index, in order; ``workers`` shards at a time (remote shards: the requests
+    of many shards overlap)."""
+    shards = list(shards)
+    records = 0
+    if workers <= 1 and len(shards) > 1:
+        return _index_local(shards, cache, progress)
+    if workers <= 1 or len(shards) <= 1:
+        out: list[ShardIndex] = []
+        for n, shard in enumerate(shards, 1):
+            idx, _ = cache.get(shard)
+            out.append(idx)
+            records += idx.count
+            if progress:
+                progress(n, len(shards), records)
+        return out
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+    found: dict[int, ShardIndex] = {}
+    with ThreadPoolExecutor(min(workers, len(shards)), thread_name_prefix="tfrfs-index") as pool:
+        futures = {pool.submit(cache.get, shard): n for n, shard in enumerate(shards)}
+        for done, fut in enumerate(as_completed(futures), 1):
+            idx, _ = fut.result()
+            found[futures[fut]] = idx
+            records += idx.count
+            if progress:
+                progress(done, len(shards), records)
+    return [found[n] for n in range(len(shards))]
+
+
+def _index_local(shards: list[ShardFile], cache: IndexCache, progress: ProgressFn | None) -> list[ShardIndex]:
+    """``index_all`` of local shards: those in the cache or with an index file beside them are
+    taken here, the others are walked on every core (``indexbuild``) when there are enough."""
+    found: dict[int, ShardIndex] = {}
+    records = 0
+
+    def done(n: int, idx: ShardIndex) -> None:
+        nonlocal records
+        found[n] = idx
+        records += idx.count
+        if progress:
+            progress(len(found), len(shards), records)
+    scan: list[tuple[int, ShardFile]] = []
+    for n, shard in enumerate(shards):
+        idx = cache.load(shard)
+        if idx is not None:
+            done(n, idx)
+        elif poolable(shard, cache) and not cache._candidates(shard):
+            scan.append((n, shard))
+        else:
+            done(n, cache.get(shard)[0])
+    if worth_a_pool([s for _, s in scan]):
+        build_all(scan, cache, done)
+    else:
+        for n, shard in scan:
+            done(n, cache.get(shard)[0])
+    return [found[n] for n in range(len(shards))]

@@ -20,8 +20,9 @@ import crc32c
 from . import idxfile, manifest
 from .errors import UsageError
 from .index import (HIDDEN_DIRS, INDEX_SUFFIXES, SNIFF_BYTES, TMP_PREFIX, Discovery, IndexCache, IndexProgress,
-                    ShardFile, ShardIndex, SourceFiles, default_cache_dir, discover, index_all, judge_head,
+                    ShardFile, ShardIndex, SourceFiles, default_cache_dir, discover, judge_head,
                     shipped_names)
+from .indexbuild import index_all
 from .indexmemory import IndexMemory
 from .manifest import Manifest
 from .readers import Readers, default_readers

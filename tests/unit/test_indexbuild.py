@@ -139,7 +139,7 @@ def test_workers_index_as_one_process_does(tmp_path: Path, pool_always: None) ->
     shards = _dataset(tmp_path / "data")
     cache = IndexCache(tmp_path / "cache")
     seen: list[tuple[int, int, int]] = []
-    got = index.index_all(shards, cache, lambda *a: seen.append(a))
+    got = indexbuild.index_all(shards, cache, lambda *a: seen.append(a))
     want = _in_process(shards, tmp_path / "alone")
     for a, b in zip(got, want, strict=True):
         _same(a, b)
@@ -149,7 +149,7 @@ def test_workers_index_as_one_process_does(tmp_path: Path, pool_always: None) ->
     assert seen[-1] == (len(shards), len(shards), sum(i.count for i in want))
     # Each index is in the cache, as a worker wrote it: a second run reads them all.
     again = IndexCache(tmp_path / "cache")
-    for a, b in zip(index.index_all(shards, again), want):
+    for a, b in zip(indexbuild.index_all(shards, again), want):
         _same(a, b)
     assert again.scans == 0
 
@@ -157,13 +157,13 @@ def test_workers_index_as_one_process_does(tmp_path: Path, pool_always: None) ->
 def test_the_schema_is_read_by_the_worker_that_walked_the_shard(tmp_path: Path, pool_always: None) -> None:
     shards = _dataset(tmp_path / "data")
     with indexbuild.reading_schema():
-        got = index.index_all(shards, IndexCache(tmp_path / "cache"))
+        got = indexbuild.index_all(shards, IndexCache(tmp_path / "cache"))
     jobs = [(i.data_path, shardschema.stamp_of(os.stat(i.data_path)), i.detected_kind, i.offsets, i.bad) for i in got]
     want = shardschema.scan_local(jobs)
     for idx, tally in zip(got, want):
         assert idx.tally is not None and tally is not None
         assert idx.tally.to_json() == tally.to_json()
-    plain = index.index_all(shards, IndexCache(tmp_path / "plain"))   # a mount's build: no schema
+    plain = indexbuild.index_all(shards, IndexCache(tmp_path / "plain"))   # a mount's build: no schema
     assert all(i.tally is None for i in plain)
 
 
