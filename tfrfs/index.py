@@ -640,11 +640,7 @@ class IndexCache:
         data_path = shard.path if shard.compression == tfrecord.NONE else str(self._paths(shard)[1])
 
         def offsets() -> idxfile.Offsets:
-            if shard.compression == tfrecord.NONE and "://" not in shard.path and self.load(shard) is None:
-                mapped = self._map_shipped(shard, kind, count, ends)
-                if mapped is not None:
-                    return mapped
-            idx, _ = self.get(shard)
+            idx, _ = self.get(shard)   # a local NAME.tfrfs-idx that matches is mapped in place
             if (idx.count, idx.detected_kind, idx.ends, idx.bad) != (count, kind, ends, lazy.bad):
                 # The shard is not what the manifest says, though its size and identity are (a
                 # copy that kept both): what the shard holds wins (a count that differs is refused
@@ -661,28 +657,6 @@ class IndexCache:
                           loader=offsets, memory=self.memory,
                           header=functools.partial(self._shipped_tally, shard, kind))
         return lazy
-
-    def _map_shipped(self, shard: ShardFile, kind: str, count: int, ends: dict[int, int]) -> idxfile.Offsets | None:
-        """The offsets of a local shard's own index file beside it, mapped in place (not copied
-        into the cache) when it matches the shard: its size, identity, count and kind, and
-        sampled record headers."""
-        for path in shard.shipped:
-            if not path.endswith(idxfile.SUFFIX):
-                continue
-            try:
-                meta, offsets = idxfile.map_file(path)
-            except (OSError, idxfile.IndexFileError) as exc:
-                log.warning("%s: index file %s ignored: %s", shard.relpath, path, exc)
-                continue
-            if not (_matches(meta, shard) and meta.get("count") == count and meta.get("kind") == kind):
-                log.warning("%s: index file %s ignored: it is of another version of the shard", shard.relpath, path)
-                continue
-            if not self.sample_holds(shard.path, offsets, ends):
-                log.warning("%s: index file %s ignored: a record header at an indexed offset does not check",
-                            shard.relpath, path)
-                continue
-            return offsets
-        return None
 
     def _shipped_tally(self, shard: ShardFile, kind: str) -> Tally | None:
         """A shard's tally from the header of its cached or shipped index, or None."""

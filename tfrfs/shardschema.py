@@ -60,15 +60,8 @@ class Tally:
         for table, keys in other.tables.items():
             mine = self.tables[table]
             for key, rows in keys.items():
-                acc = mine.setdefault(key, {})
                 for row, n in rows.items():
-                    left = acc.get(row, 0) + weight * n
-                    if left:
-                        acc[row] = left
-                    else:
-                        del acc[row]
-                if not acc:
-                    del mine[key]
+                    _count(mine, key, row, weight * n)
 
     def to_json(self) -> dict:
         return {"v": VERSION, "records_as": self.kind, "records": self.records, "skipped": self.skipped,
@@ -176,16 +169,7 @@ class Scanner:
             for table, pairs in (("features", rows), ("feature_lists", lists)):
                 keys = tables[table]
                 for key, row in pairs:
-                    acc = keys.get(key)
-                    if acc is None:
-                        acc = keys[key] = {}
-                    n = acc.get(row, 0) + weight
-                    if n:
-                        acc[row] = n
-                    else:
-                        del acc[row]
-                        if not acc:
-                            del keys[key]
+                    _count(keys, key, row, weight)
         self._records.clear()
         return tally
 
@@ -226,6 +210,20 @@ class Scanner:
             if len(value) <= _MEMO_VALUE and len(seen) < _MEMO_KEYS:
                 seen[value] = row
         return row
+
+
+def _count(keys: dict[str, dict[Row, int]], key: str, row: Row, n: int) -> None:
+    """Add ``n`` records (taken out when negative) to ``key``'s ``row``; what reaches zero goes."""
+    acc = keys.get(key)
+    if acc is None:
+        acc = keys[key] = {}
+    left = acc.get(row, 0) + n
+    if left:
+        acc[row] = left
+    else:
+        acc.pop(row, None)
+        if not acc:
+            del keys[key]
 
 
 def _numeric_row(value: bytes) -> Row | None:

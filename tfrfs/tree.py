@@ -274,16 +274,10 @@ class Tree:
         """(position, name, is_dir, size) of a read-only mount's shard folder's entries, what
         ``entries`` gives without a node each: a record folder's size is 0, a ``.bin``'s its
         record's length. A listing of millions of records is made as it is read."""
-        assert not self.writable   # (nothing staged: ``_shard_names`` without deletions and additions)
+        assert not self.writable
         idx = self.store.shards[node.shard]
-        width = record_name_width(idx.count)
-        raw = self.store.kinds[node.shard] == "raw"
-        bad = idx.bad
-        for i in range(start, idx.count):
-            if raw or i in bad:
-                yield i, f"{i:0{width}d}.bin", False, idx.span(i)[1]
-            else:
-                yield i, f"{i:0{width}d}", True, 0
+        for pos, name, folder in self._shard_names(node.shard, start):
+            yield pos, name, folder, 0 if folder else idx.span(pos)[1]
 
     def record_names(self, node: ShardDir) -> Iterator[tuple[RecordId, str, bool]]:
         """(record id, name, is_dir) of a shard folder's entries, in ``names``' order: an
