@@ -41,6 +41,17 @@ def _map(msg: Any, name: str, value_type: str) -> None:
     _field(msg, name, 1, _F.TYPE_MESSAGE, repeated=True, type_name=f".tensorflow.{msg.name}.{entry_name}")
 
 
+def _add_examples(fdp: Any, package: str) -> None:
+    """``Example`` and ``SequenceExample`` over the ``Features`` and ``FeatureLists`` of ``package``."""
+    example = fdp.message_type.add()
+    example.name = "Example"
+    _field(example, "features", 1, _F.TYPE_MESSAGE, type_name=f".{package}.Features")
+    seq = fdp.message_type.add()
+    seq.name = "SequenceExample"
+    _field(seq, "context", 1, _F.TYPE_MESSAGE, type_name=f".{package}.Features")
+    _field(seq, "feature_lists", 2, _F.TYPE_MESSAGE, type_name=f".{package}.FeatureLists")
+
+
 def _build() -> dict[str, Any]:
     fdp = descriptor_pb2.FileDescriptorProto()
     fdp.name = "tfrfs/example.proto"
@@ -71,14 +82,7 @@ def _build() -> dict[str, Any]:
     flists.name = "FeatureLists"
     _map(flists, "feature_list", ".tensorflow.FeatureList")
 
-    example = fdp.message_type.add()
-    example.name = "Example"
-    _field(example, "features", 1, _F.TYPE_MESSAGE, type_name=".tensorflow.Features")
-
-    seq = fdp.message_type.add()
-    seq.name = "SequenceExample"
-    _field(seq, "context", 1, _F.TYPE_MESSAGE, type_name=".tensorflow.Features")
-    _field(seq, "feature_lists", 2, _F.TYPE_MESSAGE, type_name=".tensorflow.FeatureLists")
+    _add_examples(fdp, "tensorflow")
 
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
@@ -120,13 +124,7 @@ def _build_shallow() -> dict[str, Any]:
         _field(entry, "key", 1, _F.TYPE_STRING)
         _field(entry, "value", 2, _F.TYPE_BYTES)
         _field(m, field_name, 1, _F.TYPE_MESSAGE, repeated=True, type_name=f".tfrfs.shallow.{name}.Entry")
-    example = fdp.message_type.add()
-    example.name = "Example"
-    _field(example, "features", 1, _F.TYPE_MESSAGE, type_name=".tfrfs.shallow.Features")
-    seq = fdp.message_type.add()
-    seq.name = "SequenceExample"
-    _field(seq, "context", 1, _F.TYPE_MESSAGE, type_name=".tfrfs.shallow.Features")
-    _field(seq, "feature_lists", 2, _F.TYPE_MESSAGE, type_name=".tfrfs.shallow.FeatureLists")
+    _add_examples(fdp, "tfrfs.shallow")
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
     return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName("tfrfs.shallow." + name))
