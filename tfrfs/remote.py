@@ -103,6 +103,7 @@ class Store:
 
     def __init__(self, url: str, options: dict[str, Any] | None = None) -> None:
         options = dict(options or {})
+        self.options = dict(options)   # as given: what a job in another process opens the store with
         self.url = url.rstrip("/") if not url.endswith("://") else url
         scheme = url.partition("://")[0].lower()
         self.protocol = SCHEMES[scheme][0]
