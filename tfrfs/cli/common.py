@@ -9,7 +9,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from .. import mounttab
 from ..errors import UsageError
@@ -17,6 +17,9 @@ from ..index import IndexCache, ShardIndex, default_cache_dir
 from ..remote import parse_options
 from ..indexmemory import IndexMemory
 from ..sources import Source, index_source, open_source
+
+if TYPE_CHECKING:
+    from .. import jobs
 
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
@@ -105,3 +108,25 @@ def _check_folder(path: str | Path, what: str, *, hint: str = "") -> None:
         raise UsageError(f"{what} {path}: cannot be made: {exc.strerror}{hint}") from None
     if not os.access(path, os.W_OK | os.X_OK):
         raise UsageError(f"{what} {path}: not writable ({os.strerror(errno.EACCES)}){hint}")
+
+
+# --- where shard jobs run (SPEC 8) ----------------------------------------------------------------
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """``--ray [ADDRESS]`` and ``--workers N``: where a command's shard jobs run."""
+    p.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
+                   help="run the shard jobs as tasks on a Ray cluster: ADDRESS as `ray start` prints it "
+                        "(host:port, ray://host:port); without it or with `auto`, $RAY_ADDRESS, else a "
+                        "cluster started on this machine for the command. Needs pip install 'tfrfs[ray]'")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="without --ray: local worker processes (default: one per core; 1 runs the "
+                        "jobs in this process)")
+
+
+def runner_of(args: argparse.Namespace) -> "jobs.Runner":
+    """The runner the command's ``--ray`` / ``--workers`` ask for."""
+    from .. import jobs
+    workers = getattr(args, "workers", None)
+    if workers is not None and workers < 1:
+        raise UsageError("--workers: give a number of processes, 1 or more")
+    return jobs.runner(getattr(args, "ray", None), workers)
