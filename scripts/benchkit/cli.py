@@ -157,6 +157,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--code", type=Path, metavar="DIR",
                    help="with --scale: also measure the tfrfs of another checkout DIR (e.g. an older commit), "
                         "shown as the 'before' column")
+    p.add_argument("--cluster", action="store_true",
+                   help="measure the shard jobs instead: index, verify and reshard 100 -> 1,000 shards in one "
+                        "process, the local pool, Ray on this machine and on two simulated nodes, beside a "
+                        "TensorFlow script and cp; and tfrfs.ray.read against ray.data.read_tfrecords "
+                        "(see scripts/benchkit/cluster.py)")
+    p.add_argument("--cluster-records", type=int, default=10_000_000, metavar="N",
+                   help="with --cluster: records of its dataset (default 10,000,000; made as --scale makes them)")
+    p.add_argument("--cluster-shards", type=int, default=100, metavar="N",
+                   help="with --cluster: shards of its dataset (default 100)")
+    p.add_argument("--cluster-text", action="store_true",
+                   help="with --cluster: 2 KB C4-like records instead of 50-byte ones")
+    p.add_argument("--cluster-no-raydata", action="store_true", help="with --cluster: skip the Ray Data read")
     p.add_argument("--large-values", action="store_true",
                    help="measure large values written through a --rw mount instead (see above)")
     p.add_argument("--large-mib", default="100,1024", metavar="MIB,...",
@@ -224,7 +236,11 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"warning: load average {results['loadavg_start'][0]:.2f} before starting; other work on this "
                  f"machine skews the numbers")
     profiler = Profiler(OUT / "profile") if args.profile else None
-    if args.scale:
+    if args.cluster:
+        from .cluster import measure_cluster, print_cluster
+        results["cluster"] = measure_cluster(args)
+        print_cluster(results["cluster"])
+    elif args.scale:
         results["scale"] = measure_scale(args)
         print_scale(results["scale"])
     elif args.damage:
