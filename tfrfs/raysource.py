@@ -40,7 +40,6 @@ OUT_ROWS = 1 << 16        # ... or this many rows
 RECORDS = ("raw", "example")
 ON_DAMAGE = ("raise", "skip")
 _ARROW_KINDS = {"int64_list": "int64", "float_list": "float32", "bytes_list": "binary"}
-_PY_TYPES: dict[str, type] = {"int64_list": int, "float_list": float, "bytes_list": bytes}
 
 
 @dataclass(frozen=True)
@@ -52,18 +51,20 @@ class Part:
     compression: str
     data_path: str        # the inflated stream in the driver's cache (a compressed shard)
     stream_size: int      # its size, when it is there
+    kind: str             # example, sequence or raw
     span: Span
     lost: tuple[tuple[int | None, int, str], ...] = ()   # (index, offset, reason) of bytes lost in the run
 
 
 @dataclass(frozen=True)
 class Columns:
-    """What ``example`` rows hold: the Arrow kind of each feature (and, for SequenceExamples, of
-    each feature list), by key. ``sequence``: rows are ``context`` and ``feature_lists`` structs."""
+    """What ``example`` rows hold: a column per feature (an Example's features, a
+    SequenceExample's context) and, when the dataset has SequenceExamples, one ``feature_lists``
+    struct column of a field per feature list; the kinds by key."""
 
-    features: tuple[tuple[str, str], ...]
-    lists: tuple[tuple[str, str], ...] = ()
-    sequence: bool = False
+    features: tuple[tuple[str, tuple[str, ...]], ...]
+    lists: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    sequence: bool = False   # some shard holds SequenceExamples: rows have ``feature_lists``
 
 
 def read(source: str, *, records: str = "raw", override_num_blocks: int | None = None, on_damage: str = "raise",
@@ -108,10 +109,12 @@ class Plan:
     def __init__(self, ds: Any, where: Where) -> None:
         self.where = where
         self.shards: list[tuple[Any, int]] = []   # (ShardIndex, its bytes), shards with records
+        self.kinds: dict[str, str] = {}
         for n, shard in enumerate(ds.shards):
             idx = ds.shard_index(n)
             if shard.records:
                 self.shards.append((idx, max(1, idx.shard.size)))
+                self.kinds[shard.path] = shard.kind
         self.bytes = sum(size for _, size in self.shards)
         self.records = sum(idx.count for idx, _ in self.shards)
 
@@ -174,7 +177,8 @@ class Plan:
         lost = tuple((p.index, p.offset, p.reason) for p in idx.problems
                      if _loses_bytes(p) and _in_run(p, first, stop, idx.count))
         stream_size = shard.size if shard.compression == NONE else _stream_size(idx)
-        return Part(shard.relpath, shard.path, shard.compression, idx.data_path, stream_size, span, lost)
+        return Part(shard.relpath, shard.path, shard.compression, idx.data_path, stream_size,
+                    self.kinds[shard.relpath], span, lost)
 
 
 def _stream_size(idx: Any) -> int:
@@ -213,7 +217,7 @@ def read_parts(where: Where, parts: list[Part], columns: Columns | None, on_dama
                     _damage(data, on_damage)
                     continue
                 try:
-                    rows.add(part.shard, index, data)
+                    rows.add(part, index, data)
                 except DamagedRecord as exc:   # a record that does not parse (example rows)
                     _damage(DamagedRecord(part.shard, index, offset, exc.reason), on_damage)
                 if rows.full():
@@ -271,9 +275,9 @@ class _RawRows:
         self.records: list[bytes] = []
         self.count = self.bytes = 0
 
-    def add(self, shard: str, index: int, data: bytes) -> None:
+    def add(self, part: Part, index: int, data: bytes) -> None:
         self.records.append(data)
-        self._counted(shard, index, len(data))
+        self._counted(part.shard, index, len(data))
 
     def _counted(self, shard: str, index: int, size: int) -> None:
         self.shards.append(shard)
@@ -297,12 +301,11 @@ def raw_schema(pa: Any) -> Any:
 
 
 class _ExampleRows(_RawRows):
-    """Rows of parsed records: a list column per feature (empty where a record lacks it, null for
-    a Feature with no kind), or for SequenceExamples a ``context`` and a ``feature_lists`` struct."""
+    """Rows of parsed records: a column per feature and, with SequenceExamples, a
+    ``feature_lists`` struct (see ``Columns`` and ``example_schema``)."""
 
     def __init__(self, pa: Any, columns: Columns) -> None:
         self.columns = columns
-        self.cls = proto.SequenceExample if columns.sequence else proto.Example
         super().__init__(pa)
         self.schema = example_schema(pa, columns)
 
@@ -311,91 +314,100 @@ class _ExampleRows(_RawRows):
         self.values: dict[str, list] = {k: [] for k, _ in self.columns.features}
         self.lists: dict[str, list] = {k: [] for k, _ in self.columns.lists}
 
-    def add(self, shard: str, index: int, data: bytes) -> None:
+    def add(self, part: Part, index: int, data: bytes) -> None:
+        shard = part.shard
+        cls = proto.SequenceExample if part.kind == "sequence" else proto.Example
         try:
-            plain = codec.plain_values(self.cls.FromString(data))
+            message = cls.FromString(data)
         except Exception as exc:  # noqa: BLE001 - protobuf raises several types
-            raise DamagedRecord(shard, index, -1, f"the record does not parse as {self.cls.__name__}: "
+            raise DamagedRecord(shard, index, -1, f"the record does not parse as {cls.__name__}: "
                                                   f"{exc or type(exc).__name__}") from None
-        feats = plain["context"] if self.columns.sequence else plain
-        for key, kind in self.columns.features:
-            self.values[key].append(_checked(feats.get(key, []), kind, shard, index, key))
+        feats = message.context.feature if part.kind == "sequence" else message.features.feature
+        for key, kinds in self.columns.features:
+            value = codec.value_from_proto(feats[key]) if key in feats else None
+            self.values[key].append(_cell(value, kinds, shard, index, key))
         if self.columns.sequence:
-            steps = plain["feature_lists"]
-            for key, kind in self.columns.lists:
-                self.lists[key].append([_checked(s, kind, shard, index, key) for s in steps.get(key, [])])
+            lists = message.feature_lists.feature_list if part.kind == "sequence" else {}
+            for key, kinds in self.columns.lists:
+                steps = lists[key].feature if key in lists else ()
+                self.lists[key].append([_cell(codec.value_from_proto(f), kinds[:1], shard, index, key)
+                                        for f in steps])
         self._counted(shard, index, len(data))
 
     def table(self) -> Any:
         pa = self.pa
         arrays: list[Any] = [pa.array(self.shards, pa.string()), pa.array(self.indexes, pa.int64())]
-        features = [pa.array(self.values[k], self.schema.field(k).type) if not self.columns.sequence else
-                    pa.array(self.values[k], _list_type(pa, kind)) for k, kind in self.columns.features]
+        arrays += [pa.array(self.values[k], _feature_type(pa, kinds)) for k, kinds in self.columns.features]
         if self.columns.sequence:
-            lists = [pa.array(self.lists[k], pa.list_(_list_type(pa, kind))) for k, kind in self.columns.lists]
-            arrays += [_struct(pa, [k for k, _ in self.columns.features], features, self.count),
-                       _struct(pa, [k for k, _ in self.columns.lists], lists, self.count)]
-        else:
-            arrays += features
+            lists = [pa.array(self.lists[k], pa.list_(_feature_type(pa, kinds[:1]))) for k, kinds in self.columns.lists]
+            names = [k for k, _ in self.columns.lists]
+            arrays.append(pa.StructArray.from_arrays(lists, names=names) if names else
+                          pa.array([{}] * self.count, pa.struct([])))
         out = pa.table(arrays, schema=self.schema)
         self._reset()
         return out
 
 
-def _struct(pa: Any, names: list[str], arrays: list[Any], count: int) -> Any:
-    if not names:
-        return pa.array([{}] * count, pa.struct([]))
-    return pa.StructArray.from_arrays(arrays, names=names)
+def _cell(value: codec.Value | None, kinds: tuple[str, ...], shard: str, index: int, key: str) -> Any:
+    """A feature's value in its column: ``kinds`` are the key's kinds across the dataset, most
+    records first. One kind: the values (``[]`` when the record lacks the key, None for a
+    Feature with no kind). Several: a struct with the record's kind set and the others None."""
+    if value is not None and value.kind != "none" and value.kind not in kinds:
+        raise Invalid(f"{shard}: record {index}: feature {key!r} is a {value.kind}, which its column "
+                      f"({' or '.join(kinds)}) cannot hold: read with records='raw' and parse it yourself")
+    if len(kinds) == 1:
+        if value is None:
+            return []
+        return None if value.kind == "none" else list(value.values)
+    if value is None:
+        return {k: [] if n == 0 else None for n, k in enumerate(kinds)}
+    if value.kind == "none":
+        return None
+    return {k: list(value.values) if k == value.kind else None for k in kinds}
 
 
-def _checked(values: list | None, kind: str, shard: str, index: int, key: str) -> list | None:
-    """A feature's values for a column of ``kind``; a value of another kind raises (the column
-    cannot hold it, and changing it would change the data)."""
-    if values and kind in _PY_TYPES and type(values[0]) is not _PY_TYPES[kind]:
-        raise Invalid(f"{shard}: record {index}: feature {key!r} holds {type(values[0]).__name__} values, its "
-                      f"column holds {kind} (the kind most records give it): read with records='raw' and "
-                      "parse such records yourself")
-    return values
-
-
-def _list_type(pa: Any, kind: str) -> Any:
-    return pa.list_(getattr(pa, _ARROW_KINDS.get(kind, "null"))())
+def _feature_type(pa: Any, kinds: tuple[str, ...]) -> Any:
+    """A list of the kind's values; for a key of several kinds, a struct of such lists."""
+    def of(kind: str) -> Any:
+        return pa.list_(getattr(pa, _ARROW_KINDS[kind])()) if kind in _ARROW_KINDS else pa.list_(pa.null())
+    if len(kinds) == 1:
+        return of(kinds[0])
+    return pa.struct([(k, of(k)) for k in kinds])
 
 
 def example_schema(pa: Any, columns: Columns) -> Any:
     fields = [("shard", pa.string()), ("index", pa.int64())]
-    feats = [(k, _list_type(pa, kind)) for k, kind in columns.features]
-    if not columns.sequence:
-        return pa.schema(fields + feats)
-    lists = [(k, pa.list_(_list_type(pa, kind))) for k, kind in columns.lists]
-    return pa.schema(fields + [("context", pa.struct(feats)), ("feature_lists", pa.struct(lists))])
+    fields += [(k, _feature_type(pa, kinds)) for k, kinds in columns.features]
+    if columns.sequence:
+        fields.append(("feature_lists", pa.struct([(k, pa.list_(_feature_type(pa, kinds[:1])))
+                                                   for k, kinds in columns.lists])))
+    return pa.schema(fields)
 
 
 def columns_of(ds: Any) -> Columns:
-    """The columns of ``example`` rows, from the dataset's schema: each key's kind is the kind
-    most records give it (a Feature with no kind does not count; a key that never has one is a
-    list of nulls)."""
+    """The columns of ``example`` rows, from the dataset's schema: each key's value kinds, most
+    records first (a Feature with no kind is not a kind here; a key that never has one is a list
+    of nulls)."""
     kinds = {s.kind for s in ds.shards if s.records}
     if "raw" in kinds:
         raws = [s.path for s in ds.shards if s.kind == "raw" and s.records]
         raise UsageError(f"{raws[0]}: its records are not Examples: read the dataset with records='raw'")
-    if kinds == {"example", "sequence"}:
-        raise UsageError("the dataset holds both Example and SequenceExample shards: read it with records='raw'")
     schema = ds.schema
-    feats = tuple((k, _column_kind(e["kind"])) for k, e in sorted(schema.get("features", {}).items()))
-    lists = tuple((k, _column_kind(e["kind"])) for k, e in sorted(schema.get("feature_lists", {}).items()))
-    sequence = kinds == {"sequence"}
-    if not sequence:
-        clash = [k for k, _ in feats if k in ("shard", "index")]
-        if clash:
-            raise UsageError(f"feature {clash[0]!r} has the name of the rows' own {clash[0]!r} column: read the "
-                             "dataset with records='raw'")
+    feats = tuple((k, _kinds(e["kind"])) for k, e in sorted(schema.get("features", {}).items()))
+    lists = tuple((k, _kinds(e["kind"])) for k, e in sorted(schema.get("feature_lists", {}).items()))
+    sequence = "sequence" in kinds
+    own = ("shard", "index", "feature_lists") if sequence else ("shard", "index")
+    clash = [k for k, _ in feats if k in own]
+    if clash:
+        raise UsageError(f"feature {clash[0]!r} has the name of the rows' own {clash[0]!r} column: read the "
+                         "dataset with records='raw'")
     return Columns(feats, lists, sequence)
 
 
-def _column_kind(kind: str | list | None) -> str:
-    kinds = kind if isinstance(kind, list) else [kind]
-    return next((k for k in kinds if k in _ARROW_KINDS), "none")
+def _kinds(kind: str | list | None) -> tuple[str, ...]:
+    """The value kinds of a schema entry, most records first; ``("none",)`` when it has none."""
+    found = tuple(k for k in (kind if isinstance(kind, list) else [kind]) if k in _ARROW_KINDS)
+    return found or ("none",)
 
 
 # --- the Ray Data datasource -------------------------------------------------------------------
