@@ -138,6 +138,23 @@ def value_to_proto(value: Value, feature: Any) -> None:
     lst.value.extend(value.values)
 
 
+def plain_feature(feature: Any) -> list | None:
+    """A ``proto.Feature`` as plain Python values (SPEC 9): a list of ``int``, ``float`` (the
+    float32 value) or ``bytes``, one element or none kept as such; None for a Feature with no kind."""
+    value = value_from_proto(feature)
+    return None if value.kind == "none" else list(value.values)
+
+
+def plain_values(message: Any) -> dict:
+    """An ``Example`` as ``{key: list}``, a ``SequenceExample`` as ``{"context": {key: list},
+    "feature_lists": {key: [list, ...]}}`` (SPEC 9): what ``tfrfs.open(...).example`` gives."""
+    if message.DESCRIPTOR.name == "SequenceExample":
+        return {"context": {k: plain_feature(f) for k, f in message.context.feature.items()},
+                "feature_lists": {k: [plain_feature(f) for f in fl.feature]
+                                  for k, fl in message.feature_lists.feature_list.items()}}
+    return {k: plain_feature(f) for k, f in message.features.feature.items()}
+
+
 # --------------------------------------------------------------------------------------------
 # Media sniffing and text
 

@@ -71,6 +71,22 @@ class DataLoss(TfrfsError, OSError):
     errno = _errno.EIO
 
 
+class DamagedRecord(DataLoss):
+    """A record whose bytes cannot be served as they were written (SPEC 6): its data checksum
+    fails, it is cut short, or records were lost before it. Names where, for the user to act on."""
+
+    def __init__(self, shard: str, index: int | None, offset: int, reason: str) -> None:
+        where = f"record {index}" if index is not None else "stream"
+        super().__init__(f"{shard}: {where} at offset {offset}: {reason}")
+        self.shard = shard
+        self.index = index
+        self.offset = offset
+        self.reason = reason
+
+    def __reduce__(self) -> tuple:   # raised in a Ray task: it crosses processes whole
+        return (type(self), (self.shard, self.index, self.offset, self.reason))
+
+
 class NoSpace(TfrfsError, OSError):
     errno = _errno.ENOSPC
 
