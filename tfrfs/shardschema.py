@@ -593,7 +593,8 @@ def summarize(tallies: Iterable[Tally], decode_raw: bool) -> dict[str, dict]:
                     e["newline"] += n if newline else 0
                     e["min"] = count if e["min"] is None else min(e["min"], count)
                     e["max"] = count if e["max"] is None else max(e["max"], count)
-    return {table: {key: _finish(e) for key, e in keys.items()} for table, keys in acc.items()}
+    # Keys in order: the same summary whether a tally was read just now or loaded from a file.
+    return {table: {key: _finish(e) for key, e in sorted(keys.items())} for table, keys in acc.items()}
 
 
 def _finish(e: dict) -> dict:
