@@ -135,3 +135,28 @@ def kill_first(folder: Path, deadline: float = 30.0, sig: int = signal.SIGKILL) 
                 return pid
         time.sleep(0.02)
     return None
+
+
+def make_slow(root: Path, shards: int = 2, records: int = 150_000) -> Path:
+    """Shards whose verification takes a while each (a job to kill while it runs)."""
+    root.mkdir(parents=True, exist_ok=True)
+    data = b"".join(tfrecord.frame(example(i)) for i in range(records))
+    for s in range(shards):
+        (root / f"slow-{s:05d}-of-{shards:05d}.tfrecord").write_bytes(data)
+    return root
+
+
+def ray_task_pids() -> list[int]:
+    """Processes running a Ray task of tfrfs's jobs now (their title: ``ray::_call``)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if cmd.startswith(b"ray::_call"):
+            out.append(int(entry))
+    return out
