@@ -103,3 +103,13 @@ def test_verify_of_a_bucket_on_ray(cluster, dataset: Path, s3, tmp_path: Path) -
     on_ray = _run("verify", "--ray", cluster.address, src=s3.url() + "/", cache=tmp_path / "c2")
     assert one == on_ray
     assert one[0] == 1 and "big.tfrecord: record 400" in one[1]
+
+
+def test_commit_source_on_ray(cluster, dataset: Path, tmp_path: Path, tfrfs_mount) -> None:
+    a, b = shutil.copytree(dataset, tmp_path / "a"), shutil.copytree(dataset, tmp_path / "b")
+    for src in (a, b):
+        jobdata.stage_edits(Path(src), tfrfs_mount)
+    one = _run("commit", "--workers", "1", src=a, cache=tmp_path / "c1")
+    on_ray = _run("commit", "--ray", cluster.address, src=b, cache=tmp_path / "c2")
+    assert one == on_ray and one[0] == 0
+    assert jobdata.files(Path(a)) == jobdata.files(Path(b))

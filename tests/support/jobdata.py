@@ -160,3 +160,18 @@ def ray_task_pids() -> list[int]:
         if cmd.startswith(b"ray::_call"):
             out.append(int(entry))
     return out
+
+
+def stage_edits(src: Path, mount) -> None:
+    """Stage edits in ``src`` (made by ``make``) through a writable mount (``mount``: the
+    ``tfrfs_mount`` fixture), then stop its daemon by SIGTERM: the edits stay staged, for
+    ``tfrfs commit SOURCE``. A record changed in a plain shard and in the large damaged one, one
+    deleted from the GZIP shard."""
+    from support.daemons import daemon_pid, wait_gone
+    mnt = mount(src, "--rw")
+    (mnt / "a-train.tfrecord-00000-of-00002" / "000000" / "n.json").write_text("[5]\n")
+    (mnt / BIG / "000010" / "n.json").write_text("[7]\n")
+    subprocess.run(["rm", "-r", str(mnt / "c.tfrecord.gz" / "000003")], check=True)
+    pid = daemon_pid(mnt)
+    os.kill(pid, signal.SIGTERM)
+    wait_gone(pid)
