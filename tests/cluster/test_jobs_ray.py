@@ -5,7 +5,9 @@ while it runs a job, and for a dataset in a bucket."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import threading
 import time
 from pathlib import Path
@@ -81,8 +83,6 @@ def test_a_killed_ray_worker_changes_nothing(cluster, tmp_path: Path) -> None:
         while time.monotonic() < end and not killed:
             for pid in jobdata.ray_task_pids():
                 try:
-                    import os
-                    import signal
                     os.kill(pid, signal.SIGKILL)
                     killed.append(pid)
                     return
