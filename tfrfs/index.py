@@ -614,9 +614,19 @@ class IndexCache:
         }
 
     def save(self, idx: ShardIndex) -> None:
-        idx_path, _ = self._paths(idx.shard)
         try:
-            data = idxfile.dump(dict(self.meta(idx), path=idx.shard.path), idx.offsets)
+            self.save_bytes(idx.shard, self.entry_bytes(idx))
+        except OSError:
+            pass   # as ``save_bytes``: the stream of a compressed shard is gone from the cache
+
+    def entry_bytes(self, idx: ShardIndex) -> bytes:
+        """The cache entry of ``idx``, as ``save`` writes it (a shard job sends these back)."""
+        return idxfile.dump(dict(self.meta(idx), path=idx.shard.path), idx.offsets)
+
+    def save_bytes(self, shard: ShardFile, data: bytes) -> None:
+        """Write ``data`` (``entry_bytes``) as the cache entry of ``shard``."""
+        idx_path, _ = self._paths(shard)
+        try:
             idx_path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=idx_path.parent, prefix=".tmp-")
             with os.fdopen(fd, "wb") as f:

@@ -20,11 +20,16 @@ import logging
 import os
 from concurrent.futures import Executor, Future, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from typing import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from . import idxfile, shardschema
 from .index import IndexCache, ShardFile, ShardIndex, SourceFiles
 from .remote import is_url
+
+if TYPE_CHECKING:
+    from . import jobs
+    from .indexmemory import IndexMemory
+    from .sources import Source
 
 log = logging.getLogger("tfrfs")
 
@@ -191,3 +196,62 @@ def _index_local(shards: list[ShardFile], cache: IndexCache, progress: ProgressF
         for n, shard in scan:
             done(n, cache.get(shard)[0])
     return [found[n] for n in range(len(shards))]
+
+
+# --- the indexes of a SOURCE's shards as shard jobs (``tfrfs index``, ``inspect``, ...) -------------
+
+SourceProgress = Callable[[int, int, int, int, int], None]   # as ``index.IndexProgress``
+
+
+def index_with(source: "Source", runner: "jobs.Runner", progress: SourceProgress | None = None,
+               schema: bool = False, index_dir: str | None = None,
+               memory: "IndexMemory | None" = None) -> tuple[list[ShardIndex], IndexCache]:
+    """The indexes of SOURCE's shards, as ``sources.index_source`` gives them: those in the cache
+    or shipped beside their shards are taken here; the others are shard jobs on ``runner``
+    (``schema``: with their schema's part), whose index files this process writes into the
+    cache and loads from there, so the indexes are those one process makes, byte for byte. A
+    remote source without Ray is indexed by threads here (its requests overlap), as before."""
+    from . import jobs, shardjobs, sources
+    if source.manifest is not None or (source.remote and not isinstance(runner, jobs.RayRunner)):
+        with reading_schema() if schema else contextlib.nullcontext():
+            return sources.index_source(source, progress, index_dir, memory)
+    disc = source.discovery
+    shards = list(disc.shards)
+    cache = IndexCache(source.cache_dir, source.readers, disc.access, index_dir, memory)
+    found: dict[int, ShardIndex] = {}
+    total_bytes = sum(s.size for s in shards)
+    done_bytes = [0]
+    records = [0]
+
+    def done(n: int, idx: ShardIndex) -> None:
+        found[n] = idx
+        records[0] += idx.count
+        done_bytes[0] += shards[n].size
+        if progress is not None:
+            progress(len(found), len(shards), records[0], done_bytes[0], total_bytes)
+    cold: list[int] = []
+    for n, shard in enumerate(shards):
+        idx = cache.load(shard)
+        if idx is not None:
+            done(n, idx)
+        elif cache._candidates(shard):
+            done(n, cache.get(shard)[0])   # an index file beside it: read here
+        else:
+            cold.append(n)
+    where = jobs.Where.of(source)
+    todo = [(where, shards[n], schema) for n in cold]
+    try:
+        for n, data in zip(cold, shardjobs.gather(runner, shardjobs.index_job, todo)):
+            cache.save_bytes(shards[n], data)
+            idx = cache.load(shards[n])
+            if idx is None:
+                # Not usable here (a compressed shard whose stream a job on another machine made):
+                # indexed again in this process.
+                idx = cache.get(shards[n])[0]
+            else:
+                cache.scans += 1
+            done(n, idx)
+    finally:
+        if isinstance(disc.files, sources.RemoteFiles):
+            disc.files.prefetched.clear()
+    return [found[n] for n in range(len(shards))], cache

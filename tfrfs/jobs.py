@@ -169,6 +169,7 @@ class RayRunner(Runner):
                     where = address or "a local cluster"
                     raise UsageError(f"cannot reach the Ray cluster at {where}: {exc}") from None
                 self._started = True
+            _ray_messages_to_stderr()
         self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self._task = ray.remote(max_retries=RETRIES, retry_exceptions=False, num_cpus=1)(_call)
 
@@ -201,6 +202,23 @@ class RayRunner(Runner):
         if self._started:
             self.ray.shutdown()
             self._started = False
+
+
+def _ray_messages_to_stderr() -> None:
+    """Ray prints what its raylets report (a worker lost, its task retried) on the driver's
+    stdout; a command's stdout is its output, the same wherever its jobs ran: they go to stderr."""
+    try:
+        from ray._private import worker
+    except ImportError:
+        return
+    show = getattr(worker, "print_to_stdstream", None)
+    if show is None or getattr(show, "_tfrfs", False):
+        return
+
+    def to_stderr(data: dict, *args: Any, **kw: Any) -> Any:
+        return show(dict(data, is_err=True), *args, **kw)
+    to_stderr._tfrfs = True   # type: ignore[attr-defined]
+    worker.print_to_stdstream = to_stderr
 
 
 def _call(fn: Callable[..., Any], job: Job) -> Any:

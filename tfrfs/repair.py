@@ -18,7 +18,7 @@ import shutil
 import tempfile
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import BinaryIO, Callable, Iterator
+from typing import TYPE_CHECKING, BinaryIO, Iterator
 
 from . import durable, idxfile, salvage, tfds, tfrecord
 from .errors import UsageError
@@ -26,7 +26,10 @@ from .index import DAMAGED_DIR, ShardFile
 from .repack import TMP_PREFIX, _FaultedFile, check_new_shard
 from .sources import Source
 from .staging import Staging
-from .verify import ShardReport, verify_source
+from .verify import Progress, ShardReport, verify_source
+
+if TYPE_CHECKING:
+    from . import jobs
 
 log = logging.getLogger("tfrfs")
 
@@ -45,6 +48,7 @@ class Repaired:
     backup: str | None = None
     notes: list[str] = field(default_factory=list)
     error: str | None = None              # it could not be repaired: why
+    written: str | None = None            # the repaired copy, checked, not yet renamed into place
 
 
 def check_repairable(source: Source) -> None:
@@ -65,13 +69,21 @@ def check_repairable(source: Source) -> None:
 
 
 def repair_source(source: Source, *, backup: bool = True, dry_run: bool = False,
-                  progress: Callable[[ShardFile, int, int], None] | None = None) -> Iterator[Repaired]:
-    """Verify every shard and repair each damaged one; yields one result per damaged shard."""
+                  progress: "Progress | None" = None, runner: "jobs.Runner | None" = None) -> Iterator[Repaired]:
+    """Verify every shard and repair each damaged one; yields one result per damaged shard.
+
+    Checking and rewriting run as shard jobs on ``runner`` (this process by default): a job
+    writes a damaged shard's sound records into a temporary file beside it, fsynced and checked
+    (the shards are on a local file system this process and the jobs share: a remote source is
+    refused). Here, in shard order, the original is kept, the new file renamed over it, the
+    folder fsynced and the TFDS metadata updated, as one process did it."""
+    from . import jobs, shardjobs
     check_repairable(source)
+    runner = runner or jobs.InProcess()
     if not dry_run:
         for folder in {os.path.dirname(s.path) for s in source.discovery.shards}:
             _clear_leftovers(folder)
-    reports = list(verify_source(source, None, progress))
+    reports = list(verify_source(source, None, progress, runner))
     # What each sound (or repaired) shard holds, by folder: a TFDS dataset_info.json there follows.
     figures: dict[str, dict[str, tfds.ShardFigures]] = {}
     repaired: list[ShardFile] = []
@@ -79,26 +91,33 @@ def repair_source(source: Source, *, backup: bool = True, dry_run: bool = False,
         if not r.damaged:
             figures.setdefault(os.path.dirname(r.shard.path), {})[os.path.basename(r.shard.path)] = \
                 tfds.ShardFigures(r.records, r.data_bytes)
-    for report in reports:
-        if not report.damaged:
-            continue
-        result = Repaired(report.shard, report)
-        try:
-            _repair_shard(result, backup=backup, dry_run=dry_run)
-        except OSError as exc:
-            result.error = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
-        if result.error is None and not dry_run:
-            repaired.append(report.shard)
-            folder, name = os.path.split(report.shard.path)
-            figures.setdefault(folder, {})[name] = tfds.ShardFigures(result.kept, result.kept_bytes)
-            result.notes += tfds.update(folder, figures[folder])
-        yield result
+    damaged = [(report, dry_run) for report in reports if report.damaged]
+    try:
+        for result in shardjobs.gather(runner, shardjobs.repair_job, damaged):
+            if result.error is None and not dry_run:
+                try:
+                    _put_in_place(result, backup=backup)
+                except OSError as exc:
+                    result.error = _why(exc)
+            if result.error is None and not dry_run:
+                repaired.append(result.shard)
+                folder, name = os.path.split(result.shard.path)
+                figures.setdefault(folder, {})[name] = tfds.ShardFigures(result.kept, result.kept_bytes)
+                result.notes += tfds.update(folder, figures[folder])
+            yield result
+    finally:
+        for report, _ in damaged:   # what a failed or stopped run left (renamed ones are gone)
+            _unlink_quietly(_tmp_path(report.shard))
     if not dry_run:
         # Also where an earlier repair stopped between the shard and its metadata.
         for folder, shards in figures.items():
             for note in tfds.update(folder, shards):
                 log.info("%s", note)
         _follow_manifest(source, repaired)
+
+
+def _why(exc: OSError) -> str:
+    return f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
 
 
 def _follow_manifest(source: Source, repaired: list[ShardFile]) -> None:
@@ -121,10 +140,28 @@ def _follow_manifest(source: Source, repaired: list[ShardFile]) -> None:
         log.info("%s", note)
 
 
-def _repair_shard(result: Repaired, *, backup: bool, dry_run: bool) -> None:
+def _tmp_path(shard: ShardFile) -> str:
+    """Where a shard's repaired copy is written: one name per shard, so a job that runs again
+    (its worker was lost) writes over what the lost one left."""
+    folder, name = os.path.split(shard.path)
+    return os.path.join(folder, f"{TMP_PREFIX}repair-{name}")
+
+
+def rewrite(report: ShardReport, dry_run: bool) -> Repaired:
+    """A shard job: the sound records of the damaged shard ``report`` is of, in order, into its
+    temporary file (``_tmp_path``), fsynced and read back; nothing is renamed. ``error`` says
+    why it could not be written."""
+    result = Repaired(report.shard, report)
+    try:
+        _write_repaired(result, dry_run=dry_run)
+    except OSError as exc:
+        result.error = _why(exc)
+    return result
+
+
+def _write_repaired(result: Repaired, *, dry_run: bool) -> None:
     shard = result.shard
     target = shard.path
-    folder = os.path.dirname(target)
     with ExitStack() as stack:
         stream: BinaryIO
         if shard.compression != tfrecord.NONE:
@@ -141,10 +178,11 @@ def _repair_shard(result: Repaired, *, backup: bool, dry_run: bool) -> None:
         out: BinaryIO | None = None
         tmp = None
         if not dry_run:
-            tfd, tmp = durable.mkstemp(folder, prefix=TMP_PREFIX)
+            tmp = _tmp_path(shard)
+            tfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, os.stat(target).st_mode & 0o7777)
             os.fchmod(tfd, os.stat(target).st_mode & 0o7777)
             out = stack.enter_context(os.fdopen(tfd, "wb"))
-            stack.callback(_unlink_quietly, tmp)    # unless renamed into place (then it is gone)
+            stack.callback(_unlink_unless, tmp, result)
         writer = tfrecord.StreamWriter(_FaultedFile(out, tmp) if out is not None and tmp else _Discard(),  # type: ignore[arg-type]
                                        shard.compression)
         walk = salvage.Walk(lambda n, off: os.pread(fd, n, off), size, with_data=True)
@@ -163,12 +201,26 @@ def _repair_shard(result: Repaired, *, backup: bool, dry_run: bool) -> None:
         out.flush()
         durable.fsync(out.fileno(), tmp)
         check_new_shard(tmp, shard.compression, result.kept, range(result.kept))
-        if backup:
-            result.backup = _keep_original(target)
-        durable.rename(tmp, target)
-        durable.fsync_dir(folder)
-        log.info("%s: repaired: %d records kept, %d dropped", shard.relpath, result.kept,
-                 len(result.dropped_records))
+        result.written = tmp
+
+
+def _unlink_unless(tmp: str, result: Repaired) -> None:
+    if result.written is None:
+        _unlink_quietly(tmp)
+
+
+def _put_in_place(result: Repaired, *, backup: bool) -> None:
+    """Keep the original (unless not ``backup``), rename the repaired copy over it, fsync the
+    folder: the shard is old or new, whole, at every moment."""
+    shard = result.shard
+    assert result.written is not None
+    folder = os.path.dirname(shard.path)
+    if backup:
+        result.backup = _keep_original(shard.path)
+    durable.rename(result.written, shard.path)
+    durable.fsync_dir(folder)
+    log.info("%s: repaired: %d records kept, %d dropped", shard.relpath, result.kept,
+             len(result.dropped_records))
 
 
 class _Discard:

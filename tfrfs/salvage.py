@@ -129,6 +129,10 @@ class Walk:
     else the record's bytes with ``ok`` telling whether their checksum held (a record whose
     data checksum fails is still a record: its header was sound). ``problems`` gets one problem
     per gap and for the end of the walk; ``ends`` the end of each record a gap follows.
+
+    A walk may cover part of a stream: from ``start``, a record boundary an index gives (the
+    record numbered ``count``), to ``size``, the start of a later record or the stream's end.
+    It then gives exactly what the walk of the whole stream gives between those points.
     """
 
     pread: PRead
@@ -140,10 +144,11 @@ class Walk:
     end: int = 0              # where the last record ends (0: no record)
     ok: bool = True           # the last record's data checksum held (with_data)
     cut: bool = False         # the walk ended in a record cut short by the end of the stream
+    start: int = 0            # where the walk starts (``count``: the number of the record there)
 
     def __iter__(self) -> Iterator[tuple[int, int, bytes | None]]:
         win = _Window(self.pread, self.size)
-        pos, size = 0, self.size
+        pos, size = self.start, self.size
         ahead = CHUNK
         while pos < size:
             head = win.get(pos, HEADER, ahead)

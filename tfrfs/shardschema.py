@@ -431,16 +431,18 @@ def scan_part(path: str, stamp: Stamp, kind: str, offsets: bytes, first: int, sk
     try:
         if stamp_of(os.fstat(fd)) != stamp:
             return None
-        _scan_file(scanner, fd, spans, {i - first for i in skip})
+        scan_read(scanner, lambda n, off: os.pread(fd, n, off), spans, {i - first for i in skip})
     finally:
         os.close(fd)
     return scanner.flush().to_json()
 
 
-def _scan_file(scanner: Scanner, fd: int, offsets: array, skipped: set[int]) -> None:
-    """``records_in`` over a file into ``scanner``, without a generator step per record (this
-    loop runs once per record of every shard a cold index reads)."""
-    unpack, add, pread = _LENGTH.unpack_from, scanner.add, os.pread
+def scan_read(scanner: Scanner, pread: Callable[[int, int], bytes], offsets: idxfile.Offsets,
+              skipped: set[int]) -> None:
+    """``records_in`` through ``pread`` (size, offset) into ``scanner``, without a generator step
+    per record (this loop runs once per record of every shard a cold index reads); ``skipped``:
+    records left out, numbered from the first of ``offsets``."""
+    unpack, add = _LENGTH.unpack_from, scanner.add
     stop = len(offsets) - 1
     i = 0
     while i < stop:
@@ -448,7 +450,7 @@ def _scan_file(scanner: Scanner, fd: int, offsets: array, skipped: set[int]) -> 
         j = i + 1
         while j < stop and offsets[j + 1] - start <= _CHUNK:
             j += 1
-        block = pread(fd, offsets[j] - start, start)
+        block = pread(offsets[j] - start, start)
         for k in range(i, j):
             if skipped and k in skipped:
                 continue
@@ -591,7 +593,8 @@ def summarize(tallies: Iterable[Tally], decode_raw: bool) -> dict[str, dict]:
                     e["newline"] += n if newline else 0
                     e["min"] = count if e["min"] is None else min(e["min"], count)
                     e["max"] = count if e["max"] is None else max(e["max"], count)
-    return {table: {key: _finish(e) for key, e in keys.items()} for table, keys in acc.items()}
+    # Keys in order: the same summary whether a tally was read just now or loaded from a file.
+    return {table: {key: _finish(e) for key, e in sorted(keys.items())} for table, keys in acc.items()}
 
 
 def _finish(e: dict) -> dict:

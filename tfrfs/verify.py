@@ -7,17 +7,21 @@ not parse, and the damage of a compressed stream. Nothing is called clean that i
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import tempfile
-from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, ContextManager, Iterator
 
 from . import salvage, tfrecord
-from .index import ShardFile, detect_kind, parse_problem
+from .index import IndexCache, ShardFile, detect_kind, parse_problem
 from .sources import Source
 from .tfrecord import Problem
+
+if TYPE_CHECKING:
+    from . import jobs
+    from .shardjobs import Part
 
 BytesDone = Callable[[int], None]   # bytes of the current shard's stream checked so far
 
@@ -43,34 +47,29 @@ class ShardReport:
                 "problems": [dict(p.fields(), shard=self.shard.relpath) for p in self.problems]}
 
 
-def verify_shard(shard: ShardFile, source: Source, records: str | None = None,
-                 done: BytesDone | None = None) -> ShardReport:
-    """Check the framing, both checksums and the parse of every record of one shard.
+Stream = Callable[[], ContextManager[tuple[tfrecord.PRead, int, "Problem | None"]]]
+"""Opens a shard's plain stream: (pread, size, the problem that ended its inflation or None)."""
+
+
+def verify_shard(shard: ShardFile, stream: Stream, records: str | None = None,
+                 done: BytesDone | None = None, part: Part | None = None) -> ShardReport:
+    """Check the framing, both checksums and the parse of every record of one shard, or of one
+    ``part`` of it (records numbered as in the whole shard; ``records``, the kind, must then be
+    given: it is the whole shard's).
 
     Memory stays flat: records are read one at a time, and a compressed shard is first inflated
     (as far as it goes) into an anonymous temporary file.
     """
     report = ShardReport(shard)
-    stream_problem = None
-    with ExitStack() as stack:
-        if shard.compression != tfrecord.NONE:
-            tmp = stack.enter_context(tempfile.TemporaryFile())
-            with source.discovery.access.open_stream(shard.path) as src:
-                stream_problem = salvage.inflate(src, tmp, shard.compression)
-            tmp.flush()
-            fd = tmp.fileno()
-            size = os.fstat(fd).st_size
-            pread: tfrecord.PRead = functools.partial(os.pread, fd)
-        else:
-            reader = source.readers.open(shard.path)
-            stack.callback(reader.close)
-            pread, size = reader.pread, reader.size
+    with stream() as (pread, size, stream_problem):
         if records is None:
             records = detect_kind(_sound_records(pread, size))
         report.kind = records
-        walk = salvage.Walk(pread, size, with_data=True)
+        first = part.first if part is not None else 0
+        walk = salvage.Walk(pread, part.stop if part is not None else size, with_data=True, count=first,
+                            start=part.start if part is not None else 0)
         found: list[Problem] = []
-        for index, (offset, length, data) in enumerate(walk):
+        for index, (offset, length, data) in enumerate(walk, first):
             assert data is not None
             if not walk.ok:
                 found.append(Problem(offset, f"data checksum failed for the record at offset {offset}", index))
@@ -80,10 +79,26 @@ def verify_shard(shard: ShardFile, source: Source, records: str | None = None,
             report.data_bytes += length
             if done is not None and index % 1024 == 0:
                 done(offset)
-        report.records = walk.count
+        report.records = walk.count - first
         report.problems = sorted(salvage.merge_stream_problem(stream_problem, walk) + found,
                                  key=lambda p: p.offset)
     return report
+
+
+def merge(parts: list[ShardReport]) -> ShardReport:
+    """The report of a shard verified in parts (in order)."""
+    whole = ShardReport(parts[0].shard, kind=parts[0].kind)
+    for r in parts:
+        whole.records += r.records
+        whole.problems += r.problems
+        whole.unparsable |= r.unparsable
+        whole.data_bytes += r.data_bytes
+    return whole
+
+
+def shard_kind(pread: tfrecord.PRead, size: int) -> str:
+    """The record kind ``verify_shard`` finds for a whole shard."""
+    return detect_kind(_sound_records(pread, size))
 
 
 def _sound_records(pread: tfrecord.PRead, size: int) -> Iterator[bytes]:
@@ -95,11 +110,83 @@ def _sound_records(pread: tfrecord.PRead, size: int) -> Iterator[bytes]:
             yield data
 
 
-def verify_source(source: Source, records: str | None = None,
-                  progress: Callable[[ShardFile, int, int], None] | None = None) -> Iterator[ShardReport]:
-    """Every shard's report, in order; ``progress(shard, shards done, stream bytes done)``."""
-    for n, shard in enumerate(source.discovery.shards):
-        done = None if progress is None else (lambda b, s=shard, k=n: progress(s, k, b))
-        yield verify_shard(shard, source, records, done)
+def local_stream(source: Source, shard: ShardFile) -> Stream:
+    """How ``verify_shard`` reads a shard of an opened SOURCE in this process."""
+    @contextlib.contextmanager
+    def opened() -> Iterator[tuple[tfrecord.PRead, int, Problem | None]]:
+        if shard.compression == tfrecord.NONE:
+            reader = source.readers.open(shard.path)
+            try:
+                yield reader.pread, reader.size, None
+            finally:
+                reader.close()
+            return
+        with tempfile.TemporaryFile() as tmp:
+            with source.discovery.access.open_stream(shard.path) as src:
+                problem = salvage.inflate(src, tmp, shard.compression)
+            tmp.flush()
+            fd = tmp.fileno()
+            yield functools.partial(os.pread, fd), os.fstat(fd).st_size, problem
+    return opened
+
+
+Progress = Callable[[int, int, int, int], None]   # (shards done, records, stream bytes done, bytes in all)
+
+
+def verify_source(source: Source, records: str | None = None, progress: Progress | None = None,
+                  runner: "jobs.Runner | None" = None) -> Iterator[ShardReport]:
+    """Every shard's report, in order, from jobs on ``runner`` (this process by default): one
+    per shard, or per part of a large uncompressed shard whose index is known."""
+    from . import jobs, shardjobs
+    runner = runner or jobs.InProcess()
+    where = jobs.Where.of(source)
+    shards = source.discovery.shards
+    todo: list[jobs.Job] = []
+    owner: list[int] = []
+    for n, shard in enumerate(shards):
+        cuts = _parts(source, shard)
+        kind = records
+        if cuts is not None and kind is None:
+            with local_stream(source, shard)() as (pread, size, _):
+                kind = shard_kind(pread, size)
+        pieces: list[Part | None] = list(cuts) if cuts else [None]
+        for part in pieces:
+            todo.append((where, shard, kind, part))
+            owner.append(n)
+    total = sum(s.size for s in shards)
+    left = {n: owner.count(n) for n in set(owner)}
+    tally = {"shards": 0, "records": 0, "bytes": 0}
+
+    def finished(k: int, report: ShardReport) -> None:
+        n = owner[k]
+        part = todo[k][3]
+        left[n] -= 1
+        tally["shards"] += left[n] == 0
+        tally["records"] += report.records
+        tally["bytes"] += shards[n].size if part is None else part.stop - part.start
         if progress is not None:
-            progress(shard, n + 1, 0)
+            progress(tally["shards"], tally["records"], min(tally["bytes"], total), total)
+    got: list[ShardReport] = []
+    for k, report in enumerate(shardjobs.gather(runner, shardjobs.verify_job, todo, finished)):
+        got.append(report)
+        if k + 1 == len(owner) or owner[k + 1] != owner[k]:
+            yield got[0] if len(got) == 1 else merge(got)
+            got = []
+
+
+def _parts(source: Source, shard: ShardFile) -> "list[Part] | None":
+    """The parts a large uncompressed shard is verified in, when its index is at hand (in the
+    cache, or shipped beside it); else None (one job)."""
+    from . import shardjobs
+    if shard.compression != tfrecord.NONE or shard.size <= shardjobs.SPLIT_BYTES and \
+            shard.size <= shardjobs.SPLIT_RECORDS * tfrecord.OVERHEAD:
+        return None
+    cache = IndexCache(source.cache_dir, source.readers, source.discovery.access)
+    idx = cache.load(shard)
+    if idx is None and shard.shipped:
+        idx, _ = cache.from_shipped(shard)
+    if idx is None or not shardjobs.large(shard, idx.count):
+        return None
+    cuts = shardjobs.parts(idx.offsets, idx.ends, shard.size)
+    idx.drop_offsets()
+    return cuts if len(cuts) > 1 else None

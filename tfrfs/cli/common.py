@@ -70,8 +70,11 @@ def open_args(args: argparse.Namespace) -> Source:
 
 
 def open_dataset(args: argparse.Namespace, *, quiet: bool = False,
-                 on_progress: Callable[[str, bool], None] | None = None) -> tuple[Source, list[ShardIndex], IndexCache]:
-    """SOURCE's shards, indexed, with progress on stderr (or to ``on_progress``) unless ``quiet``."""
+                 on_progress: Callable[[str, bool], None] | None = None, runner: "jobs.Runner | None" = None,
+                 schema: bool = False) -> tuple[Source, list[ShardIndex], IndexCache]:
+    """SOURCE's shards, indexed, with progress on stderr (or to ``on_progress``) unless ``quiet``;
+    with a ``runner``, the shards not indexed yet are indexed as shard jobs on it (``schema``:
+    their schema's parts too)."""
     progress = Progress("indexing")
     show = on_progress or (lambda text, final: progress.update(text, final=final))
     sent = [0.0]
@@ -89,8 +92,13 @@ def open_dataset(args: argparse.Namespace, *, quiet: bool = False,
     src = open_args(args)
     try:
         budget = getattr(args, "index_memory", None)
-        indexes, cache = index_source(src, None if quiet else report, getattr(args, "index_dir", None),
-                                      IndexMemory(budget) if budget is not None else None)
+        if runner is not None:
+            from ..indexbuild import index_with
+            indexes, cache = index_with(src, runner, None if quiet else report, schema,
+                                        getattr(args, "index_dir", None), IndexMemory(budget) if budget is not None else None)
+        else:
+            indexes, cache = index_source(src, None if quiet else report, getattr(args, "index_dir", None),
+                                          IndexMemory(budget) if budget is not None else None)
     except BaseException:
         src.close()
         raise

@@ -11,19 +11,16 @@ import sys
 import time
 from typing import Any, Callable, Sequence
 
-from .common import EXIT_OK, EXIT_PROBLEMS, Progress, open_args, open_dataset
+from .common import EXIT_OK, EXIT_PROBLEMS, Progress, open_args, open_dataset, runner_of
 
 
-def _shard_progress(what: str, shards: int) -> Callable[[Any, int, int], None]:
-    """Progress of a command that reads shard after shard: shards done, and the bytes read of the
-    one being read."""
+def _job_progress(what: str, shards: int) -> Callable[[int, int, int, int], None]:
+    """Progress of a command whose shard jobs report as they finish: shards done, records, MiB."""
     progress = Progress(what)
 
-    def show(shard: Any, done: int, done_bytes: int) -> None:
-        if done == shards:
-            progress.update(f"{done}/{shards} shards", final=True)
-        else:
-            progress.update(f"{done}/{shards} shards, {shard.relpath}: {done_bytes / 2**20:,.0f} MiB")
+    def show(done: int, records: int, done_bytes: int, total_bytes: int) -> None:
+        progress.update(f"{done}/{shards} shards, {records:,} records, "
+                        f"{done_bytes / 2**20:,.0f}/{total_bytes / 2**20:,.0f} MiB", final=done == shards)
     return show
 
 
@@ -42,13 +39,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
         shards = src.discovery.shards
         total = problems = 0
         reports = []
-        for report in verify_source(src, records=args.records, progress=_shard_progress("verifying", len(shards))):
-            total += report.records
-            problems += len(report.problems)
-            if args.json:
-                reports.append(report.as_json())
-            for p in report.problems if not args.json else ():
-                print(_problem_line(report.shard.relpath, p), flush=True)
+        with runner_of(args) as runner:
+            for report in verify_source(src, records=args.records, runner=runner,
+                                        progress=_job_progress("verifying", len(shards))):
+                total += report.records
+                problems += len(report.problems)
+                if args.json:
+                    reports.append(report.as_json())
+                for p in report.problems if not args.json else ():
+                    print(_problem_line(report.shard.relpath, p), flush=True)
     finally:
         src.close()
     if args.json:
@@ -63,10 +62,12 @@ def cmd_repair(args: argparse.Namespace) -> int:
     from ..tfrecord import OVERHEAD
     src = open_args(args)
     failed = repaired = 0
+    stack = contextlib.ExitStack()
     try:
         shards = src.discovery.shards
+        runner = stack.enter_context(runner_of(args))
         results = repair_source(src, backup=not args.no_backup, dry_run=args.dry_run,
-                                progress=_shard_progress("checking", len(shards)))
+                                progress=_job_progress("checking", len(shards)), runner=runner)
         for r in results:
             rel = r.shard.relpath
             for p in r.report.problems:
@@ -90,6 +91,7 @@ def cmd_repair(args: argparse.Namespace) -> int:
             for note in r.notes:
                 print(f"{rel}: {note}")
     finally:
+        stack.close()
         src.close()
     what = "damaged shard(s) found" if args.dry_run else "shard(s) repaired"
     print(f"{len(shards)} shards checked, {repaired} {what}" + (f", {failed} could not be" if failed else ""))
@@ -107,14 +109,16 @@ def _schema_progress(schema: Any) -> None:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from ..mount import open_mount
-    src, indexes, cache = open_dataset(args)
-    m = open_mount(src, records=args.records, decode_raw=not args.no_decode_raw, indexed=(indexes, cache))
-    try:
-        _schema_progress(m.tree.schema)
-        schema = m.tree.schema.summary()
-        problems = len(m.tree.errors)
-    finally:
-        m.close()
+    with runner_of(args) as runner:
+        src, indexes, cache = open_dataset(args, runner=runner, schema=True)
+        m = open_mount(src, records=args.records, decode_raw=not args.no_decode_raw, indexed=(indexes, cache))
+        try:
+            _schema_progress(m.tree.schema)
+            _read_tallies(runner, src, m.tree.schema)
+            schema = m.tree.schema.summary()
+            problems = len(m.tree.errors)
+        finally:
+            m.close()
     if args.json:
         print(json.dumps(schema, indent=2, ensure_ascii=False))
         return EXIT_OK
@@ -151,16 +155,20 @@ def _kind_words(kind: str | None | list[str | None]) -> str:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from ..indexbuild import reading_schema
     from ..sources import ship_indexes, write_manifest
     started = time.monotonic()
-    # The shards walked by worker processes have their schema read there too, while their bytes
-    # are in the page cache; ``_read_schema`` reads what is left (remote shards, a small dataset).
-    with reading_schema() if not args.no_schema else contextlib.nullcontext():
-        src, indexes, cache = open_dataset(args)
+    # The shards indexed by jobs have their schema read there too, while their bytes are in the
+    # page cache; ``_read_schema`` reads what is left (large shards in parts, cached indexes).
+    runner = runner_of(args)
+    try:
+        src, indexes, cache = open_dataset(args, runner=runner, schema=not args.no_schema)
+    except BaseException:
+        runner.close()
+        raise
     manifest_at = None
     try:
-        schema = None if args.no_schema else _read_schema(src, indexes, cache)
+        with runner:
+            schema = None if args.no_schema else _read_schema(src, indexes, cache, runner)
         write = args.beside or args.out_dir or args.format == "dali"
         shipped = ship_indexes(src, indexes, cache, fmt=args.format, out_dir=args.out_dir) if write else []
         if args.beside and args.format == "tfrfs" and not args.out_dir and src.discovery.mirrors_dir:
@@ -186,7 +194,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     return EXIT_PROBLEMS if problems or any(s.skipped for s in shipped) else EXIT_OK
 
 
-def _read_schema(src: Any, indexes: list, cache: Any) -> dict:
+def _read_schema(src: Any, indexes: list, cache: Any, runner: Any) -> dict:
     """Every shard's part of the schema, into its index (so into the files shipped beside it); the
     dataset's schema summary (SPEC 5)."""
     from ..records import RecordStore
@@ -195,10 +203,25 @@ def _read_schema(src: Any, indexes: list, cache: Any) -> dict:
     try:
         schema = Schema(store, cache.save)
         _schema_progress(schema)
+        _read_tallies(runner, src, schema)
         schema.tallies()
         return schema.summary()
     finally:
         store.close(factory=False)   # the source's readers serve the shipping still
+
+
+def _read_tallies(runner: Any, src: Any, schema: Any) -> None:
+    """The shards' parts of ``schema`` that are not known yet, read as shard jobs on ``runner``
+    and kept as the schema keeps what it reads itself (with the shard's index, in the cache)."""
+    from ..jobs import Where
+    from ..shardjobs import read_tallies
+    store = schema.store
+
+    def keep(n: int, idx: Any, tally: Any) -> None:
+        idx.tally = tally
+        if schema.save is not None and tally.kind == idx.detected_kind and store.shards[n] is idx:
+            schema.save(idx)
+    read_tallies(runner, Where.of(src), store.shards, store.kinds, keep, schema.progress)
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:

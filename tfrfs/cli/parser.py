@@ -11,7 +11,7 @@ from typing import Sequence
 from .. import __version__, options
 from ..errors import TfrfsError, UsageError
 from ..index import named_like_shard
-from .common import EXIT_PROBLEMS, EXIT_USAGE
+from .common import EXIT_PROBLEMS, EXIT_USAGE, add_run_options
 from .data import cmd_index, cmd_inspect, cmd_repair, cmd_verify
 from .mounting import POLL_US, cmd_mount
 from .staged import cmd_commit, cmd_discard, cmd_status, cmd_umount
@@ -146,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("target", metavar="MOUNTPOINT|SOURCE")
     p.add_argument("--cache-dir", metavar="DIR", help="where indexes are kept (SOURCE only; default: "
                                                       "$XDG_CACHE_HOME/tfrfs or ~/.cache/tfrfs)")
+    add_run_options(p)
     p.set_defaults(func=cmd_commit)
 
     p = sub.add_parser("status", help="list staged edits",
@@ -169,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help="print one JSON document: per shard its records, kind and problems")
     _add_source_options(p, index_dir=False)
+    add_run_options(p)
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("repair", help="rewrite damaged shards with every record that can be saved",
@@ -181,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("source", metavar="SOURCE")
     p.add_argument("--no-backup", action="store_true", help="do not keep the damaged originals")
     p.add_argument("--dry-run", action="store_true", help="say what would be dropped; change nothing")
+    add_run_options(p)
     p.set_defaults(func=cmd_repair)
 
     p = sub.add_parser("inspect", help="list shards, record counts and the schema, without mounting",
@@ -189,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_read_options(p)
     _add_source_options(p)
     p.add_argument("--json", action="store_true", help="print the schema as JSON (as .tfrfs/schema.json)")
+    add_run_options(p)
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("index", help="index SOURCE's shards, and ship the indexes beside them",
@@ -209,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="index file format to write (default tfrfs; dali implies writing them)")
     p.add_argument("--out-dir", metavar="DIR", help="write the index files into DIR (the source's folders mirrored) instead of beside the shards; mount with --index-dir DIR to use them")
     _add_source_options(p)
+    add_run_options(p)
     p.set_defaults(func=cmd_index)
     return parser
 

@@ -15,7 +15,7 @@ from typing import Any, Callable
 from .. import mounttab
 from ..errors import TfrfsError, UsageError
 from ..remote import is_url
-from .common import EXIT_OK, EXIT_PROBLEMS, FSTYPE, Progress, open_dataset
+from .common import EXIT_OK, EXIT_PROBLEMS, FSTYPE, Progress, open_dataset, runner_of
 
 
 def _fusermount() -> str:
@@ -258,7 +258,8 @@ def _commit_source(args: argparse.Namespace) -> int:
         return EXIT_OK
     args.source = source
     args.rw = True   # a dataset built from nothing has no shard file before its first commit
-    src, indexes, cache = open_dataset(args)
+    with runner_of(args) as runner:   # the shards not indexed yet: indexed as shard jobs
+        src, indexes, cache = open_dataset(args, runner=runner)
     try:
         result = _with_progress("committing", lambda: commit_source(src, (indexes, cache)))
     except CommitFailed as exc:

@@ -1,0 +1,115 @@
+"""SPEC 8 on a Ray cluster (one node, two CPUs): ``--ray ADDRESS`` gives what ``--workers 1``
+gives for index --beside, verify, inspect --json and repair, also when a Ray worker is killed
+while it runs a job, and for a dataset in a bucket."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from support import jobdata
+
+
+@pytest.fixture(scope="module")
+def aws(_s3_session, _s3_proxy_session) -> Iterator[None]:
+    """The bucket's variables, set before the cluster starts: its workers inherit them."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in _s3_session.env(_s3_proxy_session.url).items():
+            mp.setenv(name, value)
+        mp.delenv("AWS_PROFILE", raising=False)
+        mp.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+        yield
+
+
+@pytest.fixture(scope="module")
+def cluster(aws, ray_local):
+    return ray_local
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return jobdata.make(tmp_path_factory.mktemp("jobs") / "data")
+
+
+def _run(*args: str, src: Path | str, cache: Path) -> tuple[int, str]:
+    code, out = jobdata.run(*args, str(src), cache=cache)
+    return code, out.replace(str(src), "SRC")
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    got = jobdata.files(root)
+    if ".tfrfs-manifest" in got:   # times of the folders and index files the command wrote
+        doc = json.loads(got[".tfrfs-manifest"])
+        for d in doc["dirs"] + doc["files"]:
+            d.pop("mtime_ns")
+        got[".tfrfs-manifest"] = json.dumps(doc, sort_keys=True).encode()
+    return got
+
+
+@pytest.mark.parametrize("args", [("verify",), ("inspect", "--json")])
+def test_reading_commands_on_ray(cluster, dataset: Path, tmp_path: Path, args: tuple[str, ...]) -> None:
+    for cache in ("c1", "c2"):   # indexed first: the large shard is verified in parts
+        assert _run("index", "--no-schema", "--workers", "1", src=dataset, cache=tmp_path / cache)[0] == 1
+    one = _run(*args, "--workers", "1", src=dataset, cache=tmp_path / "c1")
+    on_ray = _run(*args, "--ray", cluster.address, src=dataset, cache=tmp_path / "c2")
+    assert one == on_ray
+    assert one[0] == (1 if args[0] == "verify" else 0)
+
+
+@pytest.mark.parametrize("args", [("index", "--beside"), ("repair",)])
+def test_writing_commands_on_ray(cluster, dataset: Path, tmp_path: Path, args: tuple[str, ...]) -> None:
+    a, b = shutil.copytree(dataset, tmp_path / "a"), shutil.copytree(dataset, tmp_path / "b")
+    one = _run(*args, "--workers", "1", src=a, cache=tmp_path / "c1")
+    on_ray = _run(*args, "--ray", cluster.address, src=b, cache=tmp_path / "c2")
+    assert one == on_ray
+    assert _files(Path(a)) == _files(Path(b))
+
+
+def test_a_killed_ray_worker_changes_nothing(cluster, tmp_path: Path) -> None:
+    src = jobdata.make_slow(tmp_path / "slow")
+    one = _run("verify", "--workers", "1", src=src, cache=tmp_path / "c1")
+    killed: list[int] = []
+
+    def kill() -> None:
+        end = time.monotonic() + 60
+        while time.monotonic() < end and not killed:
+            for pid in jobdata.ray_task_pids():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                    return
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.005)
+    killer = threading.Thread(target=kill)
+    killer.start()
+    on_ray = _run("verify", "--ray", cluster.address, src=src, cache=tmp_path / "c2")
+    killer.join()
+    assert killed, "no Ray task was seen running"
+    assert one == on_ray == (0, "2 shards, 300,000 records checked, 0 problem(s)\n")
+
+
+def test_verify_of_a_bucket_on_ray(cluster, dataset: Path, s3, tmp_path: Path) -> None:
+    s3.upload_tree(dataset)
+    one = _run("verify", "--workers", "1", src=s3.url() + "/", cache=tmp_path / "c1")
+    on_ray = _run("verify", "--ray", cluster.address, src=s3.url() + "/", cache=tmp_path / "c2")
+    assert one == on_ray
+    assert one[0] == 1 and "big.tfrecord: record 400" in one[1]
+
+
+def test_commit_source_on_ray(cluster, dataset: Path, tmp_path: Path, tfrfs_mount) -> None:
+    a, b = shutil.copytree(dataset, tmp_path / "a"), shutil.copytree(dataset, tmp_path / "b")
+    for src in (a, b):
+        jobdata.stage_edits(Path(src), tfrfs_mount)
+    one = _run("commit", "--workers", "1", src=a, cache=tmp_path / "c1")
+    on_ray = _run("commit", "--ray", cluster.address, src=b, cache=tmp_path / "c2")
+    assert one == on_ray and one[0] == 0
+    assert jobdata.files(Path(a)) == jobdata.files(Path(b))

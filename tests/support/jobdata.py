@@ -1,0 +1,177 @@
+"""A small dataset for the shard-job tests (``--workers``, ``--ray``): damaged plain shards, GZIP
+and ZLIB shards (one damaged mid-stream), a SequenceExample shard, and one shard large enough to
+be cut in parts when ``TFRFS_SPLIT_RECORDS`` is lowered to ``SPLIT_RECORDS``; and the commands'
+output, gathered for comparison. Job functions the tests run in worker processes live here too
+(they must be importable by the workers)."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+from tfrfs import proto, tfrecord
+
+SPLIT_RECORDS = 400     # the large shard (3,000 records) is verified and read in 8 parts
+BIG = "big.tfrecord"
+
+
+def example(i: int) -> bytes:
+    ex = proto.Example()
+    ex.features.feature["n"].int64_list.value.append(i)
+    ex.features.feature["text"].bytes_list.value.append(f"record number {i}".encode())
+    if i % 3 == 0:
+        ex.features.feature["score"].float_list.value.extend([i / 2, 1.5])
+    if i % 7 == 0:
+        ex.features.feature["empty"].CopyFrom(proto.Feature())
+    return ex.SerializeToString()
+
+
+def sequence(i: int) -> bytes:
+    seq = proto.SequenceExample()
+    seq.context.feature["id"].int64_list.value.append(i)
+    steps = seq.feature_lists.feature_list["tokens"]
+    for k in range(i % 4 + 1):
+        steps.feature.add().int64_list.value.extend(range(k + 1))
+    return seq.SerializeToString()
+
+
+def _frames(records: list[bytes]) -> list[bytes]:
+    return [tfrecord.frame(r) for r in records]
+
+
+def _damage(frames: list[bytes], header: int | None = None, data: int | None = None,
+            garbage: int | None = None) -> bytes:
+    """``frames`` joined, with record ``header``'s length checksum broken, record ``data``'s data
+    flipped, and 40 garbage bytes after record ``garbage``."""
+    starts = [sum(map(len, frames[:k])) for k in range(len(frames) + 1)]
+    buf = bytearray(b"".join(frames))
+    if header is not None:
+        buf[starts[header] + 9] ^= 0x10
+    if data is not None:
+        buf[starts[data] + 14] ^= 0x01
+    if garbage is not None:
+        buf[starts[garbage + 1]:starts[garbage + 1]] = bytes(range(1, 41))
+    return bytes(buf)
+
+
+def make(root: Path) -> Path:
+    """The dataset, in ``root`` (made)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "a-train.tfrecord-00000-of-00002").write_bytes(b"".join(_frames([example(i) for i in range(50)])))
+    (root / "a-train.tfrecord-00001-of-00002").write_bytes(
+        _damage(_frames([example(i) for i in range(50, 120)]), header=10, data=30))
+    (root / "c.tfrecord.gz").write_bytes(gzip.compress(b"".join(_frames([example(i) for i in range(200)]))))
+    whole = zlib.compress(b"".join(_frames([example(i) for i in range(300)])))
+    cut = bytearray(whole)
+    cut[len(cut) // 2] ^= 0xFF                      # damaged mid-stream
+    (root / "d.tfrecord.zlib").write_bytes(bytes(cut))
+    sub = root / "seq"
+    sub.mkdir(exist_ok=True)
+    (sub / "s.tfrecord").write_bytes(b"".join(_frames([sequence(i) for i in range(60)])))
+    # Damage in several of its parts, a gap right before a cut point among them.
+    (root / BIG).write_bytes(_damage(_frames([example(i) for i in range(3000)]), header=400, data=1700,
+                                     garbage=2600))
+    return root
+
+
+# --- running the commands -----------------------------------------------------------------------
+
+_TIMES = re.compile(r" in \d+(\.\d+)?s\b")
+
+
+def run(*args: str, cache: Path, env: dict | None = None, timeout: float = 300) -> tuple[int, str]:
+    """``tfrfs ARGS`` as a subprocess with its own cache folder and the lowered split: (exit
+    status, stdout with the seconds taken left out). Fails on a traceback."""
+    environ = dict(env or os.environ, XDG_CACHE_HOME=str(cache), TFRFS_SPLIT_RECORDS=str(SPLIT_RECORDS))
+    proc = subprocess.run([sys.executable, "-m", "tfrfs", *args], capture_output=True, text=True,
+                          timeout=timeout, env=environ)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, _TIMES.sub(" in Ns", proc.stdout)
+
+
+def files(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` by relative path, with its bytes."""
+    out = {}
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            path = Path(dirpath) / name
+            out[str(path.relative_to(root))] = path.read_bytes()
+    return out
+
+
+# --- job functions for the runners' tests ------------------------------------------------------
+
+def square(x: int) -> int:
+    return x * x
+
+
+def fail(message: str) -> None:
+    raise LookupError(message)
+
+
+def slow_square(x: int, folder: str, seconds: float) -> int:
+    """``x * x`` after ``seconds``; the worker's pid is left in ``folder`` meanwhile (to be killed)."""
+    mark = Path(folder) / f"{os.getpid()}-{x}"
+    mark.write_text(str(os.getpid()))
+    time.sleep(seconds)
+    return x * x
+
+
+def kill_first(folder: Path, deadline: float = 30.0, sig: int = signal.SIGKILL) -> int | None:
+    """Kill the process of the first pid left in ``folder`` (waits for one); its pid."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        for mark in sorted(folder.iterdir()):
+            pid = int(mark.read_text() or 0)
+            if pid and pid != os.getpid():
+                os.kill(pid, sig)
+                return pid
+        time.sleep(0.02)
+    return None
+
+
+def make_slow(root: Path, shards: int = 2, records: int = 150_000) -> Path:
+    """Shards whose verification takes a while each (a job to kill while it runs)."""
+    root.mkdir(parents=True, exist_ok=True)
+    data = b"".join(tfrecord.frame(example(i)) for i in range(records))
+    for s in range(shards):
+        (root / f"slow-{s:05d}-of-{shards:05d}.tfrecord").write_bytes(data)
+    return root
+
+
+def ray_task_pids() -> list[int]:
+    """Processes running a Ray task of tfrfs's jobs now (their title: ``ray::_call``)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if cmd.startswith(b"ray::_call"):
+            out.append(int(entry))
+    return out
+
+
+def stage_edits(src: Path, mount) -> None:
+    """Stage edits in ``src`` (made by ``make``) through a writable mount (``mount``: the
+    ``tfrfs_mount`` fixture), then stop its daemon by SIGTERM: the edits stay staged, for
+    ``tfrfs commit SOURCE``. A record changed in a plain shard and in the large damaged one, one
+    deleted from the GZIP shard."""
+    from support.daemons import daemon_pid, wait_gone
+    mnt = mount(src, "--rw")
+    (mnt / "a-train.tfrecord-00000-of-00002" / "000000" / "n.json").write_text("[5]\n")
+    (mnt / BIG / "000010" / "n.json").write_text("[7]\n")
+    subprocess.run(["rm", "-r", str(mnt / "c.tfrecord.gz" / "000003")], check=True)
+    pid = daemon_pid(mnt)
+    os.kill(pid, signal.SIGTERM)
+    wait_gone(pid)

@@ -1,0 +1,47 @@
+"""The runners of ``tfrfs.jobs`` (SPEC 8): results in job order, a job's own exception raised in
+the caller, and a pool worker killed mid-job: its jobs run again and the results are the same."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from support import jobdata
+from tfrfs import jobs
+
+
+@pytest.mark.parametrize("make", [jobs.InProcess, lambda: jobs.LocalPool(2)], ids=["in-process", "pool"])
+def test_results_in_job_order(make) -> None:
+    with make() as runner:
+        assert list(runner.ordered(jobdata.square, [(n,) for n in range(40)])) == [n * n for n in range(40)]
+        assert sorted(runner.run(jobdata.square, [(n,) for n in range(10)])) == [(n, n * n) for n in range(10)]
+
+
+@pytest.mark.parametrize("make", [jobs.InProcess, lambda: jobs.LocalPool(2)], ids=["in-process", "pool"])
+def test_a_job_that_raises_raises_in_the_caller(make) -> None:
+    with make() as runner, pytest.raises(LookupError, match="shard 7 is gone"):
+        list(runner.ordered(jobdata.fail, [("shard 7 is gone",)]))
+
+
+def test_runner_of_the_options() -> None:
+    assert isinstance(jobs.runner(workers=1), jobs.InProcess)
+    assert isinstance(jobs.runner(workers=3), jobs.LocalPool)
+
+
+def test_a_killed_pool_worker_reruns_its_jobs(tmp_path: Path) -> None:
+    marks = tmp_path / "pids"
+    marks.mkdir()
+    killed: list[int | None] = []
+    killer = threading.Thread(target=lambda: killed.append(jobdata.kill_first(marks)))
+    todo = [(n, str(marks), 0.3) for n in range(8)]
+    with jobs.LocalPool(2) as runner:
+        killer.start()
+        got = list(runner.ordered(jobdata.slow_square, todo))
+    killer.join()
+    assert killed and killed[0] is not None
+    assert got == [n * n for n in range(8)]
+    # Some job ran more than once: once in the killed worker, again in a fresh one.
+    ran = [p.name.split("-")[1] for p in marks.iterdir()]
+    assert len(ran) > len(set(ran))
