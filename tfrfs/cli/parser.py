@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from typing import Sequence
 
@@ -220,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    argv = _mount_without_command(list(sys.argv[1:] if argv is None else argv), parser)
+    argv = _bare_ray(_mount_without_command(list(sys.argv[1:] if argv is None else argv), parser))
     args, extra = parser.parse_known_args(argv)
     if extra:
         hint = _glob_hint(args, extra)
@@ -253,6 +254,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
         return 128 + 13
+
+
+_RAY_ADDRESS = re.compile(r"^(auto|(ray|https?)://\S+|[\w.-]+:\d+|\[[0-9a-fA-F:]+\]:\d+)$")
+
+
+def _bare_ray(argv: list[str]) -> list[str]:
+    """``--ray`` followed by something that is no Ray address (SOURCE, DEST: ``tfrfs verify --ray
+    /data``) is ``--ray`` alone (auto): argparse would take the next word as its ADDRESS."""
+    out = list(argv)
+    for i, arg in enumerate(out[:-1]):
+        if arg == "--":
+            break
+        if arg == "--ray" and not out[i + 1].startswith("-") and not _RAY_ADDRESS.match(out[i + 1]):
+            out[i] = "--ray=auto"
+    return out
 
 
 def _mount_without_command(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
