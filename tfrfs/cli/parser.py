@@ -210,6 +210,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out-dir", metavar="DIR", help="write the index files into DIR (the source's folders mirrored) instead of beside the shards; mount with --index-dir DIR to use them")
     _add_source_options(p)
     p.set_defaults(func=cmd_index)
+
+    # reshard: its grammar lives with the command (cli/reshard.py)
+    from .reshard import add_reshard
+    add_reshard(sub, lambda q: _add_source_options(q, index_dir=False), _size)
     return parser
 
 
