@@ -80,7 +80,7 @@ def cut_by_size(shard_offsets: Sequence[Sequence[int]], limit: int) -> list[tupl
         count = len(offsets) - 1
         r = 0
         while r < count:
-            k = bisect.bisect_right(offsets, offsets[r] + (limit - used), r, count + 1) - 1
+            k = max(r, bisect.bisect_right(offsets, offsets[r] + (limit - used), r, count + 1) - 1)
             if k == r:
                 if used == 0:
                     k = r + 1          # one record larger than the limit: a shard of its own
