@@ -129,7 +129,7 @@ def cmd_reshard(args: argparse.Namespace) -> int:
     records, size = sizes(bodies)
     took = time.monotonic() - started
     print(f"{args.dest}: {len(bodies)} shards, {records:,} records, {size / 2**20:,.1f} MiB in {took:.1f}s"
-          + (f"; {len(problems)} problem(s) in SOURCE, the damaged records not copied" if problems else ""))
+          + (f"; {len(problems)} problem(s) in SOURCE: what they hit is left out" if problems else ""))
     return EXIT_PROBLEMS if problems else EXIT_OK
 
 
