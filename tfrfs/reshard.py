@@ -73,10 +73,10 @@ class Task:
 
 # --- the job ------------------------------------------------------------------------------------
 
-def copy_shard(where: Where, dest: Dest, task: Task, compression: str, kind: str | None) -> dict:
+def copy_shard(where: Where, dest: Dest, task: Task, compression: str, kind: str, tally: bool) -> dict:
     """A job: write ``task``'s shard (and its index file and receipt) into DEST. Returns its
     figures, with the records dropped for a failed data checksum (``dropped``)."""
-    w = ShardWriter(dest, task.name, compression, kind)
+    w = ShardWriter(dest, task.name, compression, kind, tally)
     dropped: list[dict] = []
     opened = _Opened(where, task.sources)
     try:
@@ -161,11 +161,15 @@ def _masked(crc: int) -> int:
 
 def _copy_run(stream: _Stream, start: int, end: int, w: ShardWriter, dropped: list[dict], rel: str) -> int:
     """Copy the records between bytes ``start`` and ``end`` (record boundaries) of a source stream:
-    blocks read, every checksum checked, the sound records written as they are. Returns the
-    records found (dropped ones too)."""
+    blocks read, every record's data checksum checked, the sound records written as they are
+    (within the kernel where it can: ``copy_file_range``). Returns the records found (dropped ones
+    too). A header is not checked again: it was when the shard was indexed, the shard has the
+    same size and identity, and a record not where the index says fails its data checksum."""
     buf = bytearray(min(BLOCK, max(end - start, HEADER)))
     view = memoryview(buf)
-    hdr, u32, crc, record, emit = _HDR.unpack_from, _U32.unpack_from, crc32c.crc32c, w.record, w.emit
+    hdr, u32, crc, record = _HDR.unpack_from, _U32.unpack_from, crc32c.crc32c, w.record
+    tally = w.scanner is not None
+    append = w.offsets.append
     pos = start
     found = 0
     while pos < end:
@@ -173,23 +177,29 @@ def _copy_run(stream: _Stream, start: int, end: int, w: ShardWriter, dropped: li
         if n <= 0:
             raise DataLoss(f"{rel}: ends at byte {pos}, before {end} as indexed")
         p = seg = 0
+        at, data_bytes = w.stream, 0
         while p + HEADER <= n:
-            length, hcrc = hdr(view, p)
+            length = hdr(view, p)[0]
             stop = p + OVERHEAD + length
             if stop > n:
                 break
-            if _masked(crc(view[p:p + 8])) != hcrc:
-                raise DataLoss(f"{rel}: no record header at byte {pos + p}: the shard changed since it was indexed")
             data = view[p + HEADER:stop - FOOTER]
-            if u32(view, stop - FOOTER)[0] != _masked(crc(data)):
-                emit(view[seg:p])
+            c = crc(data)
+            if u32(view, stop - FOOTER)[0] != ((((c >> 15) | (c << 17)) + _MASK_DELTA) & 0xFFFFFFFF):
+                w.emit_from(view[seg:p], stream.fd, pos + seg)
                 seg = stop
                 dropped.append(dict(Problem(pos + p, f"data checksum failed for the record at offset {pos + p}").fields(), shard=rel))
-            else:
+            elif tally:
                 record(length, data)
+            else:
+                at += OVERHEAD + length
+                append(at)
+                data_bytes += length
             found += 1
             p = stop
-        emit(view[seg:p])
+        if not tally:
+            w.stream, w.data_bytes = at, w.data_bytes + data_bytes
+        w.emit_from(view[seg:p], stream.fd, pos + seg)
         if p == 0:   # a record larger than the buffer
             p = _copy_large(stream, pos, w, dropped, rel, bytes(view[:HEADER]))
             found += 1
@@ -292,12 +302,14 @@ class Plan:
     groups: list[Group]
     sources: tuple[SourceShard, ...]
     compression: str
-    kind: str | None
+    kind: str
     shuffle: int | None
     info: dict | None                    # the source's dataset_info.json, parsed
     copies: list[str]                    # TFDS plain files copied as they are (relative paths)
     problems: list[tuple[str, dict]]     # what SOURCE's indexes already say is lost
     total: int = 0
+    schema: bool = True                  # the jobs tally their shards' records (SPEC 5)
+    source_tallies: list | None = None   # else SOURCE's own, when all are known (the same records)
 
     @property
     def names(self) -> list[str]:
@@ -391,7 +403,7 @@ def _join(root: str, rel: str) -> str:
 
 
 def make_plan(src: Any, indexes: list[ShardIndex], dest: Dest, *, shards: int | None, shard_size: int | None,
-              compression: str, shuffle: int | None, template: str | None) -> Plan:
+              compression: str, shuffle: int | None, template: str | None, schema: bool = True) -> Plan:
     """Everything the jobs and the publishing need, from SOURCE's indexes. Raises UsageError."""
     disc = src.discovery
     info = tfds_info(disc.root, disc.access) if disc.mirrors_dir and tfds.INFO in disc.plain_files else None
@@ -452,7 +464,11 @@ def make_plan(src: Any, indexes: list[ShardIndex], dest: Dest, *, shards: int | 
         "cut": [shards, shard_size], "compression": compression, "shuffle": shuffle, "names": names,
     }, sort_keys=True).encode()).hexdigest()
     # Splits are rewritten in ``info``'s own dicts (the groups hold them).
-    plan = Plan(key, groups, sources, compression, kind, shuffle, info, copies, problems)
+    plan = Plan(key, groups, sources, compression, kind, shuffle, info, copies, problems, schema=schema)
+    if not schema and not problems:
+        tallies = [i.tally for i in indexes]
+        if all(t is not None and t.kind == kind for t in tallies):
+            plan.source_tallies = [t for t in tallies if t is not None]
     plan.total = sum(i.count for i in indexes)
     return plan
 
@@ -481,14 +497,17 @@ def manifest_body(plan: Plan, done: list[dict], extra_files: dict[str, tuple[int
     for name, (size, mtime_ns) in extra_files.items():
         files[name] = {"path": name, "size": size, "mtime_ns": mtime_ns}
     return {"tfrfs_manifest": 1, "shards": shards, "files": [files[k] for k in sorted(files)],
-            "dirs": [{"path": "", "mtime_ns": time.time_ns()}], "schema": schema_summary(done)}
+            "dirs": [{"path": "", "mtime_ns": time.time_ns()}], "schema": schema_summary(done, plan.source_tallies)}
 
 
-def schema_summary(done: list[dict]) -> dict | None:
-    """The new dataset's schema (SPEC 5), merged from the jobs' tallies; None when one is unknown."""
+def schema_summary(done: list[dict], source_tallies: list | None = None) -> dict | None:
+    """The new dataset's schema (SPEC 5), merged from the jobs' tallies (else from SOURCE's shards':
+    the same records); None when one is unknown."""
     tallies = [shardschema.Tally.from_json(d["tally"]) if d.get("tally") else None for d in done]
     if any(t is None for t in tallies):
-        return None
+        if source_tallies is None:
+            return None
+        tallies = source_tallies
     tables = shardschema.summarize([t for t in tallies if t is not None], True)
     out: dict = {"shards": [{"shard": d["name"], "records": d["count"], "kind": d["kind"],
                              "compression": d["compression"]} for d in done],

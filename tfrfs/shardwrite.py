@@ -5,6 +5,7 @@ the way, so nothing is read again. Used by ``tfrfs reshard`` and ``tfrfs.ray.wri
 
 from __future__ import annotations
 
+import os
 import zlib
 from array import array
 from typing import Any
@@ -20,14 +21,14 @@ _OUT_BUFFER = 4 << 20   # framed bytes gathered before a write
 class ShardWriter:
     """Writes shard ``name`` into ``dest``: ``record`` each record's length (and its data, for the
     tally) and ``emit`` the framed bytes, in order; ``finish`` makes it durable and writes its index
-    file. ``kind``: how the records are tallied (``None``: no tally)."""
+    file. ``kind``: the records' kind; ``tally``: whether they are tallied (SPEC 5)."""
 
-    def __init__(self, dest: Dest, name: str, compression: str, kind: str | None) -> None:
+    def __init__(self, dest: Dest, name: str, compression: str, kind: str, tally: bool = True) -> None:
         self.dest = dest
         self.name = name
         self.compression = compression
-        self.kind = kind or "raw"
-        self.scanner = shardschema.Scanner(kind) if kind is not None else None
+        self.kind = kind
+        self.scanner = shardschema.Scanner(kind) if tally else None
         self.f, self.fd = dest.create(name)
         self.offsets = array("Q", [0])
         self.stream = 0           # bytes of the uncompressed stream so far
@@ -70,6 +71,22 @@ class ShardWriter:
             if not framed:
                 return
         self._write(framed)
+
+    def emit_from(self, framed: memoryview, fd: int | None, offset: int) -> None:
+        """``emit(framed)``, where ``framed`` was read from file ``fd`` at ``offset``: copied from
+        there within the kernel when the shard is local and uncompressed."""
+        n = len(framed)
+        if fd is None or self.fd is None or self._z is not None or not n:
+            self.emit(framed)
+            return
+        self.crc = crc32c.crc32c(framed, self.crc)
+        done = 0
+        while done < n:
+            got = os.copy_file_range(fd, self.fd, n - done, offset + done)
+            if got <= 0:
+                raise OSError(f"{self.name}: the copy stopped after {done} of {n} bytes")
+            done += got
+        self.size += n
 
     def _write(self, data: bytes | bytearray | memoryview) -> None:
         self.crc = crc32c.crc32c(data, self.crc)

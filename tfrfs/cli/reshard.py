@@ -35,6 +35,10 @@ def add_reshard(sub: Any, source_options: Any, size: Any) -> None:
                    help="of the new shards (default none)")
     p.add_argument("--shuffle", type=int, metavar="SEED",
                    help="put the records in one random order, the same for the same SEED")
+    p.add_argument("--no-schema", action="store_true",
+                   help="do not read what the records hold while copying them (about 3x faster); the new "
+                        "manifest's schema is then SOURCE's, when SOURCE was indexed with it, and each new "
+                        "shard's part of it is read when first needed")
     p.add_argument("--name", metavar="TEMPLATE",
                    help="new shard names: {PREFIX} (the source shards' common name, else DEST's), "
                         "{SHARD_INDEX}, {NUM_SHARDS}, {SHARD_X_OF_Y}; default {PREFIX}-{SHARD_X_OF_Y}.tfrecord. "
@@ -48,8 +52,9 @@ def add_reshard(sub: Any, source_options: Any, size: Any) -> None:
 class _Jobs(Sequence):
     """The runner's argument tuples, made from the plan's tasks when asked for."""
 
-    def __init__(self, where: Any, dest: Any, tasks: Any, compression: str, kind: str | None) -> None:
+    def __init__(self, where: Any, dest: Any, tasks: Any, compression: str, kind: str, tally: bool) -> None:
         self.where, self.dest, self.tasks, self.compression, self.kind = where, dest, tasks, compression, kind
+        self.tally = tally
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -57,7 +62,7 @@ class _Jobs(Sequence):
     def __getitem__(self, k: Any) -> Any:
         if isinstance(k, slice):
             return [self[i] for i in range(*k.indices(len(self)))]
-        return (self.where, self.dest, self.tasks[k], self.compression, self.kind)
+        return (self.where, self.dest, self.tasks[k], self.compression, self.kind, self.tally)
 
 
 def cmd_reshard(args: argparse.Namespace) -> int:
@@ -82,7 +87,8 @@ def cmd_reshard(args: argparse.Namespace) -> int:
     src, indexes, _cache = open_dataset(args)
     try:
         plan = make_plan(src, indexes, dest, shards=args.shards, shard_size=args.shard_size,
-                         compression=compression, shuffle=args.shuffle, template=args.name)
+                         compression=compression, shuffle=args.shuffle, template=args.name,
+                         schema=not args.no_schema)
         if publish.already_published(dest, plan.key):
             publish.tidy(dest)
             print(f"{args.dest}: already complete ({len(plan.names)} shards from this very reshard); nothing to do")
@@ -99,7 +105,7 @@ def cmd_reshard(args: argparse.Namespace) -> int:
         progress = Progress("resharding")
         written = sum(b["size"] for b in earlier.values())
         with runner_of(args) as runner:
-            for _, body in runner.run(copy_shard, _Jobs(Where.of(src), dest, tasks, compression, plan.kind)):
+            for _, body in runner.run(copy_shard, _Jobs(Where.of(src), dest, tasks, compression, plan.kind, plan.schema)):
                 done[body["n"]] = body
                 written += body["size"]
                 rate = written / 1e6 / max(time.monotonic() - started, 1e-6)
