@@ -31,6 +31,7 @@ from typing import Any, BinaryIO
 
 from . import durable
 from .errors import UsageError
+from .idxfile import SUFFIX
 from .index import TMP_PREFIX, local_identity
 from .manifest import NAME as MANIFEST
 from .remote import Store, is_url, object_info
@@ -225,7 +226,8 @@ def _ours(dest: Dest, names: list[str], key: str) -> set[str]:
     if not isinstance(marker, dict) or marker.get("plan") != key:
         return set()
     planned = set(marker.get("names", ()))
-    return {n for n in names if n == MARKER or n.startswith(RECEIPTS + "/") or n in planned}
+    return {n for n in names if n == MARKER or n.startswith(RECEIPTS + "/") or n in planned
+            or n.endswith(SUFFIX) and n[:-len(SUFFIX)] in planned}
 
 
 def begin(dest: Dest, key: str, names: list[str]) -> None:
@@ -241,6 +243,7 @@ def begin(dest: Dest, key: str, names: list[str]) -> None:
     try:
         with open(plan, "rb") as f:
             if json.loads(f.read()).get("plan") == key:
+                _clear_strays(work)
                 return
     except (OSError, ValueError, AttributeError):
         pass
@@ -256,6 +259,14 @@ def begin(dest: Dest, key: str, names: list[str]) -> None:
     durable.fsync_dir(work)
     durable.fsync_dir(parent)
     dest.write_bytes(f"{RECEIPTS}/{PLAN}", json.dumps({"plan": key}).encode())
+
+
+def _clear_strays(work: str) -> None:
+    """The temporary files of a write that a crash cut short, in a work folder kept for a rerun."""
+    for folder in (work, os.path.join(work, RECEIPTS)):
+        for name in os.listdir(folder):
+            if name.startswith(TMP_PREFIX) and name != RECEIPTS:
+                os.unlink(os.path.join(folder, name))
 
 
 def receipts(dest: Dest) -> dict[int, dict]:

@@ -96,7 +96,7 @@ def cmd_reshard(args: argparse.Namespace) -> int:
         if plan.info is not None and compression != "NONE":
             print(f"tfrfs: note: TFDS reads uncompressed shards; the {args.compression} shards of {args.dest} are for "
                   "other readers", file=sys.stderr)
-        publish.begin(dest, plan.key, plan.names)
+        publish.begin(dest, plan.key, plan.names + plan.copies + (["dataset_info.json"] if plan.info else []))
         names = plan.names
         earlier = {n: body for n, body in publish.receipts(dest).items()
                    if n < len(names) and body.get("name") == names[n]}
