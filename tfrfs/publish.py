@@ -347,7 +347,12 @@ def _remove_object(dest: Dest, name: str) -> None:
     store.call("delete", path, lambda: store.fs.rm_file(store.path_of(path)))
 
 
-def remove_work(dest: Dest) -> None:
-    """Drop a local temporary folder (a run that failed at work and will not be resumed as it is)."""
-    if not dest.remote and os.path.isdir(dest.work):
-        shutil.rmtree(dest.work, ignore_errors=True)
+def abandon(dest: Dest) -> None:
+    """Drop what a write that cannot be resumed wrote (DEST was new or empty when it began): the
+    local temporary folder, or every object under the bucket prefix, the marker last."""
+    if not dest.remote:
+        if os.path.isdir(dest.work):
+            shutil.rmtree(dest.work, ignore_errors=True)
+        return
+    for name in sorted(_remote_names(dest), key=lambda n: n == MARKER):
+        _remove_object(dest, name)

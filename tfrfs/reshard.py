@@ -484,7 +484,7 @@ def _stream_size(idx: ShardIndex) -> int:
 
 # --- after the jobs -----------------------------------------------------------------------------
 
-def manifest_body(plan: Plan, done: list[dict], extra_files: dict[str, tuple[int, int]]) -> dict:
+def manifest_body(done: list[dict], extra_files: dict[str, tuple[int, int]], source_tallies: list | None = None) -> dict:
     """The new dataset's manifest (SPEC 1.2), from the jobs' figures."""
     import time
     shards = [{"path": d["name"], "size": d["size"], "identity": d["identity"], "mtime_ns": d["mtime_ns"],
@@ -497,7 +497,7 @@ def manifest_body(plan: Plan, done: list[dict], extra_files: dict[str, tuple[int
     for name, (size, mtime_ns) in extra_files.items():
         files[name] = {"path": name, "size": size, "mtime_ns": mtime_ns}
     return {"tfrfs_manifest": 1, "shards": shards, "files": [files[k] for k in sorted(files)],
-            "dirs": [{"path": "", "mtime_ns": time.time_ns()}], "schema": schema_summary(done, plan.source_tallies)}
+            "dirs": [{"path": "", "mtime_ns": time.time_ns()}], "schema": schema_summary(done, source_tallies)}
 
 
 def schema_summary(done: list[dict], source_tallies: list | None = None) -> dict | None:

@@ -123,7 +123,7 @@ def cmd_reshard(args: argparse.Namespace) -> int:
         for name, data in files.items():
             size, _, mtime_ns = dest.write_bytes(name, data)
             extra[name] = (size, mtime_ns)
-        publish.publish(dest, manifest_body(plan, bodies, extra), {}, plan.key)
+        publish.publish(dest, manifest_body(bodies, extra, plan.source_tallies), {}, plan.key)
     finally:
         src.close()
     problems = order_problems(plan, bodies)
