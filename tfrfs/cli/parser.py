@@ -216,6 +216,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_source_options(p)
     add_run_options(p)
     p.set_defaults(func=cmd_index)
+
+    # reshard: its grammar lives with the command (cli/reshard.py)
+    from .reshard import add_reshard
+    add_reshard(sub, lambda q: _add_source_options(q, index_dir=False), _size)
     return parser
 
 
