@@ -17,6 +17,7 @@ each, and the command exits 1 once DEST is published.
 from __future__ import annotations
 
 import hashlib
+from array import array
 import json
 import math
 import mmap
@@ -69,6 +70,7 @@ class Task:
     sources: tuple[SourceShard, ...]
     runs: tuple[tuple[int, int, int, int], ...] = ()
     picks: bytes | None = None
+    starts: tuple[bytes, ...] = ()   # unchecked copies: each run's record offsets in SOURCE (packed u64)
 
 
 # --- the job ------------------------------------------------------------------------------------
@@ -80,7 +82,10 @@ def copy_shard(where: Where, dest: Dest, task: Task, compression: str, kind: str
     dropped: list[dict] = []
     opened = _Opened(where, task.sources)
     try:
-        if task.picks is None:
+        if task.starts:
+            for (src, start, end, count), starts in zip(task.runs, task.starts):
+                _copy_unchecked(opened.get(src), start, end, starts, w)
+        elif task.picks is None:
             for src, start, end, count in task.runs:
                 got = _copy_run(opened.get(src), start, end, w, dropped, task.sources[src].relpath)
                 if got != count:
@@ -157,6 +162,30 @@ def _open_stream(where: Where, src: SourceShard) -> _Stream:
 
 def _masked(crc: int) -> int:
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def _copy_unchecked(stream: _Stream, start: int, end: int, starts: bytes, w: ShardWriter) -> None:
+    """``--no-check``: the bytes between ``start`` and ``end`` copied as they are, within the kernel
+    where it can; the new shard's offsets from SOURCE's index (``starts``: the records' header
+    offsets there), so no record is looked at. Headers were checked when SOURCE was indexed, and
+    a run never spans a gap."""
+    at = w.stream - start
+    offsets = array("Q")
+    offsets.frombytes(starts)
+    w.offsets.extend([o + at for o in offsets[1:]])
+    w.offsets.append(w.stream + end - start)
+    w.stream += end - start
+    w.data_bytes += end - start - OVERHEAD * len(offsets)
+    buf = bytearray(min(BLOCK, max(end - start, 1)))
+    view = memoryview(buf)
+    pos = start
+    while pos < end:
+        # Read, for the new file's checksum (which it is read back against), then copied in the kernel.
+        n = stream.read_into(view[:min(len(buf), end - pos)], pos)
+        if n <= 0:
+            raise DataLoss(f"ends at byte {pos}, before {end} as indexed")
+        w.emit_from(view[:n], stream.fd, pos)
+        pos += n
 
 
 def _copy_run(stream: _Stream, start: int, end: int, w: ShardWriter, dropped: list[dict], rel: str) -> int:
@@ -309,6 +338,7 @@ class Plan:
     problems: list[tuple[str, dict]]     # what SOURCE's indexes already say is lost
     total: int = 0
     schema: bool = True                  # the jobs tally their shards' records (SPEC 5)
+    unchecked: bool = False              # --no-check: runs copied without reading their records
     source_tallies: list | None = None   # else SOURCE's own, when all are known (the same records)
 
     @property
@@ -328,9 +358,16 @@ def _group_cuts(g: Group, shards: int | None, shard_size: int | None, shuffled: 
     return reshardplan.cut_by_size([i.offsets for i in g.indexes], shard_size)
 
 
-def _runs(g: Group, order: reshardplan.Order, lo: int, hi: int) -> list[tuple[int, int, int, int]]:
-    """Contiguous byte ranges holding global records [lo, hi) of a group, split at gaps."""
-    out = []
+def _runs(g: Group, order: reshardplan.Order, lo: int, hi: int,
+          starts: list[bytes] | None = None) -> list[tuple[int, int, int, int]]:
+    """Contiguous byte ranges holding global records [lo, hi) of a group, split at gaps; with
+    ``starts``, each run's record offsets (packed u64) are appended to it."""
+    out: list[tuple[int, int, int, int]] = []
+
+    def run(k: int, first: int, start: int, end: int, count: int) -> None:
+        out.append((g.numbers[k], start, end, count))
+        if starts is not None:
+            starts.append(array("Q", g.indexes[k].offsets[first:first + count]).tobytes())
     for k, idx in enumerate(g.indexes):
         a, b = max(lo, order.starts[k]) - order.starts[k], min(hi, order.starts[k + 1]) - order.starts[k]
         if a >= b:
@@ -338,10 +375,10 @@ def _runs(g: Group, order: reshardplan.Order, lo: int, hi: int) -> list[tuple[in
         offsets, ends = idx.offsets, idx.ends
         first = a
         for gap in sorted(i for i in ends if a <= i < b - 1) if ends else ():
-            out.append((g.numbers[k], offsets[first], ends[gap], gap + 1 - first))
+            run(k, first, offsets[first], ends[gap], gap + 1 - first)
             first = gap + 1
         last = ends.get(b - 1) if ends else None
-        out.append((g.numbers[k], offsets[first], offsets[b] if last is None else last, b - first))
+        run(k, first, offsets[first], offsets[b] if last is None else last, b - first)
     return out
 
 
@@ -380,7 +417,9 @@ class Tasks(Sequence):
         lo, hi = g.cuts[c]
         order = self._orders[id(g)]
         if self.plan.shuffle is None:
-            return Task(n, g.names[c], hi - lo, self.plan.sources, runs=tuple(_runs(g, order, lo, hi)))
+            starts: list[bytes] | None = [] if self.plan.unchecked else None
+            runs = tuple(_runs(g, order, lo, hi, starts))
+            return Task(n, g.names[c], hi - lo, self.plan.sources, runs=runs, starts=tuple(starts or ()))
         return Task(n, g.names[c], hi - lo, self.plan.sources, picks=_picks(g, order, self._perms[id(g)], lo, hi))
 
     def __getitem__(self, k: Any) -> Any:
@@ -403,7 +442,8 @@ def _join(root: str, rel: str) -> str:
 
 
 def make_plan(src: Any, indexes: list[ShardIndex], dest: Dest, *, shards: int | None, shard_size: int | None,
-              compression: str, shuffle: int | None, template: str | None, schema: bool = True) -> Plan:
+              compression: str, shuffle: int | None, template: str | None, schema: bool = True,
+              check: bool = True) -> Plan:
     """Everything the jobs and the publishing need, from SOURCE's indexes. Raises UsageError."""
     disc = src.discovery
     info = tfds_info(disc.root, disc.access) if disc.mirrors_dir and tfds.INFO in disc.plain_files else None
@@ -465,6 +505,8 @@ def make_plan(src: Any, indexes: list[ShardIndex], dest: Dest, *, shards: int | 
     }, sort_keys=True).encode()).hexdigest()
     # Splits are rewritten in ``info``'s own dicts (the groups hold them).
     plan = Plan(key, groups, sources, compression, kind, shuffle, info, copies, problems, schema=schema)
+    # Unchecked, a record is not looked at: only a plain copy without a tally can be so.
+    plan.unchecked = not check and not schema and shuffle is None and compression == tfrecord.NONE
     if not schema and not problems:
         tallies = [i.tally for i in indexes]
         if all(t is not None and t.kind == kind for t in tallies):

@@ -39,6 +39,11 @@ def add_reshard(sub: Any, source_options: Any, size: Any) -> None:
                    help="do not read what the records hold while copying them (about 3x faster); the new "
                         "manifest's schema is then SOURCE's, when SOURCE was indexed with it, and each new "
                         "shard's part of it is read when first needed")
+    p.add_argument("--no-check", action="store_true",
+                   help="copy the records, in order and uncompressed, as byte ranges: "
+                        "without reading each record's data checksum or schema (as fast as cp; implies --no-schema). "
+                        "Headers were checked when SOURCE was indexed; a record whose data is damaged is "
+                        "copied as it is (TensorFlow and `tfrfs verify` still find it), not left out")
     p.add_argument("--name", metavar="TEMPLATE",
                    help="new shard names: {PREFIX} (the source shards' common name, else DEST's), "
                         "{SHARD_INDEX}, {NUM_SHARDS}, {SHARD_X_OF_Y}; default {PREFIX}-{SHARD_X_OF_Y}.tfrecord. "
@@ -77,6 +82,11 @@ def cmd_reshard(args: argparse.Namespace) -> int:
     if args.shard_size is not None and args.shard_size < 1:
         raise UsageError("--shard-size: give a size of 1 byte or more")
     compression = COMPRESSIONS[args.compression]
+    if args.no_check and (args.shuffle is not None or compression != "NONE"):
+        raise UsageError("--no-check copies the records in order into uncompressed shards: "
+                         "leave out --shuffle and --compression, or --no-check")
+    if args.no_check:
+        args.no_schema = True   # no record is read, so none is tallied
     options = parse_options(args.options or []) if is_url(args.dest) else None
     dest = Dest.of(args.dest, options)
     if not dest.remote and not is_url(args.source):
@@ -88,7 +98,7 @@ def cmd_reshard(args: argparse.Namespace) -> int:
     try:
         plan = make_plan(src, indexes, dest, shards=args.shards, shard_size=args.shard_size,
                          compression=compression, shuffle=args.shuffle, template=args.name,
-                         schema=not args.no_schema)
+                         schema=not args.no_schema, check=not args.no_check)
         if publish.already_published(dest, plan.key):
             publish.tidy(dest)
             print(f"{args.dest}: already complete ({len(plan.names)} shards from this very reshard); nothing to do")
@@ -112,7 +122,7 @@ def cmd_reshard(args: argparse.Namespace) -> int:
                 progress.update(f"{len(done)}/{len(names)} shards, {written / 2**20:,.0f} MiB ({rate:,.0f} MB/s)",
                                 final=len(done) == len(names))
         bodies = [done[n] for n in range(len(names))]
-        _check_counts(plan, bodies)
+        _check_counts(plan, bodies, dest)
         publish.check(dest, bodies)
         info, notes = new_info(plan, bodies)
         extra: dict[str, tuple[int, int]] = {}
@@ -139,11 +149,15 @@ def cmd_reshard(args: argparse.Namespace) -> int:
     return EXIT_PROBLEMS if problems else EXIT_OK
 
 
-def _check_counts(plan: Any, bodies: list[dict]) -> None:
+def _check_counts(plan: Any, bodies: list[dict], dest: Any) -> None:
+    """That each new shard holds the records planned for it (dropped ones counted). A shard that
+    does not is written again by the next run."""
+    from .. import publish
     from ..errors import DataLoss
     expected = [hi - lo for g in plan.groups for lo, hi in g.cuts]
     for body, count in zip(bodies, expected):
         if body["count"] + len(body.get("dropped", ())) != count:
+            publish.forget_receipts(dest, [body["n"]])
             raise DataLoss(f"{body['name']}: {body['count']} records written and {len(body.get('dropped', ()))} "
                            f"dropped, {count} planned; run the command again")
 
