@@ -106,10 +106,11 @@ class Dest:
         return os.fdopen(fd, "wb", buffering=0), fd
 
     def finished(self, name: str, f: BinaryIO, fd: int | None) -> tuple[int, str, int]:
-        """Close what ``create`` gave, durably: (size, identity, mtime_ns) of the file written."""
+        """Close what ``create`` gave: (size, identity, mtime_ns) of the file written. A local file
+        is made durable with all the others before publishing (``publish``: one ``syncfs``, not
+        an fsync per file)."""
         path = self.path(name)
         if fd is not None:
-            durable.fsync(fd, path)
             st = os.fstat(fd)
             f.close()
             return st.st_size, local_identity(st), st.st_mtime_ns
@@ -117,8 +118,9 @@ class Dest:
         obj = object_info(self.store(), self.store().info(path))
         return obj.size, obj.identity, obj.mtime_ns
 
-    def write_bytes(self, name: str, data: bytes) -> tuple[int, str, int]:
-        """Write a small file whole (fsynced): its (size, identity, mtime_ns)."""
+    def write_bytes(self, name: str, data: bytes, *, sync: bool = True) -> tuple[int, str, int]:
+        """Write a small file whole: its (size, identity, mtime_ns). ``sync=False`` (what jobs
+        write): made durable with the rest before publishing."""
         path = self.path(name)
         if self.remote:
             durable.fault_point("write", path)
@@ -126,8 +128,19 @@ class Dest:
             obj = object_info(self.store(), self.store().info(path))
             return obj.size, obj.identity, obj.mtime_ns
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        durable.write_file(path, data, prefix=TMP_PREFIX, mode=0o666 & ~_umask())
-        st = os.stat(path)
+        if sync:
+            durable.write_file(path, data, prefix=TMP_PREFIX, mode=0o666 & ~_umask())
+            st = os.stat(path)
+        else:
+            # Written in place, in the work folder: a file cut short by a crash fails its checksum
+            # in the receipt's check (or the receipt does not parse), and the job is done again.
+            durable.fault_point("write", path)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 & ~_umask())
+            try:
+                os.write(fd, data)
+                st = os.fstat(fd)
+            finally:
+                os.close(fd)
         return st.st_size, local_identity(st), st.st_mtime_ns
 
     def read_bytes(self, name: str) -> bytes | None:
@@ -154,8 +167,9 @@ class Dest:
             return None
 
     def receipt(self, n: int, body: dict) -> None:
-        """A finished job's figures (after its files are durable)."""
-        self.write_bytes(f"{RECEIPTS}/{n:06d}.json", json.dumps(body, sort_keys=True).encode())
+        """A finished job's figures (after its files are written; locally not yet durable: a
+        rerun after a crash checks the files' checksums before it trusts a receipt)."""
+        self.write_bytes(f"{RECEIPTS}/{n:06d}.json", json.dumps(body, sort_keys=True).encode(), sync=False)
 
 
 # --- the driver ---------------------------------------------------------------------------------
@@ -286,9 +300,22 @@ def receipts(dest: Dest) -> dict[int, dict]:
             body = json.loads(data) if data is not None else None
         except ValueError:
             continue
-        if isinstance(body, dict) and all(dest.stat(f) == (size, ident) for f, size, ident in body.get("files", [])):
+        if isinstance(body, dict) and all(dest.stat(f) == (size, ident) for f, size, ident in body.get("files", [])) \
+                and (dest.remote or _holds_what_it_says(dest, body)):
             found[int(stem)] = body
     return found
+
+
+def _holds_what_it_says(dest: Dest, body: dict) -> bool:
+    """Whether a local job's files hold the bytes its receipt names (their CRC-32C): the files
+    were not yet durable when it was written, and a crash may have lost what it says."""
+    from .shardwrite import file_crc
+    try:
+        index = body.get("index") or {}
+        return file_crc(dest.path(body["name"])) == body["crc32c"] and \
+            (not index or file_crc(dest.path(index["file"])) == index["crc32c"])
+    except (KeyError, OSError, TypeError):
+        return False
 
 
 def forget_receipts(dest: Dest, numbers: list[int]) -> None:
@@ -318,6 +345,8 @@ def check(dest: Dest, done: list[dict]) -> None:
 def publish(dest: Dest, manifest_body: dict, files: dict[str, bytes], key: str) -> None:
     """Write ``files`` (TFDS metadata, ...) and the manifest (naming the plan ``key``) and make
     DEST complete: the rename of the temporary folder, or the marker's removal."""
+    if not dest.remote:
+        durable.syncfs(dest.work)   # every job's files, durable before anything names them
     for name, data in files.items():
         dest.write_bytes(name, data)
     body = dict(manifest_body, made_by=key)
@@ -339,7 +368,6 @@ def publish(dest: Dest, manifest_body: dict, files: dict[str, bytes], key: str) 
 def tidy(dest: Dest) -> None:
     """Remove what publishing leaves behind: the receipts (and plan) and a bucket's marker."""
     if dest.remote:
-        store = dest.store()
         for name in sorted(_remote_names(dest)):
             if name.startswith(RECEIPTS + "/") or name == MARKER:
                 _remove_object(dest, name)   # the marker last: the names sort after the receipts'
@@ -347,8 +375,10 @@ def tidy(dest: Dest) -> None:
     folder = os.path.join(dest.root, RECEIPTS)
     if not os.path.isdir(folder):
         return
+    # Receipts are of no use once DEST is published: no fsync per file, one for the folder.
     for name in sorted(os.listdir(folder)):
-        durable.unlink(os.path.join(folder, name))
+        durable.fault_point("unlink", os.path.join(folder, name))
+        os.unlink(os.path.join(folder, name))
     os.rmdir(folder)
     durable.fsync_dir(dest.root)
 

@@ -17,7 +17,6 @@ each, and the command exits 1 once DEST is published.
 from __future__ import annotations
 
 import hashlib
-from array import array
 import json
 import math
 import mmap
@@ -30,7 +29,7 @@ from typing import Any, Callable, Iterator
 
 import crc32c
 
-from . import reshardplan, shardschema, tfds, tfrecord
+from . import idxfile, reshardplan, shardschema, tfds, tfrecord
 from .errors import DataLoss, UsageError
 from .index import INDEX_SUFFIXES, ShardIndex
 from .jobs import Where
@@ -169,13 +168,11 @@ def _copy_unchecked(stream: _Stream, start: int, end: int, starts: bytes, w: Sha
     where it can; the new shard's offsets from SOURCE's index (``starts``: the records' header
     offsets there), so no record is looked at. Headers were checked when SOURCE was indexed, and
     a run never spans a gap."""
-    at = w.stream - start
-    offsets = array("Q")
-    offsets.frombytes(starts)
-    w.offsets.extend([o + at for o in offsets[1:]])
+    records = len(starts) // 8
+    w.offsets.extend(idxfile.shifted(starts[8:], w.stream - start))
     w.offsets.append(w.stream + end - start)
     w.stream += end - start
-    w.data_bytes += end - start - OVERHEAD * len(offsets)
+    w.data_bytes += end - start - OVERHEAD * records
     buf = bytearray(min(BLOCK, max(end - start, 1)))
     view = memoryview(buf)
     pos = start
@@ -367,7 +364,7 @@ def _runs(g: Group, order: reshardplan.Order, lo: int, hi: int,
     def run(k: int, first: int, start: int, end: int, count: int) -> None:
         out.append((g.numbers[k], start, end, count))
         if starts is not None:
-            starts.append(array("Q", g.indexes[k].offsets[first:first + count]).tobytes())
+            starts.append(idxfile.as_u64(g.indexes[k].offsets[first:first + count]))
     for k, idx in enumerate(g.indexes):
         a, b = max(lo, order.starts[k]) - order.starts[k], min(hi, order.starts[k + 1]) - order.starts[k]
         if a >= b:

@@ -107,7 +107,7 @@ class ShardWriter:
         size, identity, mtime_ns = self.dest.finished(self.name, self.f, self.fd)
         if size != self.size:
             raise OSError(f"{self.name}: {self.size} bytes written, the file holds {size}")
-        if not self.dest.remote and _file_crc(self.dest.path(self.name)) != self.crc:
+        if not self.dest.remote and file_crc(self.dest.path(self.name)) != self.crc:
             raise OSError(f"{self.name}: the file does not read back as written")
         tally = self.scanner.flush() if self.scanner is not None else None
         meta = {"shard": self.name, "size": size, "identity": identity, "compression": self.compression,
@@ -115,7 +115,7 @@ class ShardWriter:
                 **({"schema": tally.to_json()} if tally is not None else {})}
         index = idxfile.dump(meta, self.offsets)
         index_name = self.name + idxfile.SUFFIX
-        isize, iident, imtime = self.dest.write_bytes(index_name, index)
+        isize, iident, imtime = self.dest.write_bytes(index_name, index, sync=False)
         return {"name": self.name, "count": self.count, "size": size, "identity": identity, "mtime_ns": mtime_ns,
                 "crc32c": self.crc, "compression": self.compression, "kind": self.kind, "stream_size": self.stream,
                 "data_bytes": self.data_bytes, "bad": self.bad,
@@ -124,7 +124,7 @@ class ShardWriter:
                 "files": [[self.name, size, identity], [index_name, isize, iident]]}
 
 
-def _file_crc(path: str) -> int:
+def file_crc(path: str) -> int:
     """CRC-32C of a local file, read back in large blocks (from the page cache, just written)."""
     crc = 0
     buf = bytearray(_OUT_BUFFER)
