@@ -156,7 +156,7 @@ def _same_object(store: "Store", a: str, a_info: dict[str, Any], b: str, b_info:
 
 def _info(store: "Store", url: str) -> dict[str, Any] | None:
     try:
-        info = store.info(url)
+        info = store.info(url, fresh=True)
     except FileNotFoundError:
         return None
     return None if info.get("type") == "directory" else info

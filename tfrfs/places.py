@@ -97,7 +97,7 @@ class BucketPlace:
             if self._complete and path not in self._asked and path.startswith(self.root + "/"):
                 return None
             try:
-                info = self.store.info(path)
+                info = self.store.info(path, fresh=True)
             except FileNotFoundError:
                 return None
             if info.get("type") == "directory":

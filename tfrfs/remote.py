@@ -203,6 +203,7 @@ class Store:
         """A server-side copy of one object over another (none of its bytes pass through here);
         the copy replaces ``dst`` whole. On S3 a multipart object keeps its ETag."""
         kw: dict[str, Any] = {"preserve_etag": True} if self.protocol == "s3" else {}
+        self.fs.invalidate_cache(self.path_of(src))   # it may be newer than a listing held here
         self.call("copy", dst, lambda: self.fs.cp_file(self.path_of(src), self.path_of(dst), **kw))
 
     def delete(self, url: str) -> None:
@@ -212,8 +213,12 @@ class Store:
         except FileNotFoundError:
             pass
 
-    def info(self, url: str) -> dict[str, Any]:
+    def info(self, url: str, *, fresh: bool = False) -> dict[str, Any]:
+        """The object's look-up; ``fresh``: asked of the store, not taken from a listing this
+        file system holds (an object written since, by this process or another)."""
         path = self.path_of(url)
+        if fresh:
+            self.fs.invalidate_cache(path)
         return self.call("look-up", url, lambda: self.fs.info(path, timeout=self.timeout))
 
     def open_stream(self, url: str) -> Any:
