@@ -170,9 +170,17 @@ def test_a_crash_at_any_step_leaves_each_shard_whole_and_a_rerun_finishes(s3, tm
     expected = shutil.copytree(original, tmp_path / "expected")
     assert run("repair", "--workers", "1", cache=tmp_path / "lc", src=str(expected))[0] == 0
 
+    s3.upload_tree(original, "seed")
+    assert run("index", "--beside", "--workers", "1", cache=tmp_path / "ic", src=s3.url("seed"))[0] == 1
+    shipped = {k[len("seed/"):]: s3.get(k) for k in s3.keys("seed/") if k.endswith((".tfrfs-idx", ".tfrfs-manifest"))}
+    assert len(shipped) == 4
+
     def upload(prefix: str) -> str:
+        """The dataset with its shipped indexes and manifest (they name sizes and ETags, the same
+        for the same bytes anywhere in the bucket)."""
         s3.upload_tree(original, prefix)
-        assert run("index", "--beside", "--workers", "1", cache=tmp_path / "ic", src=s3.url(prefix))[0] == 1
+        for rel, data in shipped.items():
+            s3.put(f"{prefix}/{rel}", data)
         return s3.url(prefix)
 
     steps: list[tuple[str, str]] = []
@@ -224,4 +232,5 @@ def test_a_crash_at_any_step_leaves_each_shard_whole_and_a_rerun_finishes(s3, tm
         doc = json.loads(s3.get(f"{prefix}/.tfrfs-manifest"))
         for e in doc["shards"]:
             assert e["size"] == len(s3.get(f"{prefix}/{e['path']}")) and not e["problems"], f"{where}: {e}"
-        assert run("verify", "--workers", "1", cache=tmp_path / f"v{n}", src=url)[0] == 0, where
+        if n == len(seen):
+            assert run("verify", "--workers", "1", cache=tmp_path / f"v{n}", src=url)[0] == 0, where
