@@ -175,15 +175,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("repair", help="rewrite damaged shards with every record that can be saved",
-                       description="Check every shard of SOURCE (a local folder, shard or glob) and rewrite "
-                                   "each damaged one with every record whose checksums hold, in order and "
-                                   "byte for byte, by the commit's crash-safe path. The damaged original is "
-                                   "kept as .tfrfs-damaged/NAME beside it (never shown in a mount). Prints "
-                                   "what was dropped. Refused while SOURCE is mounted writable. Exit status "
-                                   "0 when every damaged shard was repaired, 1 when one could not be.")
+                       description="Check every shard of SOURCE (a local folder, shard or glob, or an "
+                                   "s3:// or gs:// URL) and rewrite each damaged one with every record whose "
+                                   "checksums hold, in order and byte for byte, by the commit's crash-safe "
+                                   "path (in a bucket: a checked temporary object copied over the shard). "
+                                   "The damaged original is kept as .tfrfs-damaged/NAME beside it (never "
+                                   "shown in a mount). Prints what was dropped. Refused while SOURCE is "
+                                   "mounted writable. Exit status 0 when every damaged shard was repaired, "
+                                   "1 when one could not be.")
     p.add_argument("source", metavar="SOURCE")
     p.add_argument("--no-backup", action="store_true", help="do not keep the damaged originals")
     p.add_argument("--dry-run", action="store_true", help="say what would be dropped; change nothing")
+    _add_source_options(p, index_dir=False)
     add_run_options(p)
     p.set_defaults(func=cmd_repair)
 
