@@ -31,20 +31,21 @@ def example_bytes(row: dict) -> bytes:
     for key, values in row.items():
         if key in _SKIPPED:
             continue
-        feature = ex.features.feature[key]
         if values is None:
+            ex.features.feature[key].SetInParent()   # a feature with no kind
             continue
         values = values.tolist() if hasattr(values, "tolist") else values
         if not isinstance(values, (list, tuple)):
             values = [values]
-        if all(isinstance(v, (bytes, str)) for v in values) and values:
+        if not values:
+            continue   # ``read`` gives a key the record lacks as []: it stays out
+        feature = ex.features.feature[key]
+        if all(isinstance(v, (bytes, str)) for v in values):
             feature.bytes_list.value.extend(v.encode() if isinstance(v, str) else v for v in values)
         elif any(isinstance(v, float) for v in values):
             feature.float_list.value.extend(values)
-        elif values:
-            feature.int64_list.value.extend(int(v) for v in values)
         else:
-            feature.bytes_list.SetInParent()
+            feature.int64_list.value.extend(int(v) for v in values)
     return ex.SerializeToString()
 
 
@@ -125,7 +126,9 @@ def _sink_class() -> Any:
 def write(dataset: Any, dest: str, *, shards: int | None = None, compression: str = "none", **options: Any) -> dict:
     """Write ``dataset``'s rows into DEST (a new or empty folder, or a bucket prefix) as framed
     shards (``shards``: that many, else one per block), published when every write task succeeded.
-    Returns ``{"dest", "shards", "records"}``."""
+    Returns ``{"dest", "shards", "records"}``. Rows of ``example`` shape: a list column is a
+    feature, None a feature with no kind, an empty list a key the record lacks (as ``read`` gives
+    them); kinds follow the values (bytes or str, a float anywhere, else int64)."""
     from .errors import UsageError
     if compression not in COMPRESSIONS:
         raise UsageError(f"compression {compression!r}: give none, gzip or zlib")
@@ -133,6 +136,12 @@ def write(dataset: Any, dest: str, *, shards: int | None = None, compression: st
     if shards is not None:
         dataset = dataset.repartition(shards)
     sink = _sink_class()(target, COMPRESSIONS[compression])
-    dataset.write_datasink(sink)
+    # Shards are numbered by write task: in the dataset's order only when the order is kept.
+    execution: Any = dataset.context.execution_options
+    kept, execution.preserve_order = execution.preserve_order, True
+    try:
+        dataset.write_datasink(sink)
+    finally:
+        execution.preserve_order = kept
     done = getattr(sink, "done", [])
     return {"dest": dest, "shards": len(done), "records": sum(d["count"] for d in done)}
