@@ -352,7 +352,8 @@ class ShardIndex:
                  problems: list[Problem] | None = None, bad: set[int] | None = None,
                  notes: list[str] | None = None, ends: dict[int, int] | None = None, tally: Tally | None = None,
                  *, count: int | None = None, loader: Callable[[], idxfile.Offsets] | None = None,
-                 header: Callable[[], Tally | None] | None = None, memory: IndexMemory | None = None) -> None:
+                 header: Callable[[], Tally | None] | None = None, memory: IndexMemory | None = None,
+                 checked: tuple[int, ...] | None = None) -> None:
         if offsets is None and (loader is None or count is None):
             raise ValueError("an index without offsets needs their count and a loader")
         self.shard = shard
@@ -373,6 +374,9 @@ class ShardIndex:
         # What the records hold (the schema's part of this shard), once read: kept in the index file.
         self._tally = tally
         self._header = header if tally is None else None
+        # When every record's data checksum was checked while indexing: the records whose
+        # checksum failed (so a copy need not check them again: ``tfrfs reshard``). None: not checked.
+        self.checked = checked
 
     def __repr__(self) -> str:
         return f"ShardIndex({self.shard.relpath!r}, {self._count} records, {self.detected_kind})"
@@ -596,7 +600,8 @@ class IndexCache:
             ends = {int(i): int(end) for i, end in meta["gaps"]}
             return ShardIndex(shard, data_path, offsets, meta["kind"], problems, set(meta["bad"]), ends=ends,
                               count=int(meta["count"]), loader=loader, memory=self.memory,
-                              header=functools.partial(_tally_of, meta) if "schema" in meta else None)
+                              header=functools.partial(_tally_of, meta) if "schema" in meta else None,
+                              checked=tuple(int(i) for i in meta["checked"]) if "checked" in meta else None)
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -611,6 +616,7 @@ class IndexCache:
             "gaps": sorted(idx.ends.items()),
             **({"schema": idx.tally.to_json()} if idx.tally is not None and idx.tally.kind == idx.detected_kind
                else {}),
+            **({"checked": list(idx.checked)} if idx.checked is not None else {}),
         }
 
     def save(self, idx: ShardIndex) -> None:

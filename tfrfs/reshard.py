@@ -69,7 +69,9 @@ class Task:
     sources: tuple[SourceShard, ...]
     runs: tuple[tuple[int, int, int, int], ...] = ()
     picks: bytes | None = None
-    starts: tuple[bytes, ...] = ()   # unchecked copies: each run's record offsets in SOURCE (packed u64)
+    unchecked: bool = False          # runs copied as byte ranges, no record read (``_copy_unchecked``)
+    starts: tuple[bytes, ...] = ()   # ... each run's record offsets in SOURCE (packed u64)
+    dropped: tuple[dict, ...] = ()   # ... and the records left out for a data checksum indexing saw fail
 
 
 # --- the job ------------------------------------------------------------------------------------
@@ -81,7 +83,8 @@ def copy_shard(where: Where, dest: Dest, task: Task, compression: str, kind: str
     dropped: list[dict] = []
     opened = _Opened(where, task.sources)
     try:
-        if task.starts:
+        if task.unchecked:
+            dropped.extend(task.dropped)
             for (src, start, end, count), starts in zip(task.runs, task.starts):
                 _copy_unchecked(opened.get(src), start, end, starts, w)
         elif task.picks is None:
@@ -355,13 +358,17 @@ def _group_cuts(g: Group, shards: int | None, shard_size: int | None, shuffled: 
     return reshardplan.cut_by_size([i.offsets for i in g.indexes], shard_size)
 
 
-def _runs(g: Group, order: reshardplan.Order, lo: int, hi: int,
-          starts: list[bytes] | None = None) -> list[tuple[int, int, int, int]]:
+def _runs(g: Group, order: reshardplan.Order, lo: int, hi: int, starts: list[bytes] | None = None,
+          drops: list[dict] | None = None) -> list[tuple[int, int, int, int]]:
     """Contiguous byte ranges holding global records [lo, hi) of a group, split at gaps; with
-    ``starts``, each run's record offsets (packed u64) are appended to it."""
+    ``starts``, each run's record offsets (packed u64) are appended to it, and the records whose
+    data checksums indexing found failing (``ShardIndex.checked``) are left out, each one a
+    problem appended to ``drops`` as a job that read it would report it."""
     out: list[tuple[int, int, int, int]] = []
 
     def run(k: int, first: int, start: int, end: int, count: int) -> None:
+        if count <= 0:
+            return
         out.append((g.numbers[k], start, end, count))
         if starts is not None:
             starts.append(idxfile.as_u64(g.indexes[k].offsets[first:first + count]))
@@ -370,12 +377,23 @@ def _runs(g: Group, order: reshardplan.Order, lo: int, hi: int,
         if a >= b:
             continue
         offsets, ends = idx.offsets, idx.ends
+        cuts = {i: "gap" for i in ends if a <= i < b - 1} if ends else {}
+        if starts is not None and idx.checked:
+            cuts.update((i, "failed") for i in idx.checked if a <= i < b)
         first = a
-        for gap in sorted(i for i in ends if a <= i < b - 1) if ends else ():
-            run(k, first, offsets[first], ends[gap], gap + 1 - first)
-            first = gap + 1
-        last = ends.get(b - 1) if ends else None
-        run(k, first, offsets[first], offsets[b] if last is None else last, b - first)
+        for i in sorted(cuts):
+            if cuts[i] == "failed":
+                run(k, first, offsets[first], offsets[i], i - first)
+                if drops is not None:
+                    at = offsets[i]
+                    drops.append(dict(Problem(at, f"data checksum failed for the record at offset {at}").fields(),
+                                      shard=idx.shard.relpath))
+            else:
+                run(k, first, offsets[first], ends[i], i + 1 - first)
+            first = i + 1
+        if first < b:
+            last = ends.get(b - 1) if ends else None
+            run(k, first, offsets[first], offsets[b] if last is None else last, b - first)
     return out
 
 
@@ -415,8 +433,10 @@ class Tasks(Sequence):
         order = self._orders[id(g)]
         if self.plan.shuffle is None:
             starts: list[bytes] | None = [] if self.plan.unchecked else None
-            runs = tuple(_runs(g, order, lo, hi, starts))
-            return Task(n, g.names[c], hi - lo, self.plan.sources, runs=runs, starts=tuple(starts or ()))
+            drops: list[dict] = []
+            runs = tuple(_runs(g, order, lo, hi, starts, drops))
+            return Task(n, g.names[c], hi - lo, self.plan.sources, runs=runs, unchecked=self.plan.unchecked,
+                        starts=tuple(starts or ()), dropped=tuple(drops))
         return Task(n, g.names[c], hi - lo, self.plan.sources, picks=_picks(g, order, self._perms[id(g)], lo, hi))
 
     def __getitem__(self, k: Any) -> Any:
@@ -439,7 +459,7 @@ def _join(root: str, rel: str) -> str:
 
 
 def make_plan(src: Any, indexes: list[ShardIndex], dest: Dest, *, shards: int | None, shard_size: int | None,
-              compression: str, shuffle: int | None, template: str | None, schema: bool = True,
+              compression: str, shuffle: int | None, template: str | None, schema: bool | None = None,
               check: bool = True) -> Plan:
     """Everything the jobs and the publishing need, from SOURCE's indexes. Raises UsageError."""
     disc = src.discovery
@@ -501,13 +521,19 @@ def make_plan(src: Any, indexes: list[ShardIndex], dest: Dest, *, shards: int | 
         "cut": [shards, shard_size], "compression": compression, "shuffle": shuffle, "names": names,
     }, sort_keys=True).encode()).hexdigest()
     # Splits are rewritten in ``info``'s own dicts (the groups hold them).
+    # The new dataset's schema is SOURCE's when every record is copied and SOURCE's is known (the
+    # same records): the jobs then tally nothing (``schema=None``), unless asked to (True).
+    tallies = [i.tally for i in indexes] if not problems and not any(i.checked for i in indexes) else []
+    known = bool(tallies) and all(t is not None and t.kind == kind for t in tallies)
+    if schema is None:
+        schema = not known
     plan = Plan(key, groups, sources, compression, kind, shuffle, info, copies, problems, schema=schema)
-    # Unchecked, a record is not looked at: only a plain copy without a tally can be so.
-    plan.unchecked = not check and not schema and shuffle is None and compression == tfrecord.NONE
-    if not schema and not problems:
-        tallies = [i.tally for i in indexes]
-        if all(t is not None and t.kind == kind for t in tallies):
-            plan.source_tallies = [t for t in tallies if t is not None]
+    if not schema and known:
+        plan.source_tallies = [t for t in tallies if t is not None]
+    # A record need not be looked at when its data checksum was checked while SOURCE was indexed
+    # (or the user says not to check): a plain copy without a tally is then made of byte ranges.
+    checked = all(i.checked is not None for i in indexes)
+    plan.unchecked = (not check or checked) and not schema and shuffle is None and compression == tfrecord.NONE
     plan.total = sum(i.count for i in indexes)
     return plan
 

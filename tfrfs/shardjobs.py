@@ -148,15 +148,19 @@ def index_job(where: Where, shard: ShardFile, schema: bool) -> bytes:
     cache = IndexCache(where.cache_dir, readers_of(where, shard), _WhereFiles(where))
     idx = cache.build(shard)
     if schema and not large(shard, idx.count):
-        idx.tally = _tally_of_index(cache, idx)
+        # Reading every record for the schema, the data checksums are checked on the way (for
+        # little more): a copy of the shard (``reshard``) then need not read them again.
+        failed: list[int] = []
+        idx.tally = _tally_of_index(cache, idx, failed)
+        idx.checked = tuple(failed)
     return cache.entry_bytes(idx)
 
 
-def _tally_of_index(cache: IndexCache, idx: ShardIndex) -> shardschema.Tally:
+def _tally_of_index(cache: IndexCache, idx: ShardIndex, failed: list[int] | None = None) -> shardschema.Tally:
     reader = cache.readers.open(idx.data_path)
     try:
         scanner = shardschema.Scanner(idx.detected_kind)
-        shardschema.scan_read(scanner, reader.pread, idx.offsets, idx.bad)
+        shardschema.scan_read(scanner, reader.pread, idx.offsets, idx.bad, failed)
         return scanner.flush()
     finally:
         reader.close()

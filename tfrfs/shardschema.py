@@ -25,6 +25,8 @@ from array import array
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from typing import Any, Callable, Iterable, Iterator
 
+import crc32c
+
 from . import codec, idxfile, proto, wire
 
 VERSION = 1
@@ -37,6 +39,8 @@ _MEMO_VALUE = 256          # feature bytes up to this long are remembered per ke
 _MEMO_KEYS = 4096          # ... this many per key
 _CHUNK = 8 << 20           # bytes of records read at once
 _HIGH = bytes(range(0x80))
+_FOOTER = struct.Struct("<I")
+_MASK_DELTA = 0xA282EAD8
 _LENGTH = struct.Struct("<Q")  # delete these to keep only bytes with the varint continuation bit
 
 # A row: (kind, values, suffix when not raw, ends in a newline, raw pixels).
@@ -438,11 +442,14 @@ def scan_part(path: str, stamp: Stamp, kind: str, offsets: bytes, first: int, sk
 
 
 def scan_read(scanner: Scanner, pread: Callable[[int, int], bytes], offsets: idxfile.Offsets,
-              skipped: set[int]) -> None:
+              skipped: set[int], failed: list[int] | None = None) -> None:
     """``records_in`` through ``pread`` (size, offset) into ``scanner``, without a generator step
     per record (this loop runs once per record of every shard a cold index reads); ``skipped``:
-    records left out, numbered from the first of ``offsets``."""
+    records left out, numbered from the first of ``offsets``. With ``failed`` (a list), every
+    record's data checksum is checked on the way, skipped ones too, and the numbers of those whose
+    checksum fails are appended to it (the tally is the same either way)."""
     unpack, add = _LENGTH.unpack_from, scanner.add
+    crc, footer = crc32c.crc32c, _FOOTER.unpack_from
     stop = len(offsets) - 1
     i = 0
     while i < stop:
@@ -452,14 +459,20 @@ def scan_read(scanner: Scanner, pread: Callable[[int, int], bytes], offsets: idx
             j += 1
         block = pread(offsets[j] - start, start)
         for k in range(i, j):
-            if skipped and k in skipped:
-                continue
             head = offsets[k] - start + 12
             (length,) = unpack(block, head - 12)
+            data = block[head:head + length]
+            if failed is not None:
+                c = crc(data)
+                if len(block) < head + length + 4 or \
+                        footer(block, head + length)[0] != ((((c >> 15) | (c << 17)) + _MASK_DELTA) & 0xFFFFFFFF):
+                    failed.append(k)
+            if skipped and k in skipped:
+                continue
             if length < LARGE:
-                add(block[head:head + length])
+                add(data)
             else:
-                scanner.add_large(block[head:head + length])
+                scanner.add_large(data)
         i = j
 
 

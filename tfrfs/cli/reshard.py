@@ -35,12 +35,17 @@ def add_reshard(sub: Any, source_options: Any, size: Any) -> None:
                    help="of the new shards (default none)")
     p.add_argument("--shuffle", type=int, metavar="SEED",
                    help="put the records in one random order, the same for the same SEED")
-    p.add_argument("--no-schema", action="store_true",
-                   help="do not read what the records hold while copying them (about 3x faster); the new "
-                        "manifest's schema is then SOURCE's, when SOURCE was indexed with it, and each new "
-                        "shard's part of it is read when first needed")
+    schema = p.add_mutually_exclusive_group()
+    schema.add_argument("--schema", dest="schema", action="store_const", const=True,
+                        help="read what the records hold while copying them, so that each new shard's index file "
+                             "holds its part of the schema (by default only when SOURCE's schema is not known: "
+                             "else the new manifest takes SOURCE's, the same records, and each new shard's part "
+                             "is read when first needed)")
+    schema.add_argument("--no-schema", dest="schema", action="store_const", const=False,
+                        help="never read the schema while copying (the manifest then has none unless SOURCE's "
+                             "is known)")
     p.add_argument("--no-check", action="store_true",
-                   help="copy the records, in order and uncompressed, as byte ranges: "
+                   help="copy the records, in order and uncompressed, as byte ranges, "
                         "without reading each record's data checksum or schema (as fast as cp; implies --no-schema). "
                         "Headers were checked when SOURCE was indexed; a record whose data is damaged is "
                         "copied as it is (TensorFlow and `tfrfs verify` still find it), not left out")
@@ -86,7 +91,9 @@ def cmd_reshard(args: argparse.Namespace) -> int:
         raise UsageError("--no-check copies the records in order into uncompressed shards: "
                          "leave out --shuffle and --compression, or --no-check")
     if args.no_check:
-        args.no_schema = True   # no record is read, so none is tallied
+        if args.schema:
+            raise UsageError("--no-check reads no record, so it cannot read the schema: leave out --schema")
+        args.schema = False   # no record is read, so none is tallied
     options = parse_options(args.options or []) if is_url(args.dest) else None
     dest = Dest.of(args.dest, options)
     if not dest.remote and not is_url(args.source):
@@ -98,7 +105,7 @@ def cmd_reshard(args: argparse.Namespace) -> int:
     try:
         plan = make_plan(src, indexes, dest, shards=args.shards, shard_size=args.shard_size,
                          compression=compression, shuffle=args.shuffle, template=args.name,
-                         schema=not args.no_schema, check=not args.no_check)
+                         schema=args.schema, check=not args.no_check)
         if publish.already_published(dest, plan.key):
             publish.tidy(dest)
             print(f"{args.dest}: already complete ({len(plan.names)} shards from this very reshard); nothing to do")
