@@ -8,6 +8,10 @@ write a ``committing`` marker naming the new file; rename it over the old one;
 fsync the folder; and only then drop the shard's staged changes. Recovery at
 the next mount uses the marker to tell a finished rename from an unfinished
 one, so every shard is wholly old or wholly new and no staged change is lost.
+
+The heavy part, writing the new file and reading it back (``write_job``), is a shard job (see
+``jobs``): ``commit SOURCE`` runs one per changed shard on its runner, in other processes or on
+other machines; the rest (``put_in_place``) is the caller's, shard by shard in order.
 """
 
 from __future__ import annotations
