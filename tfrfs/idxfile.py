@@ -38,13 +38,63 @@ def typecode(offsets: Offsets) -> str:
     return offsets.typecode if isinstance(offsets, array) else offsets.format
 
 
+_NUMPY: list[Any] = []
+
+
+def _numpy() -> Any:
+    """numpy, or None: offsets by the million are converted at C speed when it is installed (Ray
+    and TensorFlow bring it), else a Python step per offset. Imported when first needed (it
+    costs a tenth of a second, which a mount need not pay)."""
+    if not _NUMPY:
+        try:
+            import numpy
+            _NUMPY.append(numpy)
+        except ImportError:   # pragma: no cover
+            _NUMPY.append(None)
+    return _NUMPY[0]
+
+
+def as_u64(offsets: Offsets) -> bytes:
+    """``offsets`` (u32 or u64) as packed little-endian u64."""
+    if typecode(offsets) == "Q":
+        return offsets.tobytes()
+    _np = _numpy() if len(offsets) > 4096 else None
+    if _np is not None:
+        return _np.asarray(offsets, dtype=_np.uint32).astype(_np.uint64).tobytes()
+    return array("Q", offsets).tobytes()
+
+
+def shifted(u64: bytes, delta: int) -> array:
+    """Packed u64 offsets, each plus ``delta`` (which keeps them non-negative), as an array."""
+    out = array("Q")
+    _np = _numpy() if len(u64) > 32768 else None
+    if _np is not None:
+        got = _np.frombuffer(u64, dtype=_np.uint64)
+        out.frombytes((got + _np.uint64(delta) if delta >= 0 else got - _np.uint64(-delta)).tobytes())
+    else:
+        out.frombytes(u64)
+        out = array("Q", [o + delta for o in out])
+    return out
+
+
+def _narrow(offsets: Offsets) -> bytes:
+    """u64 offsets (all under 4 GiB) as packed u32."""
+    _np = _numpy() if len(offsets) > 4096 else None
+    if _np is not None:
+        return _np.asarray(offsets, dtype=_np.uint64).astype(_np.uint32).tobytes()
+    return array("I", offsets).tobytes()
+
+
 def dump(meta: dict[str, Any], offsets: Offsets) -> bytes:
     """The file's bytes; ``meta`` gets ``version``, ``count``, ``width`` and ``crc`` added."""
     if array("I").itemsize != 4 or array("Q").itemsize != 8 or struct.pack("=I", 1) != struct.pack("<I", 1):
         raise RuntimeError("index files are written on little-endian hosts with 4- and 8-byte arrays only")
     wide = len(offsets) > 0 and offsets[-1] >= _U32_LIMIT
     code = "Q" if wide else "I"
-    body = offsets.tobytes() if typecode(offsets) == code else array(code, offsets).tobytes()
+    if typecode(offsets) == code:
+        body = offsets.tobytes()
+    else:
+        body = _narrow(offsets) if code == "I" else as_u64(offsets)
     head = dict(meta, version=VERSION, count=max(0, len(offsets) - 1), width=8 if wide else 4,
                 crc=crc32c.crc32c(body))
     blob = json.dumps(head, sort_keys=True).encode()

@@ -34,6 +34,7 @@ from .index import (HIDDEN_DIRS, INDEX_SUFFIXES, TMP_PREFIX, Discovery, IndexCac
 from .nodes import Dir, PlainFile, ShardDir
 
 if TYPE_CHECKING:
+    from .places import Place
     from .tree import Tree
 
 log = logging.getLogger("tfrfs")
@@ -121,43 +122,43 @@ def _posix(rel: str) -> str:
 
 
 def follow(root: str, cache: IndexCache, written: list[ShardIndex], removed: list[str],
-           schema: dict | None) -> list[str]:
+           schema: dict | None, place: "Place | None" = None) -> list[str]:
     """After a commit or repair wrote shards anew (``written``, indexed) or removed them (by
     relative path): the index file beside each (where it had one, or the dataset has a manifest)
-    and the dataset's manifest (where it has one) follow, each replaced whole (temporary file,
-    fsync, rename), after the shards. A crash between leaves an index file or manifest of the
-    old shard, which its size and identity tell apart: it is ignored (and reported) until the
-    next ``tfrfs index --beside``. ``schema``: the new schema summary, None when not known.
+    and the dataset's manifest (where it has one) follow, each replaced whole, after the shards
+    (in a local folder: temporary file, fsync, rename; in a bucket: one PUT; ``place``, the local
+    folder ``root`` by default). A crash between leaves an index file or manifest of the old
+    shard, which its size and identity tell apart: it is ignored (and reported) until the next
+    ``tfrfs index --beside``. ``schema``: the new schema summary, None when not known.
     Returns what was done or could not be, one line each."""
-    from . import durable
-    files = SourceFiles(root)
-    where = os.path.join(root, NAME)
-    has_manifest = os.path.exists(where)
+    from .places import LocalPlace
+    place = place if place is not None else LocalPlace(root)
+    where = place.join(NAME)
+    has_manifest = place.stat(where) is not None
     notes: list[str] = []
     shipped: dict[str, tuple[int, int]] = {}
     for idx in written:
         beside = idx.shard.path + idxfile.SUFFIX
-        if not (has_manifest or os.path.exists(beside)):
+        if not (has_manifest or place.stat(beside) is not None):
             continue
         try:
             data = cache.shipped_bytes(idx)
-            files.write_bytes(beside, data)
+            place.write(beside, data)
             shipped[idx.shard.relpath] = (len(data), crc32c.crc32c(data))
         except OSError as exc:
             notes.append(f"{idx.shard.relpath}{idxfile.SUFFIX}: not written anew ({exc.strerror or exc}): "
                          "it is ignored, as of another version of the shard, until tfrfs index --beside")
     for rel in removed:
-        stale = os.path.join(root, rel + idxfile.SUFFIX)
-        if os.path.exists(stale):
+        stale = place.join(rel + idxfile.SUFFIX)
+        if place.stat(stale) is not None:
             try:
-                durable.unlink(stale)
+                place.unlink(stale)
             except OSError as exc:   # harmless: an index file is never a shard
                 notes.append(f"{rel}{idxfile.SUFFIX}: the index of the removed shard stays ({exc.strerror or exc})")
     if not has_manifest:
         return notes
     try:
-        with open(where, "rb") as f:
-            body = json.loads(f.read())
+        body = json.loads(place.read(where))
         entries = {e["path"]: e for e in body["shards"]}
         plain = {e["path"]: e for e in body["files"]}
         for rel in removed:
@@ -169,21 +170,21 @@ def follow(root: str, cache: IndexCache, written: list[ShardIndex], removed: lis
         for rel, e in list(entries.items()):
             if rel in done:
                 continue
-            try:
-                st = os.stat(os.path.join(root, _rel(rel)))
-            except OSError:
+            seen = place.stat(place.join(_rel(rel)))
+            if seen is None:
                 del entries[rel]
                 plain.pop(rel + idxfile.SUFFIX, None)
-                stale = os.path.join(root, _rel(rel) + idxfile.SUFFIX)
-                if os.path.exists(stale):
-                    durable.unlink(stale)
+                stale = place.join(_rel(rel) + idxfile.SUFFIX)
+                if place.stat(stale) is not None:
+                    place.unlink(stale)
                 continue
-            if (st.st_size, local_identity(st)) != (e.get("size"), e.get("identity")):
-                shard = ShardFile(path=os.path.join(root, _rel(rel)), relpath=_rel(rel), compression=e["compression"],
-                                  size=st.st_size, mtime_ns=st.st_mtime_ns, identity=local_identity(st))
+            size, identity, mtime_ns = seen
+            if (size, identity) != (e.get("size"), e.get("identity")):
+                shard = ShardFile(path=place.join(_rel(rel)), relpath=_rel(rel), compression=e["compression"],
+                                  size=size, mtime_ns=mtime_ns, identity=identity)
                 idx, _ = cache.get(shard)
                 data = cache.shipped_bytes(idx)
-                files.write_bytes(shard.path + idxfile.SUFFIX, data)
+                place.write(shard.path + idxfile.SUFFIX, data)
                 shipped[shard.relpath] = (len(data), crc32c.crc32c(data))
                 written = [*written, idx]
         if not written and len(entries) == len(body["shards"]):
@@ -192,13 +193,14 @@ def follow(root: str, cache: IndexCache, written: list[ShardIndex], removed: lis
             rel = _posix(idx.shard.relpath)
             entries[rel] = shard_json(idx, cache, shipped.get(idx.shard.relpath))
             if idx.shard.relpath in shipped:
-                st = os.stat(idx.shard.path + idxfile.SUFFIX)
-                plain[rel + idxfile.SUFFIX] = {"path": rel + idxfile.SUFFIX, "size": st.st_size,
-                                               "mtime_ns": st.st_mtime_ns}
+                got = place.stat(idx.shard.path + idxfile.SUFFIX)
+                if got is None:
+                    raise FileNotFoundError(idx.shard.path + idxfile.SUFFIX)
+                plain[rel + idxfile.SUFFIX] = {"path": rel + idxfile.SUFFIX, "size": got[0], "mtime_ns": got[2]}
         body["shards"] = [entries[k] for k in sorted(entries)]
         body["files"] = [plain[k] for k in sorted(plain)]
         body["schema"] = schema
-        files.write_bytes(where, (json.dumps(body, separators=(",", ":"), sort_keys=True) + "\n").encode())
+        place.write(where, (json.dumps(body, separators=(",", ":"), sort_keys=True) + "\n").encode())
         notes.append(f"{NAME}: updated for {len(written) + len(removed)} shard(s)"
                      if written or removed else f"{NAME}: updated")
     except (OSError, ValueError, KeyError, TypeError) as exc:

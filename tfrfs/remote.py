@@ -38,6 +38,7 @@ SNIFF_WORKERS = 32
 OWN_OPTIONS = ("retries", "timeout")
 DEFAULT_RETRIES = 4          # attempts of one request before it counts as failed
 DEFAULT_TIMEOUT_S = 30.0     # for one request
+PART_BYTES = 8 << 20        # of an upload: a smaller object goes in one request, held whole
 
 T = TypeVar("T")
 
@@ -191,8 +192,33 @@ class Store:
         path = self.path_of(url)
         self.call("write", url, lambda: self.fs.pipe_file(path, data))
 
-    def info(self, url: str) -> dict[str, Any]:
+    def put_file(self, url: str, local: str) -> None:
+        """Upload a local file as the object ``url``, streamed in parts (a bucket shows a
+        multipart upload only once it is complete: the object appears whole or not at all)."""
         path = self.path_of(url)
+        kw: dict[str, Any] = {"chunksize": PART_BYTES} if self.protocol == "s3" else {}
+        self.call("write", url, lambda: self.fs.put_file(local, path, **kw))
+
+    def copy(self, src: str, dst: str) -> None:
+        """A server-side copy of one object over another (none of its bytes pass through here);
+        the copy replaces ``dst`` whole. On S3 a multipart object keeps its ETag."""
+        kw: dict[str, Any] = {"preserve_etag": True} if self.protocol == "s3" else {}
+        self.fs.invalidate_cache(self.path_of(src))   # it may be newer than a listing held here
+        self.call("copy", dst, lambda: self.fs.cp_file(self.path_of(src), self.path_of(dst), **kw))
+
+    def delete(self, url: str) -> None:
+        """Delete an object; one that is not there is no error."""
+        try:
+            self.call("delete", url, lambda: self.fs.rm_file(self.path_of(url)))
+        except FileNotFoundError:
+            pass
+
+    def info(self, url: str, *, fresh: bool = False) -> dict[str, Any]:
+        """The object's look-up; ``fresh``: asked of the store, not taken from a listing this
+        file system holds (an object written since, by this process or another)."""
+        path = self.path_of(url)
+        if fresh:
+            self.fs.invalidate_cache(path)
         return self.call("look-up", url, lambda: self.fs.info(path, timeout=self.timeout))
 
     def open_stream(self, url: str) -> Any:

@@ -15,14 +15,13 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import tempfile
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, BinaryIO, Iterator
 
 from . import durable, idxfile, salvage, tfds, tfrecord
 from .errors import UsageError
 from .index import DAMAGED_DIR, ShardFile
+from .remote import is_url
 from .repack import TMP_PREFIX, _FaultedFile, check_new_shard
 from .sources import Source
 from .staging import Staging
@@ -30,8 +29,11 @@ from .verify import Progress, ShardReport, verify_source
 
 if TYPE_CHECKING:
     from . import jobs
+    from .places import Place
 
 log = logging.getLogger("tfrfs")
+
+BUCKETS = ("s3", "gcs")   # stores repair writes to (fsspec protocols)
 
 
 @dataclass
@@ -49,14 +51,18 @@ class Repaired:
     notes: list[str] = field(default_factory=list)
     error: str | None = None              # it could not be repaired: why
     written: str | None = None            # the repaired copy, checked, not yet renamed into place
+    written_size: int = 0                 # its bytes
 
 
 def check_repairable(source: Source) -> None:
-    """Refuse a remote source, a source mounted writable, and shards with staged edits (their
-    record numbers would change under the edits). Raises UsageError."""
-    if source.remote:
-        raise UsageError(f"{source.name}: a remote source is read-only: copy the damaged shards to a "
-                         "local folder and repair them there")
+    """Refuse a web server (read-only), a source mounted writable, and shards with staged edits
+    (their record numbers would change under the edits). A bucket is never mounted writable: it
+    has no staged edits. Raises UsageError."""
+    if source.store is not None:
+        if source.store.protocol not in BUCKETS:
+            raise UsageError(f"{source.name}: a web server is read-only: copy the damaged shards to a "
+                             "local folder or a bucket and repair them there")
+        return
     staging = Staging(source.discovery.root)
     if staging.lock.is_locked():
         raise UsageError(f"{source.name} is mounted writable: unmount it first")
@@ -74,15 +80,22 @@ def repair_source(source: Source, *, backup: bool = True, dry_run: bool = False,
 
     Checking and rewriting run as shard jobs on ``runner`` (this process by default): a job
     writes a damaged shard's sound records into a temporary file beside it, fsynced and checked
-    (the shards are on a local file system this process and the jobs share: a remote source is
-    refused). Here, in shard order, the original is kept, the new file renamed over it, the
-    folder fsynced and the TFDS metadata updated, as one process did it."""
-    from . import jobs, shardjobs
+    (a local source: its file system is the one this process and the jobs share), or into a
+    temporary object beside it in a bucket, checked (``bucketrepair``). Here, in shard order, the
+    original is kept, the new file renamed (the new object copied) over it, and the TFDS
+    metadata updated, as one process did it; the index files beside the shards and the manifest
+    follow last."""
+    from . import bucketrepair, jobs, shardjobs
     check_repairable(source)
     runner = runner or jobs.InProcess()
+    where = jobs.Where.of(source)
+    bucket = bucketrepair.place_of(source) if source.remote else None
     if not dry_run:
-        for folder in {os.path.dirname(s.path) for s in source.discovery.shards}:
-            _clear_leftovers(folder)
+        if bucket is not None:
+            bucketrepair.clear_leftovers(source, bucket)
+        else:
+            for folder in {os.path.dirname(s.path) for s in source.discovery.shards}:
+                _clear_leftovers(folder)
     reports = list(verify_source(source, None, progress, runner))
     # What each sound (or repaired) shard holds, by folder: a TFDS dataset_info.json there follows.
     figures: dict[str, dict[str, tfds.ShardFigures]] = {}
@@ -91,52 +104,68 @@ def repair_source(source: Source, *, backup: bool = True, dry_run: bool = False,
         if not r.damaged:
             figures.setdefault(os.path.dirname(r.shard.path), {})[os.path.basename(r.shard.path)] = \
                 tfds.ShardFigures(r.records, r.data_bytes)
-    damaged = [(report, dry_run) for report in reports if report.damaged]
+    damaged = [(where, report, dry_run) for report in reports if report.damaged]
     try:
         for result in shardjobs.gather(runner, shardjobs.repair_job, damaged):
             if result.error is None and not dry_run:
                 try:
-                    _put_in_place(result, backup=backup)
+                    if bucket is not None:
+                        bucketrepair.put_in_place(bucket, result, backup=backup)
+                    else:
+                        _put_in_place(result, backup=backup)
                 except OSError as exc:
                     result.error = _why(exc)
             if result.error is None and not dry_run:
                 repaired.append(result.shard)
                 folder, name = os.path.split(result.shard.path)
                 figures.setdefault(folder, {})[name] = tfds.ShardFigures(result.kept, result.kept_bytes)
-                result.notes += tfds.update(folder, figures[folder])
+                result.notes += tfds.update(folder, figures[folder], place=bucket)
             yield result
     finally:
-        for report, _ in damaged:   # what a failed or stopped run left (renamed ones are gone)
-            _unlink_quietly(_tmp_path(report.shard))
+        if not dry_run:   # what a failed or stopped run left (renamed ones are gone)
+            done = {s.path for s in repaired}
+            for _, report, _ in damaged:
+                if bucket is not None:
+                    if report.shard.path not in done:
+                        bucketrepair.drop_quietly(bucket, _tmp_path(report.shard))
+                else:
+                    _unlink_quietly(_tmp_path(report.shard))
     if not dry_run:
         # Also where an earlier repair stopped between the shard and its metadata.
         for folder, shards in figures.items():
-            for note in tfds.update(folder, shards):
+            for note in tfds.update(folder, shards, place=bucket):
                 log.info("%s", note)
-        _follow_manifest(source, repaired)
+        _follow_manifest(source, repaired, bucket)
 
 
 def _why(exc: OSError) -> str:
     return f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
 
 
-def _follow_manifest(source: Source, repaired: list[ShardFile]) -> None:
+def _follow_manifest(source: Source, repaired: list[ShardFile], place: "Place | None" = None) -> None:
     """The repaired shards' index files beside them and the dataset's manifest follow them
-    (SPEC 1.2), where the dataset has them: the new shards are indexed for that."""
+    (SPEC 1.2), where the dataset has them: the new shards are indexed for that. With a
+    manifest, also when nothing was repaired now: an earlier repair may have stopped between a
+    shard and its manifest entry."""
     from . import manifest
-    from .index import IndexCache, local_identity
+    from .index import IndexCache
+    from .places import LocalPlace
     root = source.discovery.root
-    if not repaired or not (os.path.exists(os.path.join(root, manifest.NAME)) or
-                            any(os.path.exists(s.path + idxfile.SUFFIX) for s in repaired)):
+    place = place if place is not None else LocalPlace(root)
+    if not (place.stat(place.join(manifest.NAME)) is not None or
+            any(place.stat(s.path + idxfile.SUFFIX) is not None for s in repaired)):
         return
-    cache = IndexCache(source.cache_dir)
+    cache = IndexCache(source.cache_dir, source.readers, source.discovery.access)
     written = []
     for old in repaired:
-        st = os.stat(old.path)
-        shard = ShardFile(path=old.path, relpath=old.relpath, compression=old.compression, size=st.st_size,
-                          mtime_ns=st.st_mtime_ns, identity=local_identity(st))
+        seen = place.stat(old.path)
+        if seen is None:
+            continue
+        size, identity, mtime_ns = seen
+        shard = ShardFile(path=old.path, relpath=old.relpath, compression=old.compression, size=size,
+                          mtime_ns=mtime_ns, identity=identity)
         written.append(cache.get(shard)[0])
-    for note in manifest.follow(root, cache, written, [], None):
+    for note in manifest.follow(root, cache, written, [], None, place):
         log.info("%s", note)
 
 
@@ -147,45 +176,35 @@ def _tmp_path(shard: ShardFile) -> str:
     return os.path.join(folder, f"{TMP_PREFIX}repair-{name}")
 
 
-def rewrite(report: ShardReport, dry_run: bool) -> Repaired:
+def rewrite(where: "jobs.Where", report: ShardReport, dry_run: bool) -> Repaired:
     """A shard job: the sound records of the damaged shard ``report`` is of, in order, into its
-    temporary file (``_tmp_path``), fsynced and read back; nothing is renamed. ``error`` says
-    why it could not be written."""
+    temporary file (``_tmp_path``), fsynced and read back, or in a bucket into its temporary
+    object, checked; nothing is renamed. ``error`` says why it could not be written."""
     result = Repaired(report.shard, report)
     try:
-        _write_repaired(result, dry_run=dry_run)
+        if dry_run:
+            _copy_sound(where, result, None)
+        elif is_url(report.shard.path):
+            from . import bucketrepair
+            bucketrepair.write_repaired(where, result, _tmp_path(report.shard), _copy_sound)
+        else:
+            _write_repaired(where, result)
     except OSError as exc:
         result.error = _why(exc)
     return result
 
 
-def _write_repaired(result: Repaired, *, dry_run: bool) -> None:
+def _copy_sound(where: "jobs.Where", result: Repaired, out: BinaryIO | None) -> None:
+    """Walk the shard's plain stream (a compressed shard inflated as far as it goes, into a
+    temporary file) and write its sound records to ``out`` with the shard's compression, a
+    record at a time; count what is kept and what is dropped."""
+    from .shardjobs import plain_stream
     shard = result.shard
-    target = shard.path
-    with ExitStack() as stack:
-        stream: BinaryIO
-        if shard.compression != tfrecord.NONE:
-            stream = stack.enter_context(tempfile.TemporaryFile())
-            with open(target, "rb") as src:
-                problem = salvage.inflate(src, stream, shard.compression)
-            stream.flush()
-            if problem is not None and problem.compressed_offset is not None:
-                result.compressed_tail = (problem.compressed_offset, shard.size)
-        else:
-            stream = stack.enter_context(open(target, "rb"))
-        fd = stream.fileno()
-        size = os.fstat(fd).st_size
-        out: BinaryIO | None = None
-        tmp = None
-        if not dry_run:
-            tmp = _tmp_path(shard)
-            tfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, os.stat(target).st_mode & 0o7777)
-            os.fchmod(tfd, os.stat(target).st_mode & 0o7777)
-            out = stack.enter_context(os.fdopen(tfd, "wb"))
-            stack.callback(_unlink_unless, tmp, result)
-        writer = tfrecord.StreamWriter(_FaultedFile(out, tmp) if out is not None and tmp else _Discard(),  # type: ignore[arg-type]
-                                       shard.compression)
-        walk = salvage.Walk(lambda n, off: os.pread(fd, n, off), size, with_data=True)
+    with plain_stream(where, shard) as (pread, size, problem):
+        if problem is not None and problem.compressed_offset is not None:
+            result.compressed_tail = (problem.compressed_offset, shard.size)
+        writer = tfrecord.StreamWriter(out if out is not None else _Discard(), shard.compression)  # type: ignore[arg-type]
+        walk = salvage.Walk(pread, size, with_data=True)
         for index, (offset, length, data) in enumerate(walk):
             assert data is not None
             if walk.ok:
@@ -196,17 +215,24 @@ def _write_repaired(result: Repaired, *, dry_run: bool) -> None:
                 result.dropped_records.append((index, offset, length))
         writer.close()
         result.dropped_ranges = [(p.offset, p.offset + (p.skipped or 0)) for p in walk.problems]
-        if dry_run or out is None or tmp is None:
-            return
-        out.flush()
-        durable.fsync(out.fileno(), tmp)
+
+
+def _write_repaired(where: "jobs.Where", result: Repaired) -> None:
+    shard = result.shard
+    tmp = _tmp_path(shard)
+    mode = os.stat(shard.path).st_mode & 0o7777
+    try:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "wb") as out:
+            os.fchmod(out.fileno(), mode)
+            _copy_sound(where, result, _FaultedFile(out, tmp))  # type: ignore[arg-type]
+            out.flush()
+            durable.fsync(out.fileno(), tmp)
+            result.written_size = os.fstat(out.fileno()).st_size
         check_new_shard(tmp, shard.compression, result.kept, range(result.kept))
-        result.written = tmp
-
-
-def _unlink_unless(tmp: str, result: Repaired) -> None:
-    if result.written is None:
+    except BaseException:
         _unlink_quietly(tmp)
+        raise
+    result.written = tmp
 
 
 def _put_in_place(result: Repaired, *, backup: bool) -> None:

@@ -195,11 +195,11 @@ def verify_job(where: Where, shard: ShardFile, records: str | None, part: Part |
     return verify_shard(shard, lambda: plain_stream(where, shard), records, part=part)
 
 
-def repair_job(report: "ShardReport", dry_run: bool) -> Any:
-    """``repair.rewrite``: the damaged shard's sound records into a temporary file beside it (the
-    caller renames it into place)."""
+def repair_job(where: Where, report: "ShardReport", dry_run: bool) -> Any:
+    """``repair.rewrite``: the damaged shard's sound records into a temporary file beside it, or
+    a temporary object beside it in a bucket (the caller puts it in place)."""
     from .repair import rewrite
-    return rewrite(report, dry_run)
+    return rewrite(where, report, dry_run)
 
 
 # --- the schema's parts of many shards ----------------------------------------------------------

@@ -214,10 +214,21 @@ def _hidden(rel: str) -> bool:
         any(p in HIDDEN_DIRS for p in parts[:-1])
 
 
+def refuse_unfinished(url: str, listing: Listing) -> None:
+    """A bucket prefix that ``tfrfs reshard`` is still writing (or was killed writing): its marker
+    and no manifest yet (``publish``). Raises UsageError."""
+    from .publish import MARKER
+    names = {rel for rel, _ in listing.files}
+    if MARKER in names and manifest.NAME not in names:
+        raise UsageError(f"{url}: an unfinished reshard (being written, or interrupted): run the same "
+                         "`tfrfs reshard` again to finish it")
+
+
 def discover_remote(store: Store, url: str, cache_dir: Path) -> Discovery:
     """What a URL source holds, judged by content as a local folder is (SPEC 1): the first bytes
     of every object are fetched in parallel."""
     listing = list_source(store, url)
+    refuse_unfinished(url, listing)
     files = [(rel, obj) for rel, obj in listing.files if not _hidden(rel)]
     present: dict[str, set[str]] = {}
     for rel, _ in files:

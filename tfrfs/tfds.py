@@ -17,10 +17,13 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Collection, Iterable
+from typing import TYPE_CHECKING, Collection, Iterable
 
 from . import durable, tfrecord
 from .index import TMP_PREFIX, ShardIndex
+
+if TYPE_CHECKING:
+    from .places import Place
 
 INFO = "dataset_info.json"
 DEFAULT_TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
@@ -238,17 +241,23 @@ def _set(split: dict, figures: list[ShardFigures | None], edited: bool, label: s
 
 
 def update(folder: str, shards: dict[str, ShardFigures], changed: Collection[str] | None = None,
-           label: str | None = None) -> list[str]:
+           label: str | None = None, place: "Place | None" = None) -> list[str]:
     """Bring ``folder``'s ``dataset_info.json`` in step with ``shards`` (see ``follow``) and write
     it like a shard: a temporary file, fsync, rename, fsync of the folder, so a crash leaves the
-    old file or the new one. Returns what changed and what could not be kept in step, one line
-    each, naming the file as ``label`` (default: its path); nothing when there is no such file."""
+    old file or the new one (in a bucket, ``place``: one PUT, which replaces the object whole).
+    Returns what changed and what could not be kept in step, one line each, naming the file as
+    ``label`` (default: its path); nothing when there is no such file."""
     path = os.path.join(folder, INFO)
     label = label or path
+    mode = None
     try:
-        with open(path, "rb") as f:
-            mode = os.fstat(f.fileno()).st_mode & 0o7777
-            info = json.loads(f.read())
+        if place is not None:
+            data = place.read(path)
+        else:
+            with open(path, "rb") as f:
+                mode = os.fstat(f.fileno()).st_mode & 0o7777
+                data = f.read()
+        info = json.loads(data)
     except FileNotFoundError:
         return []
     except (OSError, ValueError) as exc:
@@ -260,10 +269,13 @@ def update(folder: str, shards: dict[str, ShardFigures], changed: Collection[str
     lines = [f"{label}: {line}" for line in done.changes + done.problems]
     if not done.changes:
         return lines
+    text = (json.dumps(info, indent=2, ensure_ascii=False) + "\n").encode()
     try:
-        # Its temporary file is named as a commit's, which a mount never shows and repair clears.
-        durable.write_file(path, (json.dumps(info, indent=2, ensure_ascii=False) + "\n").encode(),
-                           prefix=TMP_PREFIX, mode=mode)
+        if place is not None:
+            place.write(path, text)
+        else:
+            # Its temporary file is named as a commit's, which a mount never shows and repair clears.
+            durable.write_file(path, text, prefix=TMP_PREFIX, mode=mode)
     except OSError as exc:
         return [f"{label}: not updated ({exc.strerror or exc}): the shards are committed; the next commit "
                 "or tfrfs repair of this folder updates it"]

@@ -14,9 +14,11 @@ starts after the page cache is emptied (as root):
   reshard  100 -> 1,000 shards (``--shards 1000``), from the indexed source into a new folder
 
 beside the same reshard by a TensorFlow script (``TFRecordDataset`` -> ``TFRecordWriter``) and
-``cp -r`` + ``sync`` of the source folder (the ceiling). Worker memory is each worker process's
-peak RSS (VmHWM), sampled from /proc while the command runs: the processes under the command
-(the pool) or Ray's task workers (``ray::`` processes). Then ``tfrfs.ray.read`` of the dataset,
+``cp -r`` + ``sync`` of the source folder (the ceiling). The TensorFlow script takes the records
+in batches of 4,096 out of the graph, as a user who knows tf.data would (per record, eagerly, it
+is several times slower). Worker memory is the highest peak RSS (VmHWM) of any worker process,
+sampled from /proc while the command runs: the processes under the command (the pool), Ray's
+task workers (``ray::`` processes), or the command itself in one process. Then ``tfrfs.ray.read`` of the dataset,
 consumed whole, against ``ray.data.read_tfrecords`` of the same files, on the one-node cluster.
 """
 
@@ -49,15 +51,17 @@ files = sys.argv[4:]
 per, spare = divmod(total, n)
 os.makedirs(out, exist_ok=True)
 shard, left, writer = 0, 0, None
-for rec in tf.data.TFRecordDataset(files):
-    if left == 0:
-        if writer is not None:
-            writer.close()
-        left = per + (shard < spare)
-        writer = tf.io.TFRecordWriter(os.path.join(out, f"out-{shard:05d}-of-{n:05d}.tfrecord"))
-        shard += 1
-    writer.write(rec.numpy())
-    left -= 1
+# Batches of records leave the graph as one array each: a Python step per batch, not per record.
+for batch in tf.data.TFRecordDataset(files, num_parallel_reads=1).batch(4096):
+    for rec in batch.numpy():
+        if left == 0:
+            if writer is not None:
+                writer.close()
+            left = per + (shard < spare)
+            writer = tf.io.TFRecordWriter(os.path.join(out, f"out-{shard:05d}-of-{n:05d}.tfrecord"))
+            shard += 1
+        writer.write(rec)
+        left -= 1
 writer.close()
 """
 
@@ -126,8 +130,9 @@ def _start(nodes: int) -> tuple[Any, float]:
     return cluster, time.perf_counter() - t0
 
 
-def _run_measured(cli: Cli, args: list[str], ray: bool) -> tuple[float, str, float]:
-    """Time, stdout and the workers' peak memory of ``tfrfs ARGS``."""
+def _run_measured(cli: Cli, args: list[str], ray: bool, alone: bool) -> tuple[float, str, float]:
+    """Time, stdout and the workers' peak memory of ``tfrfs ARGS`` (``alone``: the command's own,
+    when it runs its jobs itself)."""
     _drop_caches()
     if ray:
         with PeakMemory(_ray_worker) as mem:
@@ -139,6 +144,7 @@ def _run_measured(cli: Cli, args: list[str], ray: bool) -> tuple[float, str, flo
     def pick(pid: int, a: list[str], ppid: int) -> bool:
         if len(a) > 2 and a[1:3] == ["-m", "tfrfs"]:
             children.roots.add(pid)
+            return alone
         return children(pid, a, ppid)
     with PeakMemory(pick) as mem:
         secs, out = cli.run(*args)
@@ -187,7 +193,7 @@ def measure_cluster(args: Any) -> dict[str, Any]:
                                    "--cache-dir", str(warm_cache)]}[step] + extra
                 progress(f"{label}: {step}")
                 try:
-                    secs, out, mem = _run_measured(cli, cmd, ray)
+                    secs, out, mem = _run_measured(cli, cmd, ray, alone=extra == ["--workers", "1"])
                     row[step] = {"s": secs, "mb_s": size / 1e6 / secs, "worker_mib": mem}
                     progress(f"  {secs:.2f}s, {size / 1e6 / secs:,.0f} MB/s, workers' peak {mem:.0f} MiB")
                 except (TimedOut, RuntimeError) as exc:

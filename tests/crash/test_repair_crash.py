@@ -156,3 +156,30 @@ def test_fault_at_every_repair_step(tmp_path: Path, mode: str, capsys: pytest.Ca
         _check_whole(root, where)
         _check_finished(root, where)
         shutil.rmtree(root)
+
+
+def test_a_rerun_brings_the_manifest_in_step_after_a_crash_before_it(tmp_path: Path) -> None:
+    """Stopped after the shard was replaced, before its manifest entry: the next repair finds
+    nothing damaged, and still puts the manifest (and the shard's index file) right."""
+    root = _source(tmp_path / "src")
+    cache = str(tmp_path / "cache")
+    assert cli.main(["index", "--beside", "--cache-dir", cache, str(root)]) == 1   # damaged
+    manifest = root / ".tfrfs-manifest"
+
+    def entry() -> dict:
+        return json.loads(manifest.read_text())["shards"][0]
+    assert entry()["size"] == len(DAMAGED)
+
+    def fail_at_manifest(op: str, path: str) -> None:
+        if op == "rename" and path == str(manifest):
+            raise OSError(errno.EIO, "injected")
+    durable.fault_hook = fail_at_manifest
+    try:
+        assert cli.main(["repair", "--cache-dir", cache, str(root)]) == 0
+    finally:
+        durable.fault_hook = None
+    assert (root / NAME).read_bytes() == REPAIRED
+    assert entry()["size"] == len(DAMAGED)          # the manifest is behind the shard
+    assert _repair(root) == 0
+    assert entry()["size"] == len(REPAIRED) and entry()["count"] == 38 and not entry()["problems"]
+    assert (root / (NAME + ".tfrfs-idx")).stat().st_size == entry()["index"]["size"]

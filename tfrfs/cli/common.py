@@ -126,15 +126,22 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="run the shard jobs as tasks on a Ray cluster: ADDRESS as `ray start` prints it "
                         "(host:port, ray://host:port); without it or with `auto`, $RAY_ADDRESS, else a "
                         "cluster started on this machine for the command. Needs pip install 'tfrfs[ray]'")
-    p.add_argument("--workers", type=int, metavar="N",
+    p.add_argument("--workers", type=_processes, metavar="N",
                    help="without --ray: local worker processes (default: one per core; 1 runs the "
                         "jobs in this process)")
+
+
+def _processes(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of processes, 1 or more")
+    return n
 
 
 def runner_of(args: argparse.Namespace) -> "jobs.Runner":
     """The runner the command's ``--ray`` / ``--workers`` ask for."""
     from .. import jobs
-    workers = getattr(args, "workers", None)
-    if workers is not None and workers < 1:
-        raise UsageError("--workers: give a number of processes, 1 or more")
-    return jobs.runner(getattr(args, "ray", None), workers)
+    return jobs.runner(getattr(args, "ray", None), getattr(args, "workers", None))

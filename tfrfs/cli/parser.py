@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from typing import Sequence
 
@@ -174,15 +175,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("repair", help="rewrite damaged shards with every record that can be saved",
-                       description="Check every shard of SOURCE (a local folder, shard or glob) and rewrite "
-                                   "each damaged one with every record whose checksums hold, in order and "
-                                   "byte for byte, by the commit's crash-safe path. The damaged original is "
-                                   "kept as .tfrfs-damaged/NAME beside it (never shown in a mount). Prints "
-                                   "what was dropped. Refused while SOURCE is mounted writable. Exit status "
-                                   "0 when every damaged shard was repaired, 1 when one could not be.")
+                       description="Check every shard of SOURCE (a local folder, shard or glob, or an "
+                                   "s3:// or gs:// URL) and rewrite each damaged one with every record whose "
+                                   "checksums hold, in order and byte for byte, by the commit's crash-safe "
+                                   "path (in a bucket: a checked temporary object copied over the shard). "
+                                   "The damaged original is kept as .tfrfs-damaged/NAME beside it (never "
+                                   "shown in a mount). Prints what was dropped. Refused while SOURCE is "
+                                   "mounted writable. Exit status 0 when every damaged shard was repaired, "
+                                   "1 when one could not be.")
     p.add_argument("source", metavar="SOURCE")
     p.add_argument("--no-backup", action="store_true", help="do not keep the damaged originals")
     p.add_argument("--dry-run", action="store_true", help="say what would be dropped; change nothing")
+    _add_source_options(p, index_dir=False)
     add_run_options(p)
     p.set_defaults(func=cmd_repair)
 
@@ -215,12 +219,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_source_options(p)
     add_run_options(p)
     p.set_defaults(func=cmd_index)
+
+    # reshard: its grammar lives with the command (cli/reshard.py)
+    from .reshard import add_reshard
+    add_reshard(sub, lambda q: _add_source_options(q, index_dir=False), _size)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    argv = _mount_without_command(list(sys.argv[1:] if argv is None else argv), parser)
+    argv = _bare_ray(_mount_without_command(list(sys.argv[1:] if argv is None else argv), parser))
     args, extra = parser.parse_known_args(argv)
     if extra:
         hint = _glob_hint(args, extra)
@@ -253,6 +261,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
         return 128 + 13
+
+
+_RAY_ADDRESS = re.compile(r"^(auto|(ray|https?)://\S+|[\w.-]+:\d+|\[[0-9a-fA-F:]+\]:\d+)$")
+
+
+def _bare_ray(argv: list[str]) -> list[str]:
+    """``--ray`` followed by something that is no Ray address (SOURCE, DEST: ``tfrfs verify --ray
+    /data``) is ``--ray`` alone (auto): argparse would take the next word as its ADDRESS."""
+    out = list(argv)
+    for i, arg in enumerate(out[:-1]):
+        if arg == "--":
+            break
+        if arg == "--ray" and not out[i + 1].startswith("-") and not _RAY_ADDRESS.match(out[i + 1]):
+            out[i] = "--ray=auto"
+    return out
 
 
 def _mount_without_command(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:

@@ -1,0 +1,166 @@
+"""``tfrfs reshard SOURCE DEST`` (SPEC 8): plan, run one job per new shard, publish, report."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .common import EXIT_OK, EXIT_PROBLEMS, Progress, open_dataset, runner_of
+
+COMPRESSIONS = {"none": "NONE", "gzip": "GZIP", "zlib": "ZLIB"}
+
+
+def add_reshard(sub: Any, source_options: Any, size: Any) -> None:
+    """The ``reshard`` subcommand's grammar."""
+    from .common import add_run_options
+    p = sub.add_parser(
+        "reshard", help="copy SOURCE's records into new shards in DEST (a folder or bucket prefix)",
+        description="Copy every record of SOURCE, byte for byte, into new shards in DEST: --shards N of "
+                    "equal record counts, or --shard-size SIZE bytes each. Each new shard gets its index "
+                    "file, DEST the dataset's manifest, and a TFDS dataset (a folder with dataset_info.json) "
+                    "stays one: each split is resharded on its own, named as TFDS names shards, and "
+                    "dataset_info.json lists the new shard lengths. DEST appears complete or not at all; "
+                    "running the same command again finishes an interrupted run.")
+    p.add_argument("source", metavar="SOURCE")
+    p.add_argument("dest", metavar="DEST", help="a folder that does not exist yet (or is empty), or a bucket prefix")
+    cut = p.add_mutually_exclusive_group(required=True)
+    cut.add_argument("--shards", type=int, metavar="N", help="N new shards (per TFDS split) of equal record counts")
+    cut.add_argument("--shard-size", type=size, metavar="SIZE",
+                     help="new shards of at most SIZE bytes of records each (K, M, G suffixes)")
+    p.add_argument("--compression", choices=tuple(COMPRESSIONS), default="none",
+                   help="of the new shards (default none)")
+    p.add_argument("--shuffle", type=int, metavar="SEED",
+                   help="put the records in one random order, the same for the same SEED")
+    p.add_argument("--no-schema", action="store_true",
+                   help="do not read what the records hold while copying them (about 3x faster); the new "
+                        "manifest's schema is then SOURCE's, when SOURCE was indexed with it, and each new "
+                        "shard's part of it is read when first needed")
+    p.add_argument("--no-check", action="store_true",
+                   help="copy the records, in order and uncompressed, as byte ranges: "
+                        "without reading each record's data checksum or schema (as fast as cp; implies --no-schema). "
+                        "Headers were checked when SOURCE was indexed; a record whose data is damaged is "
+                        "copied as it is (TensorFlow and `tfrfs verify` still find it), not left out")
+    p.add_argument("--name", metavar="TEMPLATE",
+                   help="new shard names: {PREFIX} (the source shards' common name, else DEST's), "
+                        "{SHARD_INDEX}, {NUM_SHARDS}, {SHARD_X_OF_Y}; default {PREFIX}-{SHARD_X_OF_Y}.tfrecord. "
+                        "For a TFDS dataset: {DATASET}, {SPLIT}, {FILEFORMAT} too, and it becomes the "
+                        "splits' filepathTemplate")
+    source_options(p)
+    add_run_options(p)
+    p.set_defaults(func=cmd_reshard)
+
+
+class _Jobs(Sequence):
+    """The runner's argument tuples, made from the plan's tasks when asked for."""
+
+    def __init__(self, where: Any, dest: Any, tasks: Any, compression: str, kind: str, tally: bool) -> None:
+        self.where, self.dest, self.tasks, self.compression, self.kind = where, dest, tasks, compression, kind
+        self.tally = tally
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        return (self.where, self.dest, self.tasks[k], self.compression, self.kind, self.tally)
+
+
+def cmd_reshard(args: argparse.Namespace) -> int:
+    from .. import publish
+    from ..errors import UsageError
+    from ..jobs import Where
+    from ..publish import Dest
+    from ..remote import is_url, parse_options
+    from ..reshard import Tasks, copy_shard, make_plan, manifest_body, new_info, order_problems, sizes
+    if args.shards is not None and args.shards < 1:
+        raise UsageError("--shards: give a number of shards, 1 or more")
+    if args.shard_size is not None and args.shard_size < 1:
+        raise UsageError("--shard-size: give a size of 1 byte or more")
+    compression = COMPRESSIONS[args.compression]
+    if args.no_check and (args.shuffle is not None or compression != "NONE"):
+        raise UsageError("--no-check copies the records in order into uncompressed shards: "
+                         "leave out --shuffle and --compression, or --no-check")
+    if args.no_check:
+        args.no_schema = True   # no record is read, so none is tallied
+    options = parse_options(args.options or []) if is_url(args.dest) else None
+    dest = Dest.of(args.dest, options)
+    if not dest.remote and not is_url(args.source):
+        src_root = os.path.abspath(args.source)
+        if dest.root == src_root or dest.root.startswith(src_root.rstrip(os.sep) + os.sep):
+            raise UsageError(f"{args.dest}: DEST is inside SOURCE; give a folder elsewhere")
+    started = time.monotonic()
+    src, indexes, _cache = open_dataset(args)
+    try:
+        plan = make_plan(src, indexes, dest, shards=args.shards, shard_size=args.shard_size,
+                         compression=compression, shuffle=args.shuffle, template=args.name,
+                         schema=not args.no_schema, check=not args.no_check)
+        if publish.already_published(dest, plan.key):
+            publish.tidy(dest)
+            print(f"{args.dest}: already complete ({len(plan.names)} shards from this very reshard); nothing to do")
+            return EXIT_OK
+        if plan.info is not None and compression != "NONE":
+            print(f"tfrfs: note: TFDS reads uncompressed shards; the {args.compression} shards of {args.dest} are for "
+                  "other readers", file=sys.stderr)
+        publish.begin(dest, plan.key, plan.names + plan.copies + (["dataset_info.json"] if plan.info else []))
+        names = plan.names
+        earlier = {n: body for n, body in publish.receipts(dest).items()
+                   if n < len(names) and body.get("name") == names[n]}
+        tasks = Tasks(plan, set(earlier))
+        done: dict[int, dict] = dict(earlier)
+        progress = Progress("resharding")
+        written = sum(b["size"] for b in earlier.values())
+        with runner_of(args) as runner:
+            for _, body in runner.run(copy_shard, _Jobs(Where.of(src), dest, tasks, compression, plan.kind, plan.schema)):
+                done[body["n"]] = body
+                written += body["size"]
+                rate = written / 1e6 / max(time.monotonic() - started, 1e-6)
+                progress.update(f"{len(done)}/{len(names)} shards, {written / 2**20:,.0f} MiB ({rate:,.0f} MB/s)",
+                                final=len(done) == len(names))
+        bodies = [done[n] for n in range(len(names))]
+        _check_counts(plan, bodies, dest)
+        publish.check(dest, bodies)
+        info, notes = new_info(plan, bodies)
+        extra: dict[str, tuple[int, int]] = {}
+        files: dict[str, bytes] = {rel: src.discovery.access.read_bytes(_join(src.discovery.root, rel))
+                                   for rel in plan.copies}
+        if info is not None:
+            files["dataset_info.json"] = info
+        for name, data in files.items():
+            size, _, mtime_ns = dest.write_bytes(name, data)
+            extra[name] = (size, mtime_ns)
+        publish.publish(dest, manifest_body(bodies, extra, plan.source_tallies), {}, plan.key)
+    finally:
+        src.close()
+    problems = order_problems(plan, bodies)
+    for rel, p in problems:
+        where = f"record {p['index']}" if p.get("index") is not None else "stream"
+        print(f"{rel}: {where} at offset {p['offset']}: {p['reason']} (not copied)")
+    for note in notes:
+        print(f"tfrfs: note: {note}", file=sys.stderr)
+    records, size = sizes(bodies)
+    took = time.monotonic() - started
+    print(f"{args.dest}: {len(bodies)} shards, {records:,} records, {size / 2**20:,.1f} MiB in {took:.1f}s"
+          + (f"; {len(problems)} problem(s) in SOURCE: what they hit is left out" if problems else ""))
+    return EXIT_PROBLEMS if problems else EXIT_OK
+
+
+def _check_counts(plan: Any, bodies: list[dict], dest: Any) -> None:
+    """That each new shard holds the records planned for it (dropped ones counted). A shard that
+    does not is written again by the next run."""
+    from .. import publish
+    from ..errors import DataLoss
+    expected = [hi - lo for g in plan.groups for lo, hi in g.cuts]
+    for body, count in zip(bodies, expected):
+        if body["count"] + len(body.get("dropped", ())) != count:
+            publish.forget_receipts(dest, [body["n"]])
+            raise DataLoss(f"{body['name']}: {body['count']} records written and {len(body.get('dropped', ()))} "
+                           f"dropped, {count} planned; run the command again")
+
+
+def _join(root: str, rel: str) -> str:
+    return root.rstrip("/") + "/" + rel if "://" in root else os.path.join(root, rel)
