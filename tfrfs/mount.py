@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
 
-from . import manifest, mountrecord, mutate, repack, tfds
+from . import jobs, manifest, mountrecord, mutate, repack, tfds
 from .errors import Busy, UsageError
 from .remote import is_url
 from .index import Discovery, IndexCache, IndexProgress, ShardFile, ShardIndex, discover, local_identity
@@ -203,8 +203,10 @@ class Mount:
         else:
             log.info("%s: nothing was staged", why)
 
-    def commit(self) -> CommitResult:
-        """Write every changed shard anew. Raises CommitFailed; what finished before stays committed."""
+    def commit(self, runner: jobs.Runner | None = None) -> CommitResult:
+        """Write every changed shard anew: each new file by a shard job on ``runner`` (here, one
+        after the other, without one: as inside the daemon), each put in place here, in shard
+        order. Raises CommitFailed; what finished before stays committed."""
         staging = self.staging
         if staging is None:
             return CommitResult(True)
@@ -213,33 +215,67 @@ class Mount:
         self.tree.schema.forget()   # the shards are about to change
         store = self.store
         staged: list[PendingShard] = []
-        for relpath, ch in sorted(staging.shards.items()):
-            if ch.empty:
-                staging.drop_shard(relpath)
-                continue
-            pending = _pending(ch)
-            n = store.shard_number(relpath)
-            idx = store.shards[n] if n is not None else None
-            reader = store.reader(n) if n is not None else None
-            log.info("committing %s (%d edited, %d deleted, %d added%s)", relpath, len(ch.edited), len(ch.deleted),
-                     len(ch.added), ", removed" if ch.removed else ", new" if ch.new else "")
-            tally = self._tally_after(n, ch)
-            try:
-                result = repack.commit_shard(self.discovery.root, ch, idx, reader, staging)
-            except CommitFailed as exc:
-                log.error("%s", exc)
-                self.last_commit = CommitResult(False, tuple(done), error=str(exc), staged=tuple(staged),
-                                                notes=self._follow_tfds(done) + self._follow_manifest(done))
-                raise
-            done.append(result)
-            staged.append(pending)
-            if n is not None:
-                if result.action == "removed":
-                    self.tree.hide_shard(n)
+        root = self.discovery.root
+        todo = list(sorted(staging.shards.items()))
+        plans: dict[str, repack.ShardPlan] = {}
+        written: Iterator[repack.Written] = iter(())
+        try:
+            first = next((ch for _, ch in todo if not ch.empty), None)
+            if first is not None:
+                repack.settle(staging, first)
+            for relpath, ch in todo:
+                if ch.empty or ch.removed:
+                    continue
+                n = store.shard_number(relpath)
+                try:
+                    plans[relpath] = repack.plan_shard(root, ch, store.shards[n] if n is not None else None)
+                except OSError as exc:
+                    raise repack.failure(ch, exc, False) from exc
+            # A shard replaced on disk since it was indexed (a commit whose last step failed) is
+            # written here, from the file this mount holds open; the others by jobs.
+            here = {relpath for relpath, plan in plans.items() if plan.shard is not None and not _same_file(plan.shard)}
+            where = jobs.Where.of(self.source)
+            from .shardjobs import gather
+            written = gather(runner or jobs.InProcess(), repack.write_job,
+                             [(where, plan) for relpath, plan in plans.items() if relpath not in here])
+            for relpath, ch in todo:
+                if ch.empty:
+                    staging.drop_shard(relpath)
+                    continue
+                pending = _pending(ch)
+                n = store.shard_number(relpath)
+                log.info("committing %s (%d edited, %d deleted, %d added%s)", relpath, len(ch.edited),
+                         len(ch.deleted), len(ch.added), ", removed" if ch.removed else ", new" if ch.new else "")
+                tally = self._tally_after(n, ch)
+                if n is not None:
+                    store.reader(n)   # opened before the file is replaced: the mount reads the old one until reloaded
+                if ch.removed:
+                    result = repack.remove_shard(root, ch, staging)
                 else:
-                    self._reload(n, relpath)
-                    self.tree.schema.committed(n, tally)
-            log.info("committed %s: %s, %d records, %d bytes", relpath, result.action, result.records, result.bytes)
+                    plan = plans.pop(relpath)
+                    got = repack.write_job(where, plan, store.reader(n)) if relpath in here and n is not None \
+                        else _next_written(written)
+                    result = repack.put_in_place(plan, got, staging)
+                done.append(result)
+                staged.append(pending)
+                if n is not None:
+                    if result.action == "removed":
+                        self.tree.hide_shard(n)
+                    else:
+                        self._reload(n, relpath)
+                        self.tree.schema.committed(n, tally)
+                log.info("committed %s: %s, %d records, %d bytes", relpath, result.action, result.records,
+                         result.bytes)
+        except CommitFailed as exc:
+            log.error("%s", exc)
+            self.last_commit = CommitResult(False, tuple(done), error=str(exc), staged=tuple(staged),
+                                            notes=self._follow_tfds(done) + self._follow_manifest(done))
+            raise
+        finally:
+            close = getattr(written, "close", None)
+            if close is not None:
+                close()   # the jobs not finished yet are called off ...
+            repack.take_back(plans.values())   # ... and their files taken back
         notes = self._follow_tfds(done) + self._follow_manifest(done)
         self.last_commit = CommitResult(True, tuple(done), round(time.monotonic() - started, 3),
                                         staged=tuple(staged), notes=notes)
@@ -313,6 +349,24 @@ class Mount:
             self.staging.release()   # and with nothing staged, the staging folder goes
         if self.mountpoint is not None:
             mountrecord.remove(self.mountpoint, os.getpid())
+
+
+def _same_file(shard: ShardFile) -> bool:
+    """Whether ``shard``'s path still holds the file that was indexed."""
+    try:
+        return local_identity(os.stat(shard.path)) == shard.identity
+    except OSError:
+        return False
+
+
+def _next_written(written: Iterator[repack.Written]) -> repack.Written:
+    """The next shard's write job's result; a failure of the runner itself (a worker lost again
+    and again, a cluster gone) fails that shard's commit as a job's own failure would."""
+    try:
+        return next(written)
+    except Exception as exc:   # the job's own failures come back in Written
+        log.error("a commit job failed", exc_info=True)
+        return repack.Written(0, OSError(errno.EIO, f"its job failed: {exc}"))
 
 
 def _mapped(path: os.PathLike[str] | str, start: int) -> Iterator[bytes | memoryview]:
@@ -409,17 +463,19 @@ def discard(source: str) -> DiscardResult:
         staging.release()
 
 
-def commit_source(source: Source, indexed: tuple[list[ShardIndex], IndexCache]) -> CommitResult:
+def commit_source(source: Source, indexed: tuple[list[ShardIndex], IndexCache],
+                  runner: jobs.Runner | None = None) -> CommitResult:
     """Commit the staged edits of a SOURCE that is not mounted (after a crash, or a stop by a
-    signal), by the code a mount commits with. Raises UsageError while it is mounted writable,
-    CommitFailed (the edits stay staged)."""
+    signal), by the code a mount commits with, the new shard files written by shard jobs on
+    ``runner``. Raises UsageError while it is mounted writable, CommitFailed (the edits stay
+    staged)."""
     with _locking(Staging(source.discovery.root),
                   busy=lambda where: f"{source.name} is mounted writable{where}: commit it there "
                                      "(tfrfs commit MOUNTPOINT)",
                   refused=lambda reason: f"{source.discovery.root}: {reason}: cannot commit there"):
         m = open_mount(source, writable=True, indexed=indexed)
     try:
-        return m.commit()
+        return m.commit(runner)
     finally:
         m.close()
 

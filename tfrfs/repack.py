@@ -8,21 +8,29 @@ write a ``committing`` marker naming the new file; rename it over the old one;
 fsync the folder; and only then drop the shard's staged changes. Recovery at
 the next mount uses the marker to tell a finished rename from an unfinished
 one, so every shard is wholly old or wholly new and no staged change is lost.
+
+The heavy part, writing the new file and reading it back (``write_job``), is a shard job (see
+``jobs``): ``commit SOURCE`` runs one per changed shard on its runner, in other processes or on
+other machines; the rest (``put_in_place``) is the caller's, shard by shard in order.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Container, Iterable, Protocol
+from typing import BinaryIO, Container, Iterable, Iterator, Protocol
 
 from . import durable, mutate, salvage, tfrecord
 from .errors import DataLoss, TfrfsError
-from .index import TMP_PREFIX, ShardIndex
-from .readers import ShardReader
+from .index import TMP_PREFIX, ShardFile, ShardIndex, local_identity
+from .jobs import Where
+from .remote import is_url
 from .staging import ShardChanges, Staging
 
 log = logging.getLogger("tfrfs")
@@ -105,51 +113,177 @@ def _copy_range(src: _Source, dst: BinaryIO, start: int, end: int, writer: tfrec
         pos += len(chunk)
 
 
-def copy_records(src: ShardReader, dst: BinaryIO, idx: ShardIndex, indexes: Iterable[int],
-                 writer: tfrecord.StreamWriter, path: str) -> None:
-    """Copy the framed records ``indexes`` (ascending) byte for byte, never the damage between
-    them (SPEC 6): one range per run of adjacent records."""
-    for start, end in idx.runs(indexes):
-        _copy_range(src, dst, start, end, writer, path)
+@dataclass(frozen=True)
+class ShardPlan:
+    """One changed shard's new file, for the job that writes it (in any process that sees
+    SOURCE's folder at the same path): ``steps`` in order, each a byte range ``(start, end)`` of
+    the old shard's plain stream to copy or the original index of an edited record, then the
+    added records; into ``tmp``, which the caller made."""
+
+    root: str                 # SOURCE's folder: the staged records are read from its journal
+    ch: ShardChanges
+    tmp: str
+    compression: str
+    count: int                # records the new file holds
+    fresh: tuple[int, ...] = ()   # their positions among them that are edited (not copied) records
+    steps: tuple[tuple[int, int] | int, ...] = ()
+    shard: ShardFile | None = None   # the old shard, to copy from
+    data_path: str = ""       # its plain stream where the caller sees it (compressed: inflated)
+    stream_size: int = -1
 
 
-def _write_shard(dst_path: str, ch: ShardChanges, idx: ShardIndex | None, src: ShardReader | None,
-                 staging: Staging, compression: str) -> tuple[int, set[int]]:
-    """Write the new shard; returns its record count and the positions of records written fresh."""
-    fresh: set[int] = set()
-    count = 0
-    with open(dst_path, "r+b", buffering=0) as raw:
-        out: BinaryIO = raw
-        faulted = _FaultedFile(out, dst_path)
-        writer = tfrecord.StreamWriter(faulted, compression)  # type: ignore[arg-type]
-        if idx is not None and src is not None:
-            run_from: int | None = None
-            for i in range(idx.count):
-                keep = i not in ch.deleted and i not in ch.edited
-                if keep:
-                    if run_from is None:
-                        run_from = i
-                    count += 1
-                    continue
-                if run_from is not None:
-                    copy_records(src, out, idx, range(run_from, i), writer, dst_path)
-                    run_from = None
-                if i in ch.edited and i not in ch.deleted:
-                    _write_staged(staging.edit_path(ch, i), 0, out, writer, dst_path)
-                    fresh.add(count)
-                    count += 1
-            if run_from is not None:
-                copy_records(src, out, idx, range(run_from, idx.count), writer, dst_path)
+@dataclass(frozen=True)
+class Written:
+    """What a write job sends back: the records written, or why it failed (the old shard and the
+    staged edits are untouched either way)."""
+
+    count: int
+    error: OSError | None = None
+
+
+def temp_path(root: str, ch: ShardChanges) -> str:
+    """Where a shard's new file is written: one name per shard, so a job that runs again (its
+    worker was lost) writes over what the lost one left; ``recover`` removes a leftover."""
+    return os.path.join(root, os.path.dirname(ch.relpath), TMP_PREFIX + ch.sid)
+
+
+def plan_shard(root: str, ch: ShardChanges, idx: ShardIndex | None) -> ShardPlan:
+    """Make the shard's temporary file (empty, with the old file's mode, or the umask's for a new
+    shard) and plan what goes into it. Raises OSError."""
+    target = os.path.join(root, ch.relpath)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    tmp = temp_path(root, ch)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        try:
+            mode = os.stat(target).st_mode & 0o7777
+        except FileNotFoundError:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+    if idx is None or ch.new:
+        added = len(ch.added)
+        return ShardPlan(root, ch, tmp, ch.compression if idx is None else idx.shard.compression, added,
+                         tuple(range(added)))
+    steps: list[tuple[int, int] | int] = []
+    fresh: list[int] = []
+    count = prev = 0
+    for i in sorted(i for i in ch.edited | ch.deleted if i < idx.count):
+        steps.extend(idx.runs(range(prev, i)))
+        count += i - prev
+        if i not in ch.deleted:
+            steps.append(i)
+            fresh.append(count)
+            count += 1
+        prev = i + 1
+    steps.extend(idx.runs(range(prev, idx.count)))
+    count += idx.count - prev
+    fresh.extend(range(count, count + len(ch.added)))
+    size = idx.shard.size
+    if idx.shard.compression != tfrecord.NONE:
+        try:
+            size = os.path.getsize(idx.data_path)
+        except OSError:
+            size = -1
+    return ShardPlan(root, ch, tmp, idx.shard.compression, count + len(ch.added), tuple(fresh), tuple(steps),
+                     idx.shard, idx.data_path, size)
+
+
+def write_job(where: Where, plan: ShardPlan, old: _Source | None = None) -> Written:
+    """The heavy part of committing one shard, as a shard job: stream its records into its
+    temporary file, fsync it, read it back and check it. It takes no lock of the journal: the
+    staged files it reads are durable, and stay until the caller has put this file in place.
+    ``old``: the old shard's plain stream as the caller holds it open (else opened here)."""
+    try:
+        with _locked(plan.tmp) as fd:
+            os.ftruncate(fd, 0)   # what a lost run of this job left
+            with contextlib.nullcontext(old) if old is not None else _old_stream(where, plan) as src:
+                _write_planned(fd, plan, src, Staging(plan.root))
+            check_new_shard(plan.tmp, plan.compression, plan.count, frozenset(plan.fresh))
+    except OSError as exc:
+        return Written(0, exc)
+    return Written(plan.count)
+
+
+@contextlib.contextmanager
+def _locked(tmp: str) -> Iterator[int]:
+    """``tmp`` open for writing under an exclusive lock, never made anew: a job run again while a
+    lost run of it still writes waits for that one's end, and one that starts after the file was
+    put in place (or taken back) finds it gone."""
+    fd = os.open(tmp, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if os.fstat(fd).st_ino != os.stat(tmp).st_ino:
+            raise FileNotFoundError(errno.ENOENT, "the new shard file was taken away", tmp)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+class _PReadOnly:
+    """A plain stream known by its pread alone (inflated here): copied a chunk at a time."""
+
+    def __init__(self, pread: tfrecord.PRead) -> None:
+        self._pread = pread
+
+    def fileno(self) -> None:
+        return None
+
+    def pread(self, size: int, offset: int) -> bytes:
+        return self._pread(size, offset)
+
+
+@contextlib.contextmanager
+def _old_stream(where: Where, plan: ShardPlan) -> Iterator[_Source | None]:
+    """The old shard's plain stream: the shard itself, or (compressed) its inflated copy where
+    this process sees the caller's, else inflated here."""
+    shard = plan.shard
+    if shard is None or not any(isinstance(s, tuple) for s in plan.steps):
+        yield None
+        return
+    from . import shardjobs
+    if not is_url(shard.path) and local_identity(os.stat(shard.path)) != shard.identity:
+        raise DataLoss(f"{shard.relpath} changed on disk since it was indexed; commit again")
+    if shard.compression == tfrecord.NONE:
+        reader = shardjobs.readers_of(where, shard).open(shard.path)
+        try:
+            yield reader
+        finally:
+            reader.close()
+        return
+    try:
+        held = os.path.getsize(plan.data_path) == plan.stream_size
+    except OSError:
+        held = False
+    if held:
+        with open(plan.data_path, "rb", buffering=0) as f:
+            yield _StagedFile(f.fileno())
+        return
+    with shardjobs.plain_stream(where, shard) as (pread, _, _):
+        yield _PReadOnly(pread)
+
+
+def _write_planned(fd: int, plan: ShardPlan, src: _Source | None, staging: Staging) -> None:
+    ch, path = plan.ch, plan.tmp
+    with open(fd, "r+b", buffering=0, closefd=False) as out:
+        writer = tfrecord.StreamWriter(_FaultedFile(out, path), plan.compression)  # type: ignore[arg-type]
+        for step in plan.steps:
+            if isinstance(step, int):
+                _write_staged(staging.edit_path(ch, step), 0, out, writer, path)
+            elif src is None:
+                raise DataLoss(f"{ch.relpath}: the old shard cannot be read to copy its records")
+            else:
+                _copy_range(src, out, step[0], step[1], writer, path)
         for name in ch.added_names():
             if ch.kind == "sequence":
                 writer.write(mutate.with_both_parts(staging.get_added(ch, name)))
             else:
-                _write_staged(*staging.added_path(ch, name), out, writer, dst_path)
-            fresh.add(count)
-            count += 1
+                _write_staged(*staging.added_path(ch, name), out, writer, path)
         writer.close()
-        durable.fsync(out.fileno(), dst_path)
-    return count, fresh
+        durable.fsync(out.fileno(), path)
 
 
 def _write_staged(path: Path, skip: int, out: BinaryIO, writer: tfrecord.StreamWriter, dst_path: str) -> None:
@@ -193,47 +327,30 @@ def check_new_shard(path: str, compression: str, count: int, fresh: Container[in
                            f" ({walk.count} records, expected {count})")
 
 
-def commit_shard(root: str, ch: ShardChanges, idx: ShardIndex | None, src: ShardReader | None,
-                 staging: Staging) -> ShardResult:
-    """Make one shard's staged changes permanent. Raises CommitFailed, leaving everything as it was
-    (or, when only the last fsync of the folder failed, the new shard in place and the edits staged
-    until a commit or the next mount's recovery settles it)."""
-    target = os.path.join(root, ch.relpath)
+def put_in_place(plan: ShardPlan, written: Written, staging: Staging) -> ShardResult:
+    """The rest of a shard's commit, after its job wrote the new file: the ``committing`` marker,
+    the rename over the old file, the folder's fsync, and dropping the staged changes. Raises
+    CommitFailed, leaving everything as it was (or, when only the last fsync of the folder failed,
+    the new shard in place and the edits staged until a commit or the next mount's recovery
+    settles it)."""
+    ch = plan.ch
+    target = os.path.join(plan.root, ch.relpath)
     folder = os.path.dirname(target)
     replaced = False
     try:
-        # A call whose intent was published but whose files are not all in place yet (an I/O error)
-        # is finished first: the new shard must hold all of it or none of it.
-        staging.settle()
-        if ch.removed:
-            if os.path.exists(target):
-                durable.unlink(target)
-            _forget(staging, ch.relpath)
-            return ShardResult(ch.relpath, "removed", 0, 0)
-        compression = idx.shard.compression if idx is not None else ch.compression
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = durable.mkstemp(folder, prefix=TMP_PREFIX)
-        # mkstemp makes 0600; the new shard keeps the old file's mode (a new one gets the umask's).
-        try:
-            mode = os.stat(target).st_mode & 0o7777
-        except FileNotFoundError:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        os.fchmod(fd, mode)
-        os.close(fd)
         marker = staging.committing_path(ch)
         try:
-            count, fresh = _write_shard(tmp, ch, idx if not ch.new else None, src, staging, compression)
-            check_new_shard(tmp, compression, count, fresh)
-            st = os.stat(tmp)
-            stamp = {"ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-            durable.write_file(marker, json.dumps(stamp).encode())
-            durable.rename(tmp, target)
+            if written.error is not None:
+                raise written.error
+            with _locked(plan.tmp) as fd:   # a lost run of the job that still writes is waited for
+                st = os.fstat(fd)
+                stamp = {"ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+                durable.write_file(marker, json.dumps(stamp).encode())
+                durable.rename(plan.tmp, target)
         except BaseException:
             # Nothing was replaced: take back the temporary file and the marker, so the shard is
             # as it was and stays open to edits.
-            for leftover in (tmp, marker):
+            for leftover in (plan.tmp, marker):
                 try:
                     os.unlink(leftover)
                 except OSError:
@@ -242,19 +359,65 @@ def commit_shard(root: str, ch: ShardChanges, idx: ShardIndex | None, src: Shard
         replaced = True
         durable.fsync_dir(folder)
         _forget(staging, ch.relpath)
-        return ShardResult(ch.relpath, "created" if ch.new else "rewritten", count, st.st_size)
+        return ShardResult(ch.relpath, "created" if ch.new else "rewritten", written.count, st.st_size)
     except OSError as exc:
-        errno_ = exc.errno or 5
-        what = "disk full" if errno_ == 28 else (exc.strerror or str(exc))
-        if ch.removed:
-            replaced = not os.path.exists(target)
-        if replaced:
-            done = "removed" if ch.removed else "replaced by the new one"
-            raise CommitFailed(f"commit of {ch.relpath} failed: {what} after the old shard file was {done}; "
-                               f"its edits stay staged until a commit (or the next mount) settles it",
-                               errno_) from exc
-        raise CommitFailed(f"commit of {ch.relpath} failed: {what}; the old shard is unchanged and "
-                           f"its edits stay staged", errno_) from exc
+        raise failure(ch, exc, replaced) from exc
+
+
+def take_back(plans: Iterable[ShardPlan]) -> None:
+    """Remove the temporary files of shards a failed commit did not reach (a job still writing one
+    writes into a file no longer there; one not started yet finds none)."""
+    for plan in plans:
+        try:
+            os.unlink(plan.tmp)
+        except OSError:
+            pass
+
+
+def remove_shard(root: str, ch: ShardChanges, staging: Staging) -> ShardResult:
+    """Commit a shard's removal. Raises CommitFailed."""
+    target = os.path.join(root, ch.relpath)
+    try:
+        if os.path.exists(target):
+            durable.unlink(target)
+        _forget(staging, ch.relpath)
+        return ShardResult(ch.relpath, "removed", 0, 0)
+    except OSError as exc:
+        raise failure(ch, exc, not os.path.exists(target)) from exc
+
+
+def settle(staging: Staging, first: ShardChanges) -> None:
+    """Before a commit: a call whose intent was published but whose files are not all in place yet
+    (an I/O error) is finished first, as the new shards must hold all of it or none of it. Raises
+    CommitFailed (naming ``first``, the shard the commit starts with)."""
+    try:
+        staging.settle()
+    except OSError as exc:
+        raise failure(first, exc, False) from exc
+
+
+def commit_shard(root: str, ch: ShardChanges, idx: ShardIndex | None, staging: Staging,
+                 where: Where) -> ShardResult:
+    """Make one shard's staged changes permanent, here and now. Raises CommitFailed."""
+    settle(staging, ch)
+    if ch.removed:
+        return remove_shard(root, ch, staging)
+    try:
+        plan = plan_shard(root, ch, idx)
+    except OSError as exc:
+        raise failure(ch, exc, False) from exc
+    return put_in_place(plan, write_job(where, plan), staging)
+
+
+def failure(ch: ShardChanges, exc: OSError, replaced: bool) -> CommitFailed:
+    errno_ = exc.errno or 5
+    what = "disk full" if errno_ == 28 else (exc.strerror or str(exc))
+    if replaced:
+        done = "removed" if ch.removed else "replaced by the new one"
+        return CommitFailed(f"commit of {ch.relpath} failed: {what} after the old shard file was {done}; "
+                            f"its edits stay staged until a commit (or the next mount) settles it", errno_)
+    return CommitFailed(f"commit of {ch.relpath} failed: {what}; the old shard is unchanged and "
+                        f"its edits stay staged", errno_)
 
 
 def _forget(staging: Staging, relpath: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import threading
@@ -105,11 +106,53 @@ def test_verify_of_a_bucket_on_ray(cluster, dataset: Path, s3, tmp_path: Path) -
     assert one[0] == 1 and "big.tfrecord: record 400" in one[1]
 
 
-def test_commit_source_on_ray(cluster, dataset: Path, tmp_path: Path, tfrfs_mount) -> None:
-    a, b = shutil.copytree(dataset, tmp_path / "a"), shutil.copytree(dataset, tmp_path / "b")
+def _commit_files(root: Path) -> dict[str, bytes]:
+    """``_files``, and an index file without the time of the shard it indexes (a new shard's time
+    differs each run), the manifest without those times and the index files' checksums."""
+    got = jobdata.files(root)
+    for name, data in got.items():
+        if name.endswith(".tfrfs-idx"):
+            got[name] = re.sub(rb'"identity": "mtime:\d+:', b'"identity": "mtime:T:', data)
+    if ".tfrfs-manifest" in got:
+        doc = json.loads(got[".tfrfs-manifest"])
+        for d in doc["dirs"] + doc["files"]:
+            d.pop("mtime_ns")
+        for shard in doc["shards"]:
+            shard.pop("mtime_ns"), shard.pop("identity"), shard["index"].pop("crc32c")
+        got[".tfrfs-manifest"] = json.dumps(doc, sort_keys=True).encode()
+    return got
+
+
+def _staged(tmp_path: Path, tfrfs_mount, gz_records: int = 2_000) -> tuple[Path, Path]:
+    data = jobdata.make_commit(tmp_path / "data", gz_records=gz_records)
+    assert jobdata.run("index", "--beside", "--workers", "1", str(data), cache=tmp_path / "c0")[0] == 1
+    a, b = Path(shutil.copytree(data, tmp_path / "a")), Path(shutil.copytree(data, tmp_path / "b"))
     for src in (a, b):
-        jobdata.stage_edits(Path(src), tfrfs_mount)
+        jobdata.stage_many(src, tfrfs_mount)
+    return a, b
+
+
+def test_commit_source_on_ray(cluster, tmp_path: Path, tfrfs_mount) -> None:
+    """Ten changed shards of every kind (a new one, a removed one, GZIP ones, TFDS metadata, index
+    files and a manifest beside them): what --workers 1 gives."""
+    a, b = _staged(tmp_path, tfrfs_mount)
     one = _run("commit", "--workers", "1", src=a, cache=tmp_path / "c1")
     on_ray = _run("commit", "--ray", cluster.address, src=b, cache=tmp_path / "c2")
     assert one == on_ray and one[0] == 0
-    assert jobdata.files(Path(a)) == jobdata.files(Path(b))
+    assert "committed 10 shard(s)" in one[1]
+    assert _commit_files(a) == _commit_files(b)
+
+
+def test_commit_source_with_a_ray_worker_killed(cluster, tmp_path: Path, tfrfs_mount) -> None:
+    """A Ray worker killed (SIGKILL) while it writes a new shard file: Ray runs its task again,
+    and the output and files are what --workers 1 gives."""
+    a, b = _staged(tmp_path, tfrfs_mount, gz_records=25_000)
+    one = _run("commit", "--workers", "1", src=a, cache=tmp_path / "c1")
+    # Indexed first: the only Ray tasks of the commit are then its write jobs.
+    assert _run("index", "--no-schema", "--workers", "1", src=b, cache=tmp_path / "c2")[0] == 1
+    cmd = jobdata.start("commit", "--ray", cluster.address, str(b), cache=tmp_path / "c2")
+    with jobdata.WriterWatch(b, kill_one=True, spare=cmd.pid) as watch:
+        code, out = jobdata.finish(cmd)
+    assert watch.killed is not None, watch.seen
+    assert one == (code, out.replace(str(b), "SRC"))
+    assert _commit_files(a) == _commit_files(b)

@@ -7,6 +7,7 @@ output, gathered for comparison. Job functions the tests run in worker processes
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import re
 import signal
@@ -175,3 +176,121 @@ def stage_edits(src: Path, mount) -> None:
     pid = daemon_pid(mnt)
     os.kill(pid, signal.SIGTERM)
     wait_gone(pid)
+
+
+# --- commit SOURCE as shard jobs -----------------------------------------------------------------
+
+TFDS_INFO = {"name": "a", "splits": [{"name": "train", "numBytes": "1", "shardLengths": ["50", "70"]}]}
+
+
+def make_commit(root: Path, gz_shards: int = 3, gz_records: int = 2_000) -> Path:
+    """``make``'s dataset with a TFDS ``dataset_info.json`` for its ``a-train`` shards and
+    ``gz_shards`` more GZIP shards of ``gz_records`` records each (raise it to make each shard's
+    commit job take a while)."""
+    make(root)
+    (root / "dataset_info.json").write_text(json.dumps(TFDS_INFO))
+    for s in range(gz_shards):
+        (root / f"g{s}.tfrecord.gz").write_bytes(
+            gzip.compress(b"".join(_frames([example(s * gz_records + i) for i in range(gz_records)])), 6))
+    return root
+
+
+def stage_many(src: Path, mount, gz_shards: int = 3) -> None:
+    """Stage, through a writable mount, changes of every kind in many shards of ``make_commit``'s
+    dataset, then stop its daemon by SIGTERM (the edits stay staged): records edited, deleted and
+    added (copied with ``cp -r``) in plain, damaged, GZIP and sequence shards, a new shard made
+    and filled, the damaged ZLIB shard removed."""
+    from support.daemons import daemon_pid, wait_gone
+    mnt = mount(src, "--rw")
+    a0, a1 = mnt / "a-train.tfrecord-00000-of-00002", mnt / "a-train.tfrecord-00001-of-00002"
+    (a0 / "000000" / "n.json").write_text("[5]\n")
+    subprocess.run(["rm", "-r", str(a0 / "000005")], check=True)
+    subprocess.run(["cp", "-r", str(a0 / "000007"), str(a0 / "zz-copy")], check=True)
+    (a1 / "000003" / "text.txt").write_text("changed in the damaged shard\n")
+    (mnt / BIG / "000010" / "n.json").write_text("[7]\n")
+    subprocess.run(["rm", "-r", str(mnt / BIG / "002000")], check=True)
+    subprocess.run(["rm", "-r", str(mnt / "c.tfrecord.gz" / "000003")], check=True)
+    (mnt / "c.tfrecord.gz" / "000100" / "score.json").write_text("[0.25, 2.5]\n")
+    subprocess.run(["rm", "-r", str(mnt / "seq" / "s.tfrecord" / "000002")], check=True)
+    for s in range(gz_shards):
+        g = mnt / f"g{s}.tfrecord.gz"
+        (g / "000001" / "n.json").write_text(f"[{-s}]\n")
+        subprocess.run(["cp", "-r", str(g / "000002"), str(g / "added")], check=True)
+    (mnt / "new.tfrecord").mkdir()
+    subprocess.run(["cp", "-r", str(a0 / "000001"), str(mnt / "new.tfrecord" / "r0")], check=True)
+    subprocess.run(["rm", "-r", str(mnt / "d.tfrecord.zlib")], check=True)
+    pid = daemon_pid(mnt)
+    os.kill(pid, signal.SIGTERM)
+    wait_gone(pid)
+
+
+def start(*args: str, cache: Path, env: dict | None = None) -> subprocess.Popen:
+    """``run`` started, not waited for (its pid is ``.pid``); ``finish`` waits."""
+    environ = dict(env or os.environ, XDG_CACHE_HOME=str(cache), TFRFS_SPLIT_RECORDS=str(SPLIT_RECORDS))
+    return subprocess.Popen([sys.executable, "-m", "tfrfs", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=environ)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
+    out, err = proc.communicate(timeout=timeout)
+    assert "Traceback" not in err, err
+    return proc.returncode, _TIMES.sub(" in Ns", out)
+
+
+def commit_writers(folder: Path) -> dict[int, set[str]]:
+    """The processes that hold a commit's temporary shard file in ``folder`` open now (read from
+    /proc): pid -> the files' names."""
+    from tfrfs.index import TMP_PREFIX
+    prefix = os.path.join(str(folder), TMP_PREFIX)
+    out: dict[int, set[str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{entry}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{entry}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith(prefix):
+                out.setdefault(int(entry), set()).add(os.path.basename(target))
+    return out
+
+
+class WriterWatch:
+    """Who holds ``folder``'s commit temporary files open while a command runs, seen every few
+    milliseconds on a thread; with ``kill_one``, the first such process other than ``spare`` is
+    killed with SIGKILL (a worker lost while it writes)."""
+
+    def __init__(self, folder: Path, *, kill_one: bool = False, spare: int | None = None) -> None:
+        import threading
+        self.folder = folder
+        self.kill_one = kill_one
+        self.spare = spare
+        self.seen: dict[int, set[str]] = {}
+        self.killed: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> "WriterWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            for pid, names in commit_writers(self.folder).items():
+                self.seen.setdefault(pid, set()).update(names)
+                if self.kill_one and self.killed is None and pid != self.spare and pid != os.getpid():
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                        self.killed = pid
+                    except ProcessLookupError:
+                        pass
+            time.sleep(0.002)

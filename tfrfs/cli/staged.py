@@ -258,15 +258,16 @@ def _commit_source(args: argparse.Namespace) -> int:
         return EXIT_OK
     args.source = source
     args.rw = True   # a dataset built from nothing has no shard file before its first commit
-    with runner_of(args) as runner:   # the shards not indexed yet: indexed as shard jobs
+    # The shards not indexed yet are indexed, and the changed ones written anew, as shard jobs.
+    with runner_of(args) as runner:
         src, indexes, cache = open_dataset(args, runner=runner)
-    try:
-        result = _with_progress("committing", lambda: commit_source(src, (indexes, cache)))
-    except CommitFailed as exc:
-        print(f"tfrfs: {exc}", file=sys.stderr)
-        return EXIT_PROBLEMS
-    finally:
-        src.close()
+        try:
+            result = _with_progress("committing", lambda: commit_source(src, (indexes, cache), runner))
+        except CommitFailed as exc:
+            print(f"tfrfs: {exc}", file=sys.stderr)
+            return EXIT_PROBLEMS
+        finally:
+            src.close()
     _print_commit(result.to_json())
     return EXIT_OK
 
