@@ -94,8 +94,13 @@ class LocalPool(Runner):
 
     def _executor(self) -> Any:
         if self._pool is None:
-            from .shardschema import pool
-            self._pool = pool(self.workers, fork=True)
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+            context = "fork" if threading.active_count() == 1 else "forkserver"
+            # A fork server started earlier holds the environment of that moment: the workers take
+            # this process's as it is now (a store's credentials, set since, among it).
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context(context),
+                                             initializer=_take_environment, initargs=(dict(os.environ),))
         return self._pool
 
     def run(self, fn: Callable[..., Any], jobs: Sequence[Job]) -> Iterator[tuple[int, Any]]:
@@ -139,6 +144,11 @@ class LocalPool(Runner):
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+
+def _take_environment(env: dict[str, str]) -> None:
+    os.environ.clear()
+    os.environ.update(env)
 
 
 _ray_lock = threading.Lock()

@@ -45,3 +45,23 @@ def test_a_killed_pool_worker_reruns_its_jobs(tmp_path: Path) -> None:
     # Some job ran more than once: once in the killed worker, again in a fresh one.
     ran = [p.name.split("-")[1] for p in marks.iterdir()]
     assert len(ran) > len(set(ran))
+
+
+def test_pool_workers_see_the_environment_as_it_is_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fork server started before a variable was set (a store's credentials) must not hide it."""
+    import multiprocessing
+    import os
+    ctx = multiprocessing.get_context("forkserver")
+    with ctx.Pool(1) as early:                      # the fork server starts now, without the variable
+        assert early.apply(os.getenv, ("TFRFS_TEST_CREDENTIAL",)) is None
+    monkeypatch.setenv("TFRFS_TEST_CREDENTIAL", "secret")
+    stop = threading.Event()
+    busy = threading.Thread(target=stop.wait)       # a second thread: the pool starts by the fork server
+    busy.start()
+    try:
+        with jobs.LocalPool(2) as pool:
+            got = list(pool.ordered(os.getenv, [("TFRFS_TEST_CREDENTIAL",)] * 4))
+    finally:
+        stop.set()
+        busy.join()
+    assert got == ["secret"] * 4
