@@ -12,7 +12,7 @@ from typing import Iterator
 import pytest
 
 # The loopback servers' fixtures (s3_server, s3_proxy, http_server, http_proxy, s3) for tests/remote.
-pytest_plugins = ["support.remote_fixtures"]
+pytest_plugins = ["support.remote_fixtures", "support.ray_fixtures"]
 
 REPO = Path(__file__).resolve().parent.parent
 REALDATA = Path(os.environ.get("TFRFS_REALDATA", REPO.parent / "shared" / "realdata"))

@@ -1,4 +1,4 @@
-"""Ray clusters started by the tests themselves: one node with two CPUs (``ray_local``) and a
+"""Ray clusters started by the tests themselves (for tests/cluster): one node with two CPUs (``ray_local``) and a
 two-node cluster (``ray_two_nodes``). Each is started once per test module and stopped after it.
 Commands run as subprocesses reach them at ``.address``. A test module uses one of the two: a
 process holds one Ray session at a time. Job functions sent to Ray must be importable by its
@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import pytest
-
-ray = pytest.importorskip("ray")
 
 # Quiet, and no usage reporting or dashboard on a test machine.
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -31,12 +29,14 @@ class RayCluster:
 
 
 def _address() -> str:
+    import ray
     return ray.get_runtime_context().gcs_address
 
 
 @pytest.fixture(scope="module")
 def ray_local() -> Iterator[RayCluster]:
     """``ray.init(num_cpus=2)``: a one-node cluster on this machine."""
+    ray = pytest.importorskip("ray")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         yield RayCluster(_address(), 1)
@@ -47,6 +47,7 @@ def ray_local() -> Iterator[RayCluster]:
 @pytest.fixture(scope="module")
 def ray_two_nodes() -> Iterator[RayCluster]:
     """A head node and a worker node (``ray.cluster_utils.Cluster``), one CPU each."""
+    ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     cluster.add_node(num_cpus=1)
