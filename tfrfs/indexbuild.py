@@ -20,16 +20,14 @@ import logging
 import os
 from concurrent.futures import Executor, Future, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from . import idxfile, shardschema
+from array import array
+
+from . import idxfile, jobs, shardjobs, shardschema, tfrecord
 from .index import IndexCache, ShardFile, ShardIndex, SourceFiles
+from .jobs import Where
 from .remote import is_url
-
-if TYPE_CHECKING:
-    from . import jobs
-    from .indexmemory import IndexMemory
-    from .sources import Source
 
 log = logging.getLogger("tfrfs")
 
@@ -198,60 +196,97 @@ def _index_local(shards: list[ShardFile], cache: IndexCache, progress: ProgressF
     return [found[n] for n in range(len(shards))]
 
 
-# --- the indexes of a SOURCE's shards as shard jobs (``tfrfs index``, ``inspect``, ...) -------------
+# --- shard jobs: a shard's index, the schema's parts of many -----------------------------------------------------------------------------------
 
-SourceProgress = Callable[[int, int, int, int, int], None]   # as ``index.IndexProgress``
+def index_job(where: Where, shard: ShardFile, schema: bool) -> bytes:
+    """Index ``shard`` from its headers (with its schema's part when ``schema``, unless it is to
+    be read in parts): the bytes of its cache entry (``IndexCache.entry_bytes``). A compressed
+    shard's plain stream goes into the cache folder, where the caller finds it when it shares
+    that folder (one machine); else the caller inflates it again."""
+    cache = IndexCache(where.cache_dir, shardjobs.readers_of(where, shard), shardjobs.WhereFiles(where))
+    idx = cache.build(shard)
+    if schema and not shardjobs.large(shard, idx.count):
+        # Reading every record for the schema, the data checksums are checked on the way (for
+        # little more): a copy of the shard (``reshard``) then need not read them again.
+        failed: list[int] = []
+        idx.tally = _tally_of_index(cache, idx, failed)
+        idx.checked = tuple(failed)
+    return cache.entry_bytes(idx)
 
 
-def index_with(source: "Source", runner: "jobs.Runner", progress: SourceProgress | None = None,
-               schema: bool = False, index_dir: str | None = None,
-               memory: "IndexMemory | None" = None) -> tuple[list[ShardIndex], IndexCache]:
-    """The indexes of SOURCE's shards, as ``sources.index_source`` gives them: those in the cache
-    or shipped beside their shards are taken here; the others are shard jobs on ``runner``
-    (``schema``: with their schema's part), whose index files this process writes into the
-    cache and loads from there, so the indexes are those one process makes, byte for byte. A
-    remote source without Ray is indexed by threads here (its requests overlap), as before."""
-    from . import jobs, shardjobs, sources
-    if source.manifest is not None or (source.remote and not isinstance(runner, jobs.RayRunner)):
-        with reading_schema() if schema else contextlib.nullcontext():
-            return sources.index_source(source, progress, index_dir, memory)
-    disc = source.discovery
-    shards = list(disc.shards)
-    cache = IndexCache(source.cache_dir, source.readers, disc.access, index_dir, memory)
-    found: dict[int, ShardIndex] = {}
-    total_bytes = sum(s.size for s in shards)
-    done_bytes = [0]
-    records = [0]
-
-    def done(n: int, idx: ShardIndex) -> None:
-        found[n] = idx
-        records[0] += idx.count
-        done_bytes[0] += shards[n].size
-        if progress is not None:
-            progress(len(found), len(shards), records[0], done_bytes[0], total_bytes)
-    cold: list[int] = []
-    for n, shard in enumerate(shards):
-        idx = cache.load(shard)
-        if idx is not None:
-            done(n, idx)
-        elif cache._candidates(shard):
-            done(n, cache.get(shard)[0])   # an index file beside it: read here
-        else:
-            cold.append(n)
-    where = jobs.Where.of(source)
-    todo = [(where, shards[n], schema) for n in cold]
+def _tally_of_index(cache: IndexCache, idx: ShardIndex, failed: list[int] | None = None) -> shardschema.Tally:
+    reader = cache.readers.open(idx.data_path)
     try:
-        for n, data in zip(cold, shardjobs.gather(runner, shardjobs.index_job, todo)):
-            cache.save_bytes(shards[n], data)
-            idx = cache.load(shards[n])
-            if idx is None:
-                # Not usable here (a compressed shard whose stream a job on another machine made):
-                # indexed again in this process.
-                idx = cache.get(shards[n])[0]
-            else:
-                cache.scans += 1
-            done(n, idx)
+        scanner = shardschema.Scanner(idx.detected_kind)
+        shardschema.scan_read(scanner, reader.pread, idx.offsets, idx.bad, failed)
+        return scanner.flush()
     finally:
-        if isinstance(disc.files, sources.RemoteFiles):
-            disc.files.prefetched.clear()
-    return [found[n] for n in range(len(shards))], cache
+        reader.close()
+
+
+def tally_job(where: Where, shard: ShardFile, data_path: str, stream_size: int, kind: str, offsets: bytes,
+              typecode: str, first: int, skip: tuple[int, ...]) -> dict:
+    """The tally (``Tally.to_json``) of the records whose offsets are ``offsets`` (an array of
+    ``typecode``; the first is record ``first``'s), leaving out ``skip``. A compressed shard is
+    read from its inflated stream at ``data_path`` when this process sees it there, else
+    inflated anew."""
+    spans = array(typecode)
+    spans.frombytes(offsets)
+    scanner = shardschema.Scanner(kind)
+    skipped = {i - first for i in skip}
+    if shard.compression != tfrecord.NONE and shardjobs.holds_stream(data_path, stream_size):
+        with open(data_path, "rb") as f:
+            fd = f.fileno()
+            shardschema.scan_read(scanner, lambda n, off: os.pread(fd, n, off), spans, skipped)
+    else:
+        with shardjobs.plain_stream(where, shard) as (pread, _, _):
+            shardschema.scan_read(scanner, pread, spans, skipped)
+    return scanner.flush().to_json()
+
+
+def read_tallies(runner: jobs.Runner, where: Where, indexes: Sequence[ShardIndex], kinds: Sequence[str],
+                 keep: Callable[[int, ShardIndex, shardschema.Tally], None],
+                 progress: Callable[[int, int], None] | None = None) -> None:
+    """Read the tallies that ``indexes`` lack (as ``kinds``), a job per shard or part of one;
+    ``keep(n, index, tally)`` takes each shard's whole tally, in shard order."""
+    todo: list[jobs.Job] = []
+    owner: list[int] = []
+    for n, idx in enumerate(indexes):
+        tally = idx.tally
+        if tally is not None and tally.kind == kinds[n]:
+            continue
+        offsets = idx.offsets
+        stream_size = idx.shard.size if idx.shard.compression == tfrecord.NONE else shardjobs.stream_size(idx)
+        cuts = shardjobs.parts(offsets, idx.ends, stream_size) if idx.shard.compression == tfrecord.NONE and \
+            shardjobs.large(idx.shard, idx.count) else [shardjobs.Part(0, idx.count, 0, stream_size)]
+        for p in cuts:
+            if p.last <= p.first and len(cuts) > 1:
+                continue
+            skip = tuple(sorted(i for i in idx.bad if p.first <= i < p.last))
+            todo.append((where, idx.shard, idx.data_path, stream_size, kinds[n],
+                         bytes(offsets[p.first:p.last + 1]), idxfile.typecode(offsets), p.first, skip))
+            owner.append(n)
+        idx.drop_offsets()
+    if not todo:
+        return
+    total = sum(indexes[n].count for n in dict.fromkeys(owner))
+    done = [0]
+
+    def finished(k: int, _: Any) -> None:
+        job = todo[k]
+        done[0] += len(job[5]) // array(job[6]).itemsize - 1
+        if progress is not None:
+            progress(done[0], total)
+    whole: shardschema.Tally | None = None
+    for k, got in enumerate(shardjobs.gather(runner, tally_job, todo, finished)):
+        n = owner[k]
+        if whole is None:
+            whole = shardschema.Tally(kinds[n])
+        part = shardschema.Tally.from_json(got)
+        assert part is not None
+        whole.add(part)
+        if k + 1 == len(owner) or owner[k + 1] != n:
+            keep(n, indexes[n], whole)
+            whole = None
+
+

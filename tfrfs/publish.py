@@ -29,6 +29,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
+import crc32c
+
 from . import durable
 from .errors import UsageError
 from .idxfile import SUFFIX
@@ -309,7 +311,6 @@ def receipts(dest: Dest) -> dict[int, dict]:
 def _holds_what_it_says(dest: Dest, body: dict) -> bool:
     """Whether a local job's files hold the bytes its receipt names (their CRC-32C): the files
     were not yet durable when it was written, and a crash may have lost what it says."""
-    from .shardwrite import file_crc
     try:
         index = body.get("index") or {}
         return file_crc(dest.path(body["name"])) == body["crc32c"] and \
@@ -403,3 +404,17 @@ def abandon(dest: Dest) -> None:
         return
     for name in sorted(_remote_names(dest), key=lambda n: n == MARKER):
         _remove_object(dest, name)
+
+
+_READ_BACK = 4 << 20   # bytes read back at once
+
+
+def file_crc(path: str) -> int:
+    """CRC-32C of a local file, read back in large blocks (from the page cache, just written)."""
+    crc = 0
+    buf = bytearray(_READ_BACK)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            crc = crc32c.crc32c(view[:n], crc)
+    return crc

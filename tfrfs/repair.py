@@ -16,9 +16,9 @@ import logging
 import os
 import shutil
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, BinaryIO, Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO, Iterator
 
-from . import durable, idxfile, salvage, tfds, tfrecord
+from . import durable, idxfile, jobs, salvage, shardjobs, tfds, tfrecord
 from .errors import UsageError
 from .index import DAMAGED_DIR, ShardFile
 from .remote import is_url
@@ -28,7 +28,6 @@ from .staging import Staging
 from .verify import Progress, ShardReport, verify_source
 
 if TYPE_CHECKING:
-    from . import jobs
     from .places import Place
 
 log = logging.getLogger("tfrfs")
@@ -85,7 +84,7 @@ def repair_source(source: Source, *, backup: bool = True, dry_run: bool = False,
     original is kept, the new file renamed (the new object copied) over it, and the TFDS
     metadata updated, as one process did it; the index files beside the shards and the manifest
     follow last."""
-    from . import bucketrepair, jobs, shardjobs
+    from . import bucketrepair
     check_repairable(source)
     runner = runner or jobs.InProcess()
     where = jobs.Where.of(source)
@@ -106,7 +105,7 @@ def repair_source(source: Source, *, backup: bool = True, dry_run: bool = False,
                 tfds.ShardFigures(r.records, r.data_bytes)
     damaged = [(where, report, dry_run) for report in reports if report.damaged]
     try:
-        for result in shardjobs.gather(runner, shardjobs.repair_job, damaged):
+        for result in shardjobs.gather(runner, repair_job, damaged):
             if result.error is None and not dry_run:
                 try:
                     if bucket is not None:
@@ -198,9 +197,8 @@ def _copy_sound(where: "jobs.Where", result: Repaired, out: BinaryIO | None) -> 
     """Walk the shard's plain stream (a compressed shard inflated as far as it goes, into a
     temporary file) and write its sound records to ``out`` with the shard's compression, a
     record at a time; count what is kept and what is dropped."""
-    from .shardjobs import plain_stream
     shard = result.shard
-    with plain_stream(where, shard) as (pread, size, problem):
+    with shardjobs.plain_stream(where, shard) as (pread, size, problem):
         if problem is not None and problem.compressed_offset is not None:
             result.compressed_tail = (problem.compressed_offset, shard.size)
         writer = tfrecord.StreamWriter(out if out is not None else _Discard(), shard.compression)  # type: ignore[arg-type]
@@ -308,3 +306,9 @@ def _keep_original(target: str) -> str:
     durable.fsync_dir(keep_dir)
     durable.fsync_dir(folder)
     return dest
+
+
+def repair_job(where: jobs.Where, report: ShardReport, dry_run: bool) -> Any:
+    """``repair.rewrite``: the damaged shard's sound records into a temporary file beside it, or
+    a temporary object beside it in a bucket (the caller puts it in place)."""
+    return rewrite(where, report, dry_run)

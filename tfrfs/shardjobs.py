@@ -1,5 +1,9 @@
-"""The shard jobs of ``index``, ``verify``, ``inspect`` and ``repair`` (SPEC 8), as the runners of
-``jobs`` run them: in this process, in local worker processes, or as Ray tasks.
+"""What the shard jobs of ``index``, ``verify``, ``inspect``, ``repair`` and ``commit SOURCE`` (SPEC 8)
+share: cutting a large shard in parts, reaching a shard's plain stream from any process, and
+gathering the results in job order. The jobs themselves live with their commands
+(``indexbuild.index_job`` and ``tally_job``, ``verify.verify_job``, ``repair.repair_job``,
+``repack.write_job``); the runners of ``jobs`` run them here, in local worker processes or as
+Ray tasks.
 
 A job is one shard, or one part of a large one: an uncompressed shard of more than
 ``SPLIT_BYTES`` bytes or ``SPLIT_RECORDS`` records whose index is known is cut at record
@@ -20,16 +24,12 @@ import bisect
 import contextlib
 import os
 import tempfile
-from array import array
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
-from . import idxfile, jobs, salvage, shardschema, tfrecord
-from .index import IndexCache, ShardFile, ShardIndex, SourceFiles
+from . import idxfile, jobs, salvage, tfrecord
+from .index import ShardFile, ShardIndex, SourceFiles
 from .jobs import Where
-
-if TYPE_CHECKING:
-    from .verify import ShardReport
 
 
 def _env_int(name: str, default: int) -> int:
@@ -98,7 +98,7 @@ def gather(runner: jobs.Runner, fn: Callable[..., Any], todo: Sequence[jobs.Job]
             nxt += 1
 
 
-class _WhereFiles(SourceFiles):
+class WhereFiles(SourceFiles):
     """A job's way to a shard's stored bytes (a compressed shard, to inflate)."""
 
     def __init__(self, where: Where) -> None:
@@ -138,123 +138,14 @@ def plain_stream(where: Where, shard: ShardFile) -> Iterator[tuple[tfrecord.PRea
         yield (lambda n, off: os.pread(fd, n, off)), os.fstat(fd).st_size, problem
 
 
-# --- the jobs -----------------------------------------------------------------------------------
-
-def index_job(where: Where, shard: ShardFile, schema: bool) -> bytes:
-    """Index ``shard`` from its headers (with its schema's part when ``schema``, unless it is to
-    be read in parts): the bytes of its cache entry (``IndexCache.entry_bytes``). A compressed
-    shard's plain stream goes into the cache folder, where the caller finds it when it shares
-    that folder (one machine); else the caller inflates it again."""
-    cache = IndexCache(where.cache_dir, readers_of(where, shard), _WhereFiles(where))
-    idx = cache.build(shard)
-    if schema and not large(shard, idx.count):
-        # Reading every record for the schema, the data checksums are checked on the way (for
-        # little more): a copy of the shard (``reshard``) then need not read them again.
-        failed: list[int] = []
-        idx.tally = _tally_of_index(cache, idx, failed)
-        idx.checked = tuple(failed)
-    return cache.entry_bytes(idx)
-
-
-def _tally_of_index(cache: IndexCache, idx: ShardIndex, failed: list[int] | None = None) -> shardschema.Tally:
-    reader = cache.readers.open(idx.data_path)
-    try:
-        scanner = shardschema.Scanner(idx.detected_kind)
-        shardschema.scan_read(scanner, reader.pread, idx.offsets, idx.bad, failed)
-        return scanner.flush()
-    finally:
-        reader.close()
-
-
-def tally_job(where: Where, shard: ShardFile, data_path: str, stream_size: int, kind: str, offsets: bytes,
-              typecode: str, first: int, skip: tuple[int, ...]) -> dict:
-    """The tally (``Tally.to_json``) of the records whose offsets are ``offsets`` (an array of
-    ``typecode``; the first is record ``first``'s), leaving out ``skip``. A compressed shard is
-    read from its inflated stream at ``data_path`` when this process sees it there, else
-    inflated anew."""
-    spans = array(typecode)
-    spans.frombytes(offsets)
-    scanner = shardschema.Scanner(kind)
-    skipped = {i - first for i in skip}
-    if shard.compression != tfrecord.NONE and _holds_stream(data_path, stream_size):
-        with open(data_path, "rb") as f:
-            fd = f.fileno()
-            shardschema.scan_read(scanner, lambda n, off: os.pread(fd, n, off), spans, skipped)
-    else:
-        with plain_stream(where, shard) as (pread, _, _):
-            shardschema.scan_read(scanner, pread, spans, skipped)
-    return scanner.flush().to_json()
-
-
-def _holds_stream(path: str, size: int) -> bool:
+def holds_stream(path: str, size: int) -> bool:
     try:
         return os.path.getsize(path) == size
     except OSError:
         return False
 
 
-def verify_job(where: Where, shard: ShardFile, records: str | None, part: Part | None) -> "ShardReport":
-    """``verify.verify_shard`` of the shard, or of one part of it (``records``: the kind)."""
-    from .verify import verify_shard
-    return verify_shard(shard, lambda: plain_stream(where, shard), records, part=part)
-
-
-def repair_job(where: Where, report: "ShardReport", dry_run: bool) -> Any:
-    """``repair.rewrite``: the damaged shard's sound records into a temporary file beside it, or
-    a temporary object beside it in a bucket (the caller puts it in place)."""
-    from .repair import rewrite
-    return rewrite(where, report, dry_run)
-
-
-# --- the schema's parts of many shards ----------------------------------------------------------
-
-def read_tallies(runner: jobs.Runner, where: Where, indexes: Sequence[ShardIndex], kinds: Sequence[str],
-                 keep: Callable[[int, ShardIndex, shardschema.Tally], None],
-                 progress: Callable[[int, int], None] | None = None) -> None:
-    """Read the tallies that ``indexes`` lack (as ``kinds``), a job per shard or part of one;
-    ``keep(n, index, tally)`` takes each shard's whole tally, in shard order."""
-    todo: list[jobs.Job] = []
-    owner: list[int] = []
-    for n, idx in enumerate(indexes):
-        tally = idx.tally
-        if tally is not None and tally.kind == kinds[n]:
-            continue
-        offsets = idx.offsets
-        stream_size = idx.shard.size if idx.shard.compression == tfrecord.NONE else _stream_size(idx)
-        cuts = parts(offsets, idx.ends, stream_size) if idx.shard.compression == tfrecord.NONE and \
-            large(idx.shard, idx.count) else [Part(0, idx.count, 0, stream_size)]
-        for p in cuts:
-            if p.last <= p.first and len(cuts) > 1:
-                continue
-            skip = tuple(sorted(i for i in idx.bad if p.first <= i < p.last))
-            todo.append((where, idx.shard, idx.data_path, stream_size, kinds[n],
-                         bytes(offsets[p.first:p.last + 1]), idxfile.typecode(offsets), p.first, skip))
-            owner.append(n)
-        idx.drop_offsets()
-    if not todo:
-        return
-    total = sum(indexes[n].count for n in dict.fromkeys(owner))
-    done = [0]
-
-    def finished(k: int, _: Any) -> None:
-        job = todo[k]
-        done[0] += len(job[5]) // array(job[6]).itemsize - 1
-        if progress is not None:
-            progress(done[0], total)
-    whole: shardschema.Tally | None = None
-    for k, got in enumerate(gather(runner, tally_job, todo, finished)):
-        n = owner[k]
-        if whole is None:
-            whole = shardschema.Tally(kinds[n])
-        part = shardschema.Tally.from_json(got)
-        assert part is not None
-        whole.add(part)
-        if k + 1 == len(owner) or owner[k + 1] != n:
-            keep(n, indexes[n], whole)
-            whole = None
-
-
-def _stream_size(idx: ShardIndex) -> int:
+def stream_size(idx: ShardIndex) -> int:
     try:
         return os.path.getsize(idx.data_path)
     except OSError:

@@ -13,9 +13,8 @@ from typing import Any
 import crc32c
 
 from . import idxfile, shardschema, tfrecord
-from .publish import Dest
+from .publish import Dest, file_crc
 
-_OUT_BUFFER = 4 << 20   # framed bytes gathered before a write
 
 
 class ShardWriter:
@@ -122,14 +121,3 @@ class ShardWriter:
                 "tally": tally.to_json() if tally is not None else None,
                 "index": {"file": index_name, "size": isize, "crc32c": crc32c.crc32c(index), "mtime_ns": imtime},
                 "files": [[self.name, size, identity], [index_name, isize, iident]]}
-
-
-def file_crc(path: str) -> int:
-    """CRC-32C of a local file, read back in large blocks (from the page cache, just written)."""
-    crc = 0
-    buf = bytearray(_OUT_BUFFER)
-    view = memoryview(buf)
-    with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
-            crc = crc32c.crc32c(view[:n], crc)
-    return crc

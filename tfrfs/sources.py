@@ -6,6 +6,7 @@ index file, or a scan).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -13,16 +14,16 @@ import posixpath
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable
 
 import crc32c
 
-from . import idxfile, manifest
+from . import idxfile, jobs, manifest, shardjobs
 from .errors import UsageError
 from .index import (HIDDEN_DIRS, INDEX_SUFFIXES, SNIFF_BYTES, TMP_PREFIX, Discovery, IndexCache, IndexProgress,
                     ShardFile, ShardIndex, SourceFiles, default_cache_dir, discover, judge_head,
                     shipped_names)
-from .indexbuild import index_all
+from .indexbuild import index_all, index_job, reading_schema
 from .indexmemory import IndexMemory
 from .manifest import Manifest
 from .readers import Readers, default_readers
@@ -388,3 +389,61 @@ def write_manifest(source: Source, indexes: list[ShardIndex], cache: IndexCache,
     where = (posixpath.join(disc.root, manifest.NAME) if disc.remote else os.path.join(disc.root, manifest.NAME))
     disc.access.write_bytes(where, data)
     return where
+
+
+# --- the indexes of a SOURCE's shards as shard jobs (``tfrfs index``, ``inspect``, ...) -------------
+
+SourceProgress = Callable[[int, int, int, int, int], None]   # as ``index.IndexProgress``
+
+
+def index_with(source: Source, runner: jobs.Runner, progress: SourceProgress | None = None,
+               schema: bool = False, index_dir: str | None = None,
+               memory: IndexMemory | None = None) -> tuple[list[ShardIndex], IndexCache]:
+    """The indexes of SOURCE's shards, as ``index_source`` gives them: those in the cache
+    or shipped beside their shards are taken here; the others are shard jobs on ``runner``
+    (``schema``: with their schema's part), whose index files this process writes into the
+    cache and loads from there, so the indexes are those one process makes, byte for byte. A
+    remote source without Ray is indexed by threads here (its requests overlap), as before."""
+    if source.manifest is not None or (source.remote and not isinstance(runner, jobs.RayRunner)):
+        with reading_schema() if schema else contextlib.nullcontext():
+            return index_source(source, progress, index_dir, memory)
+    disc = source.discovery
+    shards = list(disc.shards)
+    cache = IndexCache(source.cache_dir, source.readers, disc.access, index_dir, memory)
+    found: dict[int, ShardIndex] = {}
+    total_bytes = sum(s.size for s in shards)
+    done_bytes = [0]
+    records = [0]
+
+    def done(n: int, idx: ShardIndex) -> None:
+        found[n] = idx
+        records[0] += idx.count
+        done_bytes[0] += shards[n].size
+        if progress is not None:
+            progress(len(found), len(shards), records[0], done_bytes[0], total_bytes)
+    cold: list[int] = []
+    for n, shard in enumerate(shards):
+        idx = cache.load(shard)
+        if idx is not None:
+            done(n, idx)
+        elif cache._candidates(shard):
+            done(n, cache.get(shard)[0])   # an index file beside it: read here
+        else:
+            cold.append(n)
+    where = jobs.Where.of(source)
+    todo = [(where, shards[n], schema) for n in cold]
+    try:
+        for n, data in zip(cold, shardjobs.gather(runner, index_job, todo)):
+            cache.save_bytes(shards[n], data)
+            idx = cache.load(shards[n])
+            if idx is None:
+                # Not usable here (a compressed shard whose stream a job on another machine made):
+                # indexed again in this process.
+                idx = cache.get(shards[n])[0]
+            else:
+                cache.scans += 1
+            done(n, idx)
+    finally:
+        if isinstance(disc.files, RemoteFiles):
+            disc.files.prefetched.clear()
+    return [found[n] for n in range(len(shards))], cache

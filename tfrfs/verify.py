@@ -12,16 +12,14 @@ import functools
 import os
 import tempfile
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, ContextManager, Iterator
+from typing import Callable, ContextManager, Iterator
 
-from . import salvage, tfrecord
+from . import jobs, salvage, shardjobs, tfrecord
 from .index import IndexCache, ShardFile, detect_kind, parse_problem
+from .jobs import Where
+from .shardjobs import Part
 from .sources import Source
 from .tfrecord import Problem
-
-if TYPE_CHECKING:
-    from . import jobs
-    from .shardjobs import Part
 
 BytesDone = Callable[[int], None]   # bytes of the current shard's stream checked so far
 
@@ -137,7 +135,6 @@ def verify_source(source: Source, records: str | None = None, progress: Progress
                   runner: "jobs.Runner | None" = None) -> Iterator[ShardReport]:
     """Every shard's report, in order, from jobs on ``runner`` (this process by default): one
     per shard, or per part of a large uncompressed shard whose index is known."""
-    from . import jobs, shardjobs
     runner = runner or jobs.InProcess()
     where = jobs.Where.of(source)
     shards = source.discovery.shards
@@ -167,7 +164,7 @@ def verify_source(source: Source, records: str | None = None, progress: Progress
         if progress is not None:
             progress(tally["shards"], tally["records"], min(tally["bytes"], total), total)
     got: list[ShardReport] = []
-    for k, report in enumerate(shardjobs.gather(runner, shardjobs.verify_job, todo, finished)):
+    for k, report in enumerate(shardjobs.gather(runner, verify_job, todo, finished)):
         got.append(report)
         if k + 1 == len(owner) or owner[k + 1] != owner[k]:
             yield got[0] if len(got) == 1 else merge(got)
@@ -177,7 +174,6 @@ def verify_source(source: Source, records: str | None = None, progress: Progress
 def _parts(source: Source, shard: ShardFile) -> "list[Part] | None":
     """The parts a large uncompressed shard is verified in, when its index is at hand (in the
     cache, or shipped beside it); else None (one job)."""
-    from . import shardjobs
     if shard.compression != tfrecord.NONE or shard.size <= shardjobs.SPLIT_BYTES and \
             shard.size <= shardjobs.SPLIT_RECORDS * tfrecord.OVERHEAD:
         return None
@@ -190,3 +186,8 @@ def _parts(source: Source, shard: ShardFile) -> "list[Part] | None":
     cuts = shardjobs.parts(idx.offsets, idx.ends, shard.size)
     idx.drop_offsets()
     return cuts if len(cuts) > 1 else None
+
+
+def verify_job(where: Where, shard: ShardFile, records: str | None, part: Part | None) -> ShardReport:
+    """``verify.verify_shard`` of the shard, or of one part of it (``records``: the kind)."""
+    return verify_shard(shard, lambda: shardjobs.plain_stream(where, shard), records, part=part)

@@ -93,7 +93,7 @@ def open_dataset(args: argparse.Namespace, *, quiet: bool = False,
     try:
         budget = getattr(args, "index_memory", None)
         if runner is not None:
-            from ..indexbuild import index_with
+            from ..sources import index_with
             indexes, cache = index_with(src, runner, None if quiet else report, schema,
                                         getattr(args, "index_dir", None), IndexMemory(budget) if budget is not None else None)
         else:
