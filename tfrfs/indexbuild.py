@@ -225,23 +225,25 @@ def _tally_of_index(cache: IndexCache, idx: ShardIndex, failed: list[int] | None
 
 
 def tally_job(where: Where, shard: ShardFile, data_path: str, stream_size: int, kind: str, offsets: bytes,
-              typecode: str, first: int, skip: tuple[int, ...]) -> dict:
+              typecode: str, first: int, skip: tuple[int, ...]) -> tuple[dict, list[int]]:
     """The tally (``Tally.to_json``) of the records whose offsets are ``offsets`` (an array of
-    ``typecode``; the first is record ``first``'s), leaving out ``skip``. A compressed shard is
-    read from its inflated stream at ``data_path`` when this process sees it there, else
+    ``typecode``; the first is record ``first``'s), leaving out ``skip``, and the records whose
+    data checksums fail (checked on the way, as ``index_job`` checks them). A compressed shard
+    is read from its inflated stream at ``data_path`` when this process sees it there, else
     inflated anew."""
     spans = array(typecode)
     spans.frombytes(offsets)
     scanner = shardschema.Scanner(kind)
     skipped = {i - first for i in skip}
+    failed: list[int] = []
     if shard.compression != tfrecord.NONE and shardjobs.holds_stream(data_path, stream_size):
         with open(data_path, "rb") as f:
             fd = f.fileno()
-            shardschema.scan_read(scanner, lambda n, off: os.pread(fd, n, off), spans, skipped)
+            shardschema.scan_read(scanner, lambda n, off: os.pread(fd, n, off), spans, skipped, failed)
     else:
         with shardjobs.plain_stream(where, shard) as (pread, _, _):
-            shardschema.scan_read(scanner, pread, spans, skipped)
-    return scanner.flush().to_json()
+            shardschema.scan_read(scanner, pread, spans, skipped, failed)
+    return scanner.flush().to_json(), [first + i for i in failed]
 
 
 def read_tallies(runner: jobs.Runner, where: Where, indexes: Sequence[ShardIndex], kinds: Sequence[str],
@@ -278,15 +280,18 @@ def read_tallies(runner: jobs.Runner, where: Where, indexes: Sequence[ShardIndex
         if progress is not None:
             progress(done[0], total)
     whole: shardschema.Tally | None = None
-    for k, got in enumerate(shardjobs.gather(runner, tally_job, todo, finished)):
+    failed: list[int] = []
+    for k, (got, bad) in enumerate(shardjobs.gather(runner, tally_job, todo, finished)):
         n = owner[k]
         if whole is None:
             whole = shardschema.Tally(kinds[n])
         part = shardschema.Tally.from_json(got)
         assert part is not None
         whole.add(part)
+        failed += bad
         if k + 1 == len(owner) or owner[k + 1] != n:
+            indexes[n].checked = tuple(sorted(failed))   # every record was read: as index_job does
             keep(n, indexes[n], whole)
-            whole = None
+            whole, failed = None, []
 
 

@@ -12,6 +12,9 @@ starts after the page cache is emptied (as root):
   index    a cold ``tfrfs index`` (a fresh cache folder): offsets and the schema
   verify   every checksum and parse
   reshard  100 -> 1,000 shards (``--shards 1000``), from the indexed source into a new folder
+           (its data checksums were checked while it was indexed, so the copy reads no record);
+           then, in the local pool only, the same with ``--schema`` and from a source indexed
+           ``--no-schema`` (both read and check every record)
 
 beside the same reshard by a TensorFlow script (``TFRecordDataset`` -> ``TFRecordWriter``) and
 ``cp -r`` + ``sync`` of the source folder (the ceiling). The TensorFlow script takes the records
@@ -201,6 +204,23 @@ def measure_cluster(args: Any) -> dict[str, Any]:
                     progress(f"  failed: {str(exc)[:300]}")
                 shutil.rmtree(cache, ignore_errors=True)
             res["runs"][label] = row
+        # The reshard in the local pool when records must be read: for each new shard's part of the
+        # schema (--schema), and from a source indexed without its schema (so its data checksums
+        # were not checked then, and the copy checks each record).
+        plain_cache = work / "cache-plain"
+        cli.run("index", str(data), "--no-schema", "--cache-dir", str(plain_cache))
+        for key, extra_args, cache_dir in (("reshard_schema", ["--schema"], warm_cache),
+                                           ("reshard_checked", [], plain_cache)):
+            dest = work / "resharded"
+            shutil.rmtree(dest, ignore_errors=True)
+            progress(f"local pool: reshard ({key})")
+            try:
+                secs, _, mem = _run_measured(cli, ["reshard", str(data), str(dest), "--shards", str(RESHARD_TO),
+                                                   "--cache-dir", str(cache_dir), *extra_args], False, alone=False)
+                res[key] = {"s": secs, "mb_s": size / 1e6 / secs, "worker_mib": mem}
+                progress(f"  {secs:.2f}s, {size / 1e6 / secs:,.0f} MB/s")
+            except (TimedOut, RuntimeError) as exc:
+                res[key] = {"error": str(exc)[:300]}
         res["tf_reshard"] = _tf_reshard(files, work, args.cluster_records, args.scale_timeout)
         res["cp"] = _cp(data, work)
         if not args.cluster_no_raydata:
@@ -280,6 +300,11 @@ def print_cluster(res: dict[str, Any]) -> None:
         cells.append(" / ".join(f"{row[s]['worker_mib']:.0f}" for s in ("index", "verify", "reshard")
                                 if "worker_mib" in row.get(s, {})) + " MiB")
         rows.append(cells)
+    for key, what in (("reshard_checked", "local pool, reshard reading every record (source indexed --no-schema)"),
+                      ("reshard_schema", "local pool, reshard --schema (each new shard's schema part)")):
+        r = res.get(key, {})
+        rows.append([what, "", "", f"{r['s']:.2f} s ({r['mb_s']:,.0f} MB/s)" if "s" in r else r.get("error", "")[:40],
+                     f"{r.get('worker_mib', 0):.0f} MiB" if "s" in r else ""])
     tf, cp = res.get("tf_reshard", {}), res.get("cp", {})
     rows.append(["TensorFlow script", "", "", f"{tf['s']:.1f} s" if "s" in tf else tf.get("error", ""), ""])
     rows.append(["cp -r + sync (ceiling)", "", "", f"{cp['s']:.2f} s ({mb / cp['s']:,.0f} MB/s)" if "s" in cp else "", ""])

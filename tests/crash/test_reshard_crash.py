@@ -151,10 +151,13 @@ def test_a_bucket_reshard_killed_before_its_manifest_is_reported_unfinished(s3, 
     keys = s3.keys("again/")
     assert "again/" + manifest.NAME not in keys and "again/.tfrfs-commit-reshard" in keys
     capsys.readouterr()
-    for command in ("verify", "inspect"):
-        assert main([command, dest2, "--cache-dir", str(tmp_path / "c3")]) == 2, command
+    (tmp_path / "mnt").mkdir()
+    for command in ("verify", "inspect", "mount"):
+        extra = [str(tmp_path / "mnt")] if command == "mount" else []
+        assert main([command, dest2, *extra, "--cache-dir", str(tmp_path / "c3")]) == 2, command
         err = capsys.readouterr().err
         assert "unfinished reshard" in err and len(err.strip().splitlines()) == 1, err
+    assert not os.path.ismount(tmp_path / "mnt")
     assert _reshard(src, dest2, cache) == 0
     assert main(["verify", dest2, "--cache-dir", str(tmp_path / "c4")]) == 0
     got = sorted(k for k in s3.keys("again/") if k.endswith(".tfrecord"))
