@@ -31,6 +31,7 @@ from .errors import UsageError
 log = logging.getLogger("tfrfs")
 
 RETRIES = 3          # times a job whose worker was lost runs again
+RAY_WINDOW = 64      # Ray tasks under way at least
 RAY_ENV = "RAY_ADDRESS"
 
 Job = tuple[Any, ...]   # the arguments of one call of the job function
@@ -186,7 +187,10 @@ class RayRunner(Runner):
     def run(self, fn: Callable[..., Any], jobs: Sequence[Job]) -> Iterator[tuple[int, Any]]:
         ray = self.ray
         todo = list(range(len(jobs)))[::-1]
-        window = 2 * self.workers
+        # Each task costs Ray a few milliseconds to place and return: with many short jobs (a
+        # thousand small new shards) enough of them are kept under way to hide that; results are
+        # small, so the window costs no memory to speak of.
+        window = max(4 * self.workers, RAY_WINDOW)
         running: dict[Any, int] = {}
         fn_ref = ray.put(fn)
         try:
@@ -194,7 +198,7 @@ class RayRunner(Runner):
                 while todo and len(running) < window:
                     n = todo.pop()
                     running[self._task.remote(fn_ref, jobs[n])] = n
-                finished, _ = ray.wait(list(running), num_returns=1)
+                finished, _ = ray.wait(list(running), num_returns=1, fetch_local=True)
                 for ref in finished:
                     n = running.pop(ref)
                     try:

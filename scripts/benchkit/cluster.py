@@ -145,10 +145,12 @@ def _run_measured(cli: Cli, args: list[str], ray: bool, alone: bool) -> tuple[fl
     # The command's own pid is known only once it runs: the sampler takes the children of every
     # ``python -m tfrfs`` process.
     def pick(pid: int, a: list[str], ppid: int) -> bool:
+        if children(pid, a, ppid):
+            return True          # a pool worker (a forked one carries the command's own cmdline)
         if len(a) > 2 and a[1:3] == ["-m", "tfrfs"]:
             children.roots.add(pid)
             return alone
-        return children(pid, a, ppid)
+        return False
     with PeakMemory(pick) as mem:
         secs, out = cli.run(*args)
     return secs, out, mem.peak_mib
