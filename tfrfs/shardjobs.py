@@ -25,7 +25,7 @@ import contextlib
 import os
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Sequence
 
 from . import idxfile, jobs, salvage, tfrecord
 from .index import ShardFile, ShardIndex, SourceFiles
@@ -119,19 +119,27 @@ def readers_of(where: Where, shard: ShardFile) -> Any:
     return readers
 
 
+def plain_stream(where: Where, shard: ShardFile) -> ContextManager[tuple[tfrecord.PRead, int, Any]]:
+    """(pread, size, the problem that ended the inflation or None) of the shard's plain stream,
+    reached from any process through ``where``: read in place, or inflated into a temporary file
+    first (GZIP, ZLIB)."""
+    return stream_of(shard, lambda: readers_of(where, shard).open(shard.path), where.open_stream)
+
+
 @contextlib.contextmanager
-def plain_stream(where: Where, shard: ShardFile) -> Iterator[tuple[tfrecord.PRead, int, Any]]:
-    """(pread, size, the problem that ended the inflation or None) of the shard's plain stream:
-    read in place, or inflated into a temporary file first (GZIP, ZLIB)."""
+def stream_of(shard: ShardFile, open_reader: Callable[[], Any],
+              open_stored: Callable[[str], Any]) -> Iterator[tuple[tfrecord.PRead, int, Any]]:
+    """``plain_stream`` through the given openers: ``open_reader()`` a reader of an uncompressed
+    shard, ``open_stored(path)`` the stored bytes of a compressed one."""
     if shard.compression == tfrecord.NONE:
-        reader = readers_of(where, shard).open(shard.path)
+        reader = open_reader()
         try:
             yield reader.pread, reader.size, None
         finally:
             reader.close()
         return
     with tempfile.TemporaryFile() as tmp:
-        with where.open_stream(shard.path) as src:
+        with open_stored(shard.path) as src:
             problem = salvage.inflate(src, tmp, shard.compression)
         tmp.flush()
         fd = tmp.fileno()

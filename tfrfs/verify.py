@@ -7,10 +7,6 @@ not parse, and the damage of a compressed stream. Nothing is called clean that i
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import os
-import tempfile
 from dataclasses import dataclass, field
 from typing import Callable, ContextManager, Iterator
 
@@ -110,22 +106,8 @@ def _sound_records(pread: tfrecord.PRead, size: int) -> Iterator[bytes]:
 
 def local_stream(source: Source, shard: ShardFile) -> Stream:
     """How ``verify_shard`` reads a shard of an opened SOURCE in this process."""
-    @contextlib.contextmanager
-    def opened() -> Iterator[tuple[tfrecord.PRead, int, Problem | None]]:
-        if shard.compression == tfrecord.NONE:
-            reader = source.readers.open(shard.path)
-            try:
-                yield reader.pread, reader.size, None
-            finally:
-                reader.close()
-            return
-        with tempfile.TemporaryFile() as tmp:
-            with source.discovery.access.open_stream(shard.path) as src:
-                problem = salvage.inflate(src, tmp, shard.compression)
-            tmp.flush()
-            fd = tmp.fileno()
-            yield functools.partial(os.pread, fd), os.fstat(fd).st_size, problem
-    return opened
+    return lambda: shardjobs.stream_of(shard, lambda: source.readers.open(shard.path),
+                                       source.discovery.access.open_stream)
 
 
 Progress = Callable[[int, int, int, int], None]   # (shards done, records, stream bytes done, bytes in all)

@@ -6,7 +6,6 @@ features (where ``ray.data.read_tfrecords`` changes them), damage named, a bucke
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,15 +22,6 @@ INTEROP = TESTS / "interop"
 PETS = "Tensorflow-Ion-Detetection/models/research/object_detection/test_data/pets_examples.record"
 CSV = "tfx/tfx/components/testdata/csv_example_gen/Split-eval"
 LITE = "tfrecord_lite/tests"
-
-
-@pytest.fixture(scope="module")
-def realdata() -> Path:
-    """The real shards (tests/conftest.py's REALDATA: that conftest is shadowed by this folder's)."""
-    found = Path(os.environ.get("TFRFS_REALDATA", TESTS.parent.parent / "shared" / "realdata"))
-    if not found.is_dir():
-        pytest.skip(f"no real data at {found}")
-    return found
 
 
 @pytest.fixture(scope="module")

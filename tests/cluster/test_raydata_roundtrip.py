@@ -5,7 +5,6 @@ reads the originals."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,14 +26,6 @@ def interop(tmp_path_factory) -> Path:
     subprocess.run([sys.executable, str(TESTS / "interop" / "tf_fixtures.py"), str(out)], check=True,
                    capture_output=True)
     return out / "clean"
-
-
-@pytest.fixture(scope="module")
-def realdata() -> Path:
-    found = Path(os.environ.get("TFRFS_REALDATA", TESTS.parent.parent / "shared" / "realdata"))
-    if not found.is_dir():
-        pytest.skip(f"no real data at {found}")
-    return found
 
 
 def sound_records(source: Path, cache: Path) -> list[bytes]:
