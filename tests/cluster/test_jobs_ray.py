@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -20,29 +18,8 @@ from support import jobdata
 
 
 @pytest.fixture(scope="module")
-def aws(_s3_session, _s3_proxy_session) -> Iterator[None]:
-    """The bucket's variables, set before the cluster starts: its workers inherit them."""
-    with pytest.MonkeyPatch.context() as mp:
-        for name, value in _s3_session.env(_s3_proxy_session.url).items():
-            mp.setenv(name, value)
-        mp.delenv("AWS_PROFILE", raising=False)
-        mp.delenv("AWS_ENDPOINT_URL_S3", raising=False)
-        yield
-
-
-@pytest.fixture(scope="module")
-def cluster(aws, ray_local):
-    return ray_local
-
-
-@pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return jobdata.make(tmp_path_factory.mktemp("jobs") / "data")
-
-
-def _run(*args: str, src: Path | str, cache: Path) -> tuple[int, str]:
-    code, out = jobdata.run(*args, str(src), cache=cache)
-    return code, out.replace(str(src), "SRC")
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -56,27 +33,27 @@ def _files(root: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("args", [("verify",), ("inspect", "--json")])
-def test_reading_commands_on_ray(cluster, dataset: Path, tmp_path: Path, args: tuple[str, ...]) -> None:
+def test_reading_commands_on_ray(ray_local_s3, dataset: Path, tmp_path: Path, args: tuple[str, ...]) -> None:
     for cache in ("c1", "c2"):   # indexed first: the large shard is verified in parts
-        assert _run("index", "--no-schema", "--workers", "1", src=dataset, cache=tmp_path / cache)[0] == 1
-    one = _run(*args, "--workers", "1", src=dataset, cache=tmp_path / "c1")
-    on_ray = _run(*args, "--ray", cluster.address, src=dataset, cache=tmp_path / "c2")
+        assert jobdata.run_on("index", "--no-schema", "--workers", "1", src=dataset, cache=tmp_path / cache)[0] == 1
+    one = jobdata.run_on(*args, "--workers", "1", src=dataset, cache=tmp_path / "c1")
+    on_ray = jobdata.run_on(*args, "--ray", ray_local_s3.address, src=dataset, cache=tmp_path / "c2")
     assert one == on_ray
     assert one[0] == (1 if args[0] == "verify" else 0)
 
 
 @pytest.mark.parametrize("args", [("index", "--beside"), ("repair",)])
-def test_writing_commands_on_ray(cluster, dataset: Path, tmp_path: Path, args: tuple[str, ...]) -> None:
+def test_writing_commands_on_ray(ray_local_s3, dataset: Path, tmp_path: Path, args: tuple[str, ...]) -> None:
     a, b = shutil.copytree(dataset, tmp_path / "a"), shutil.copytree(dataset, tmp_path / "b")
-    one = _run(*args, "--workers", "1", src=a, cache=tmp_path / "c1")
-    on_ray = _run(*args, "--ray", cluster.address, src=b, cache=tmp_path / "c2")
+    one = jobdata.run_on(*args, "--workers", "1", src=a, cache=tmp_path / "c1")
+    on_ray = jobdata.run_on(*args, "--ray", ray_local_s3.address, src=b, cache=tmp_path / "c2")
     assert one == on_ray
     assert _files(Path(a)) == _files(Path(b))
 
 
-def test_a_killed_ray_worker_changes_nothing(cluster, tmp_path: Path) -> None:
+def test_a_killed_ray_worker_changes_nothing(ray_local_s3, tmp_path: Path) -> None:
     src = jobdata.make_slow(tmp_path / "slow")
-    one = _run("verify", "--workers", "1", src=src, cache=tmp_path / "c1")
+    one = jobdata.run_on("verify", "--workers", "1", src=src, cache=tmp_path / "c1")
     killed: list[int] = []
 
     def kill() -> None:
@@ -92,35 +69,18 @@ def test_a_killed_ray_worker_changes_nothing(cluster, tmp_path: Path) -> None:
             time.sleep(0.005)
     killer = threading.Thread(target=kill)
     killer.start()
-    on_ray = _run("verify", "--ray", cluster.address, src=src, cache=tmp_path / "c2")
+    on_ray = jobdata.run_on("verify", "--ray", ray_local_s3.address, src=src, cache=tmp_path / "c2")
     killer.join()
     assert killed, "no Ray task was seen running"
     assert one == on_ray == (0, "2 shards, 300,000 records checked, 0 problem(s)\n")
 
 
-def test_verify_of_a_bucket_on_ray(cluster, dataset: Path, s3, tmp_path: Path) -> None:
+def test_verify_of_a_bucket_on_ray(ray_local_s3, dataset: Path, s3, tmp_path: Path) -> None:
     s3.upload_tree(dataset)
-    one = _run("verify", "--workers", "1", src=s3.url() + "/", cache=tmp_path / "c1")
-    on_ray = _run("verify", "--ray", cluster.address, src=s3.url() + "/", cache=tmp_path / "c2")
+    one = jobdata.run_on("verify", "--workers", "1", src=s3.url() + "/", cache=tmp_path / "c1")
+    on_ray = jobdata.run_on("verify", "--ray", ray_local_s3.address, src=s3.url() + "/", cache=tmp_path / "c2")
     assert one == on_ray
     assert one[0] == 1 and "big.tfrecord: record 400" in one[1]
-
-
-def _commit_files(root: Path) -> dict[str, bytes]:
-    """``_files``, and an index file without the time of the shard it indexes (a new shard's time
-    differs each run), the manifest without those times and the index files' checksums."""
-    got = jobdata.files(root)
-    for name, data in got.items():
-        if name.endswith(".tfrfs-idx"):
-            got[name] = re.sub(rb'"identity": "mtime:\d+:', b'"identity": "mtime:T:', data)
-    if ".tfrfs-manifest" in got:
-        doc = json.loads(got[".tfrfs-manifest"])
-        for d in doc["dirs"] + doc["files"]:
-            d.pop("mtime_ns")
-        for shard in doc["shards"]:
-            shard.pop("mtime_ns"), shard.pop("identity"), shard["index"].pop("crc32c")
-        got[".tfrfs-manifest"] = json.dumps(doc, sort_keys=True).encode()
-    return got
 
 
 def _staged(tmp_path: Path, tfrfs_mount, gz_records: int = 2_000) -> tuple[Path, Path]:
@@ -132,27 +92,27 @@ def _staged(tmp_path: Path, tfrfs_mount, gz_records: int = 2_000) -> tuple[Path,
     return a, b
 
 
-def test_commit_source_on_ray(cluster, tmp_path: Path, tfrfs_mount) -> None:
+def test_commit_source_on_ray(ray_local_s3, tmp_path: Path, tfrfs_mount) -> None:
     """Ten changed shards of every kind (a new one, a removed one, GZIP ones, TFDS metadata, index
     files and a manifest beside them): what --workers 1 gives."""
     a, b = _staged(tmp_path, tfrfs_mount)
-    one = _run("commit", "--workers", "1", src=a, cache=tmp_path / "c1")
-    on_ray = _run("commit", "--ray", cluster.address, src=b, cache=tmp_path / "c2")
+    one = jobdata.run_on("commit", "--workers", "1", src=a, cache=tmp_path / "c1")
+    on_ray = jobdata.run_on("commit", "--ray", ray_local_s3.address, src=b, cache=tmp_path / "c2")
     assert one == on_ray and one[0] == 0
     assert "committed 10 shard(s)" in one[1]
-    assert _commit_files(a) == _commit_files(b)
+    assert jobdata.committed_files(a) == jobdata.committed_files(b)
 
 
-def test_commit_source_with_a_ray_worker_killed(cluster, tmp_path: Path, tfrfs_mount) -> None:
+def test_commit_source_with_a_ray_worker_killed(ray_local_s3, tmp_path: Path, tfrfs_mount) -> None:
     """A Ray worker killed (SIGKILL) while it writes a new shard file: Ray runs its task again,
     and the output and files are what --workers 1 gives."""
     a, b = _staged(tmp_path, tfrfs_mount, gz_records=25_000)
-    one = _run("commit", "--workers", "1", src=a, cache=tmp_path / "c1")
+    one = jobdata.run_on("commit", "--workers", "1", src=a, cache=tmp_path / "c1")
     # Indexed first: the only Ray tasks of the commit are then its write jobs.
-    assert _run("index", "--no-schema", "--workers", "1", src=b, cache=tmp_path / "c2")[0] == 1
-    cmd = jobdata.start("commit", "--ray", cluster.address, str(b), cache=tmp_path / "c2")
+    assert jobdata.run_on("index", "--no-schema", "--workers", "1", src=b, cache=tmp_path / "c2")[0] == 1
+    cmd = jobdata.start("commit", "--ray", ray_local_s3.address, str(b), cache=tmp_path / "c2")
     with jobdata.WriterWatch(b, kill_one=True, spare=cmd.pid) as watch:
         code, out = jobdata.finish(cmd)
     assert watch.killed is not None, watch.seen
     assert one == (code, out.replace(str(b), "SRC"))
-    assert _commit_files(a) == _commit_files(b)
+    assert jobdata.committed_files(a) == jobdata.committed_files(b)

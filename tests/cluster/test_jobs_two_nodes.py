@@ -16,21 +16,16 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return jobdata.make(tmp_path_factory.mktemp("jobs") / "data")
 
 
-def _run(*args: str, src: Path, cache: Path) -> tuple[int, str]:
-    code, out = jobdata.run(*args, str(src), cache=cache)
-    return code, out.replace(str(src), "SRC")
-
-
 def test_two_nodes_give_what_one_process_gives(ray_two_nodes, dataset: Path, tmp_path: Path) -> None:
     address = ray_two_nodes.address
     a, b = Path(shutil.copytree(dataset, tmp_path / "a")), Path(shutil.copytree(dataset, tmp_path / "b"))
-    one = _run("index", "--beside", "--workers", "1", src=a, cache=tmp_path / "c1")
-    assert _run("index", "--beside", "--ray", address, src=b, cache=tmp_path / "c2") == one
+    one = jobdata.run_on("index", "--beside", "--workers", "1", src=a, cache=tmp_path / "c1")
+    assert jobdata.run_on("index", "--beside", "--ray", address, src=b, cache=tmp_path / "c2") == one
     shipped = {k: v for k, v in jobdata.files(a).items() if k.endswith(".tfrfs-idx")}
     assert shipped and shipped == {k: v for k, v in jobdata.files(b).items() if k.endswith(".tfrfs-idx")}
     for args in (("verify",), ("inspect", "--json"), ("repair",)):
-        one = _run(*args, "--workers", "1", src=a, cache=tmp_path / "c1")
-        assert _run(*args, "--ray", address, src=b, cache=tmp_path / "c2") == one, args
+        one = jobdata.run_on(*args, "--workers", "1", src=a, cache=tmp_path / "c1")
+        assert jobdata.run_on(*args, "--ray", address, src=b, cache=tmp_path / "c2") == one, args
     # The repaired shards are the same (their index files and the manifest name their new times).
     def shards(root: Path) -> dict[str, bytes]:
         return {k: v for k, v in jobdata.files(root).items() if not k.endswith((".tfrfs-idx", ".tfrfs-manifest"))}

@@ -5,27 +5,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterator
 
-import pytest
 
 from support import jobdata
-
-
-@pytest.fixture(scope="module")
-def aws(_s3_session, _s3_proxy_session) -> Iterator[None]:
-    """The bucket's variables, set before the cluster starts: its workers inherit them."""
-    with pytest.MonkeyPatch.context() as mp:
-        for name, value in _s3_session.env(_s3_proxy_session.url).items():
-            mp.setenv(name, value)
-        mp.delenv("AWS_PROFILE", raising=False)
-        mp.delenv("AWS_ENDPOINT_URL_S3", raising=False)
-        yield
-
-
-@pytest.fixture(scope="module")
-def cluster(aws, ray_local):
-    return ray_local
 
 
 def _objects(s3, prefix: str) -> dict[str, bytes]:
@@ -38,10 +20,10 @@ def _objects(s3, prefix: str) -> dict[str, bytes]:
     return got
 
 
-def test_a_bucket_repaired_on_ray_is_what_one_process_makes_of_it(cluster, s3, tmp_path: Path) -> None:
+def test_a_bucket_repaired_on_ray_is_what_one_process_makes_of_it(ray_local_s3, s3, tmp_path: Path) -> None:
     data = jobdata.make(tmp_path / "data")
     outputs = {}
-    for prefix, how in (("one", ("--workers", "1")), ("ray", ("--ray", cluster.address))):
+    for prefix, how in (("one", ("--workers", "1")), ("ray", ("--ray", ray_local_s3.address))):
         s3.upload_tree(data, prefix)
         url = s3.url(prefix)
         assert jobdata.run("index", "--beside", "--workers", "1", url, cache=tmp_path / f"i-{prefix}")[0] == 1

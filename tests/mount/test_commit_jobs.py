@@ -6,7 +6,6 @@ workers."""
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from pathlib import Path
 
@@ -15,23 +14,6 @@ import pytest
 from support import jobdata
 
 pytestmark = pytest.mark.mount
-
-
-def _files(root: Path) -> dict[str, bytes]:
-    """Every file's bytes; the manifest without the times of the folders and files it lists, an
-    index file without the time of the shard it indexes (a new shard's time differs each run)."""
-    got = jobdata.files(root)
-    for name, data in got.items():
-        if name.endswith(".tfrfs-idx"):
-            got[name] = re.sub(rb'"identity": "mtime:\d+:', b'"identity": "mtime:T:', data)
-    if ".tfrfs-manifest" in got:
-        doc = json.loads(got[".tfrfs-manifest"])
-        for d in doc["dirs"] + doc["files"]:
-            d.pop("mtime_ns")
-        for shard in doc["shards"]:   # a new shard's time, and its index file's checksum with it
-            shard.pop("mtime_ns"), shard.pop("identity"), shard["index"].pop("crc32c")
-        got[".tfrfs-manifest"] = json.dumps(doc, sort_keys=True).encode()
-    return got
 
 
 def _staged_copies(tmp_path: Path, tfrfs_mount, names: tuple[str, ...], **make) -> list[Path]:
@@ -72,8 +54,8 @@ def test_many_changed_shards_the_same_in_a_pool(tmp_path: Path, tfrfs_mount) -> 
     assert one[0] == 0, one
     assert one == (pool[0], pool[1].replace(str(b), str(a))), pool
     assert "committed 10 shard(s)" in one[1] and "removed  d.tfrecord.zlib" in one[1], one[1]
-    got = _files(a)
-    assert got == _files(b)
+    got = jobdata.committed_files(a)
+    assert got == jobdata.committed_files(b)
     assert "d.tfrecord.zlib" not in got and "new.tfrecord" in got and "new.tfrecord.tfrfs-idx" in got
     assert not [n for n in got if n.startswith(".tfrfs-staging") or ".tfrfs-commit-" in n]
     for name in ("a-train.tfrecord-00000-of-00002", "c.tfrecord.gz", "g0.tfrecord.gz", "seq/s.tfrecord",
@@ -100,7 +82,7 @@ def test_the_new_files_are_written_by_the_workers(tmp_path: Path, tfrfs_mount) -
     workers = {pid: names for pid, names in pool.seen.items() if pid != pool_cmd.pid}
     assert workers, pool.seen
     assert len(set().union(*workers.values())) >= 2, workers   # more than one shard written there
-    assert _files(a) == _files(b)
+    assert jobdata.committed_files(a) == jobdata.committed_files(b)
 
 
 def test_a_killed_worker_changes_nothing(tmp_path: Path, tfrfs_mount) -> None:
@@ -113,4 +95,4 @@ def test_a_killed_worker_changes_nothing(tmp_path: Path, tfrfs_mount) -> None:
         two = jobdata.finish(cmd)
     assert watch.killed is not None, watch.seen
     assert one == (two[0], two[1].replace(str(b), str(a)))
-    assert _files(a) == _files(b)
+    assert jobdata.committed_files(a) == jobdata.committed_files(b)

@@ -113,6 +113,30 @@ def square(x: int) -> int:
     return x * x
 
 
+def run_on(*args: str, src: Path | str, cache: Path) -> tuple[int, str]:
+    """``run`` of ``ARGS SOURCE``, its output with SOURCE written as SRC (to compare two copies)."""
+    code, out = run(*args, str(src), cache=cache)
+    return code, out.replace(str(src), "SRC")
+
+
+def committed_files(root: Path) -> dict[str, bytes]:
+    """``files`` after a commit, without what differs from run to run: the time of a new shard
+    inside its index file, and in the manifest the folders' and files' times, the shards' times
+    and identities and their index files' checksums."""
+    got = files(root)
+    for name, data in got.items():
+        if name.endswith(".tfrfs-idx"):
+            got[name] = re.sub(rb'"identity": "mtime:\d+:', b'"identity": "mtime:T:', data)
+    if ".tfrfs-manifest" in got:
+        doc = json.loads(got[".tfrfs-manifest"])
+        for d in doc["dirs"] + doc["files"]:
+            d.pop("mtime_ns")
+        for shard in doc["shards"]:
+            shard.pop("mtime_ns"), shard.pop("identity"), shard["index"].pop("crc32c")
+        got[".tfrfs-manifest"] = json.dumps(doc, sort_keys=True).encode()
+    return got
+
+
 def fail(message: str) -> None:
     raise LookupError(message)
 

@@ -58,3 +58,18 @@ def ray_two_nodes() -> Iterator[RayCluster]:
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_local_s3(_s3_session, _s3_proxy_session) -> Iterator[RayCluster]:
+    """``ray_local`` started with the loopback S3 server's variables set (its workers inherit
+    them), for commands that read or write a bucket on Ray."""
+    from support.remote_fixtures import s3_environment
+    with pytest.MonkeyPatch.context() as mp:
+        s3_environment(mp, _s3_session, _s3_proxy_session)
+        ray = pytest.importorskip("ray")
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        try:
+            yield RayCluster(_address(), 1)
+        finally:
+            ray.shutdown()

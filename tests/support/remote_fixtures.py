@@ -123,14 +123,19 @@ class S3Rig:
         return head["LastModified"].timestamp()
 
 
+def s3_environment(mp: pytest.MonkeyPatch, server: S3Server, proxy: FaultProxy) -> None:
+    """The AWS variables a user would set for the loopback server, through ``proxy``."""
+    for name, value in server.env(proxy.url).items():
+        mp.setenv(name, value)
+    mp.delenv("AWS_PROFILE", raising=False)
+    mp.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+
+
 @pytest.fixture
 def s3(s3_server: S3Server, s3_proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch) -> S3Rig:
     """A fresh bucket ``data``; tfrfs processes started by the test reach it through ``s3_proxy``
     (the AWS variables a user would set, in this process's environment, which they inherit)."""
-    for name, value in s3_server.env(s3_proxy.url).items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    s3_environment(monkeypatch, s3_server, s3_proxy)
     rig = S3Rig(s3_server, s3_proxy, "data")
     s3_proxy.reset()
     return rig

@@ -22,11 +22,6 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return jobdata.make(tmp_path_factory.mktemp("jobs") / "data")
 
 
-def _run(*args: str, src: Path, cache: Path) -> tuple[int, str]:
-    code, out = jobdata.run(*args, str(src), cache=cache)
-    return code, out.replace(str(src), "SRC")
-
-
 def _same_files(a: Path, b: Path) -> dict[str, bytes]:
     """``a``'s files, checked equal to ``b``'s; the manifest's times of folders and plain files
     (the index files written by the command, and the folders they were written into) left out."""
@@ -60,8 +55,8 @@ def test_reading_commands_give_the_same_output(dataset: Path, tmp_path: Path, ar
 
 def test_index_beside_gives_the_same_files(dataset: Path, tmp_path: Path) -> None:
     a, b = _copy(dataset, tmp_path / "a"), _copy(dataset, tmp_path / "b")
-    one = _run("index", "--beside", "--workers", "1", src=a, cache=tmp_path / "c1")
-    pool = _run("index", "--beside", src=b, cache=tmp_path / "c2")
+    one = jobdata.run_on("index", "--beside", "--workers", "1", src=a, cache=tmp_path / "c1")
+    pool = jobdata.run_on("index", "--beside", src=b, cache=tmp_path / "c2")
     assert one == pool and one[0] == 1          # damaged shards: problems found
     got_a = _same_files(a, b)
     assert ".tfrfs-manifest" in got_a and "big.tfrecord.tfrfs-idx" in got_a
@@ -73,8 +68,8 @@ def test_index_beside_gives_the_same_files(dataset: Path, tmp_path: Path) -> Non
 
 def test_repair_gives_the_same_shards(dataset: Path, tmp_path: Path) -> None:
     a, b = _copy(dataset, tmp_path / "a"), _copy(dataset, tmp_path / "b")
-    one = _run("repair", "--workers", "1", src=a, cache=tmp_path / "c1")
-    pool = _run("repair", src=b, cache=tmp_path / "c2")
+    one = jobdata.run_on("repair", "--workers", "1", src=a, cache=tmp_path / "c1")
+    pool = jobdata.run_on("repair", src=b, cache=tmp_path / "c2")
     assert one == pool and one[0] == 0
     assert "big.tfrecord: repaired" in one[1]
     got_a = _same_files(a, b)
