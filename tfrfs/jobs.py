@@ -109,37 +109,58 @@ class LocalPool(Runner):
         tries = [0] * len(jobs)
         window = 2 * self.workers
         running: dict[Future, int] = {}
+        fresh_pools = 0   # pools made since a job last finished: bounds a pool that never works
         try:
             while todo or running:
-                while todo and len(running) < window:
-                    n = todo.pop()
-                    running[self._executor().submit(fn, *jobs[n])] = n
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
-                lost = False
-                for fut in finished:
-                    n = running.pop(fut)
-                    try:
-                        result = fut.result()
-                    except BrokenProcessPool:
-                        lost = True
+                lost: list[int] = []   # jobs a lost worker had (a broken pool loses them all)
+                try:
+                    while todo and len(running) < window:
+                        n = todo.pop()
+                        try:
+                            running[self._executor().submit(fn, *jobs[n])] = n
+                        except BrokenProcessPool:
+                            # A worker died between jobs: the pool noticed before this job went in.
+                            todo.append(n)
+                            raise
+                    finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for fut in finished:
+                        n = running.pop(fut)
+                        try:
+                            result = fut.result()
+                        except BrokenProcessPool:
+                            lost.append(n)
+                            continue
+                        fresh_pools = 0
+                        yield n, result
+                except BrokenProcessPool:
+                    pass
+                if lost or self._broken():
+                    for n in lost:
                         tries[n] += 1
                         if tries[n] > RETRIES:
                             raise RuntimeError(f"a worker process was lost {tries[n]} times running job {n}") from None
-                        todo.append(n)
-                        continue
-                    yield n, result
-                if lost:
+                    fresh_pools += 1
+                    if fresh_pools > RETRIES + 1:
+                        raise RuntimeError("worker processes keep stopping before any job finishes") from None
                     # Every job the broken pool held is lost with it: they all run again.
                     log.warning("a worker process stopped; its jobs run again in new workers")
-                    for fut, n in running.items():
-                        todo.append(n)
+                    todo.extend(lost)
+                    todo.extend(running.values())
                     running.clear()
                     todo.sort(reverse=True)
-                    self._pool.shutdown(wait=False, cancel_futures=True)
-                    self._pool = None
+                    self._drop_pool()
         finally:
             for fut in running:
                 fut.cancel()
+
+    def _broken(self) -> bool:
+        """Whether the pool has lost a worker (and so every job it holds)."""
+        return self._pool is not None and bool(getattr(self._pool, "_broken", False))
+
+    def _drop_pool(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
 
     def close(self) -> None:
         if self._pool is not None:

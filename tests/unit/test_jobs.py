@@ -47,6 +47,29 @@ def test_a_killed_pool_worker_reruns_its_jobs(tmp_path: Path) -> None:
     assert len(ran) > len(set(ran))
 
 
+def test_a_worker_killed_between_jobs_fails_nothing(tmp_path: Path) -> None:
+    """Workers killed while idle, between two jobs: the pool notices before the next job goes in,
+    and ``submit`` itself raises BrokenProcessPool. That job, and those the pool held, run again."""
+    import os
+    import signal
+    import time
+    marks = tmp_path / "pids"
+    marks.mkdir()
+    todo = [(n, str(marks), 0.0) for n in range(12)]
+    with jobs.LocalPool(2) as runner:
+        results = runner.run(jobdata.slow_square, todo)
+        got = [next(results)]
+        pool = runner._pool
+        for pid in {int(p.read_text()) for p in marks.iterdir()}:
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while not getattr(pool, "_broken", False) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert getattr(pool, "_broken", False), "the pool did not notice its workers were killed"
+        got += list(results)
+    assert sorted(got) == [(n, n * n) for n in range(12)]
+
+
 def test_pool_workers_see_the_environment_as_it_is_now(monkeypatch: pytest.MonkeyPatch) -> None:
     """A fork server started before a variable was set (a store's credentials) must not hide it."""
     import multiprocessing
