@@ -344,7 +344,10 @@ class _Kinds(Sequence[str]):
     def __getitem__(self, n: int | slice) -> str | Sequence[str]:
         if isinstance(n, slice):
             return [self[i] for i in range(len(self))[n]]
-        return self._store.records_override or self._store.shards[n].detected_kind
+        # The shard is looked up even when --records answers: past the last one it raises
+        # IndexError, which is how iteration (``set(kinds)``) knows where to stop.
+        detected = self._store.shards[n].detected_kind
+        return self._store.records_override or detected
 
     def __len__(self) -> int:
         return len(self._store.shards)
