@@ -14,7 +14,7 @@ import os
 import time
 from typing import Any, Callable
 
-from . import durable, largevalue, mutate, names
+from . import codec, durable, largevalue, mutate, names
 from .errors import DataLoss, Invalid, IsADir, NoSpace, ReadOnly, TfrfsError, TooLarge
 from .handles import OpenFile, ScratchHandle, WriteHandle
 from .largevalue import LIMIT, Spliced, StandIn
@@ -248,10 +248,12 @@ class FileEditor:
             said.errno = exc.errno
             return said
 
+        kind: str | None = None   # the kind an empty list takes (a user.tfrfs.kind xattr)
         if isinstance(content, OpenFile):
             if content.failed is not None:
                 raise refuse(content.failed)
             size = content.size()
+            kind = content.kind
         else:
             size = len(content)
         if size > LIMIT:
@@ -284,6 +286,8 @@ class FileEditor:
                          decode_raw=self.store.decode_raw, dataset_newline=stager.dataset_newline)
         except Invalid as exc:
             raise refuse(exc) from None
+        if kind is not None:
+            _give_empty_kind(msg, target, kind)
         del content   # the message holds the value now (or its stand-in)
         grows = stand.size - len(stand.data) if stand is not None else 0
         if msg.ByteSize() + grows > LIMIT:
@@ -308,7 +312,32 @@ class FileEditor:
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or isinstance(exc, TfrfsError):
                 raise
             raise refuse(NoSpace(f"it could not be staged: {os.strerror(exc.errno)}")) from None
-        stager.learn(msg, target.section, target.key)
+        stager.learn(msg, target.section, target.key, record)
+
+    def set_kind(self, path: str, value: bytes) -> None:
+        """setxattr ``user.tfrfs.kind``: an empty list (``[]`` tells no kind, SPEC 7) takes the kind
+        named, as ``cp -a`` copies it back; on any other value it is accepted and changes nothing
+        (the content told the kind). A file still open takes it when its content is judged."""
+        kind = value.decode("ascii", "replace").strip()
+        if kind not in _LIST_KINDS:
+            return
+        file = self.open_files.get(path)
+        if file is not None:
+            file.kind = kind
+            if file.dirty:
+                return
+        node, record, inner = self.tree.locate(path)
+        if not isinstance(node, DataFile) or node.loc is None or record is None or node.damaged:
+            return
+        loc = node.loc
+        if loc.item is not None or loc.section == "feature_lists" or node.data != b"[]\n":
+            return
+        msg = self.store.message(record.shard, record.rid)
+        target = Target(loc.section, loc.key, ".json")
+        if not _give_empty_kind(msg, target, kind):
+            return
+        self.stager.stage_record(record.shard, record.rid, msg.SerializeToString(deterministic=True))
+        self.stager.learn(msg, loc.section, loc.key, record)
 
     def _names_shown(self, record: RecordDir, msg: Any) -> NamePin:
         """``store.names_shown`` for the record ``msg`` was parsed from, taken from ``msg`` rather
@@ -356,6 +385,24 @@ def remove_feature(stager: Stager, record: RecordDir, msg: Any, pin: NamePin, no
 
 
 _DIGEST_SIZE = 16   # pins.value_digest's (a test holds the two digests equal)
+
+
+_LIST_KINDS = ("int64_list", "float_list", "bytes_list")
+
+
+def _give_empty_kind(msg: Any, t: Target, kind: str) -> bool:
+    """Give the feature ``t`` names, when it is an empty list of another kind, the empty list of
+    ``kind``; whether it changed."""
+    if t.item is not None or t.section == "feature_lists" or t.suffix != ".json":
+        return False
+    feats = mutate.features_of(msg, t.section)
+    if t.key not in feats:
+        return False
+    now = feats[t.key].WhichOneof("kind")
+    if now not in _LIST_KINDS or now == kind or getattr(feats[t.key], now).value:
+        return False
+    codec.value_to_proto(codec.Value(kind, ()), feats[t.key])
+    return True
 
 
 def _too_large(what: str) -> TooLarge:

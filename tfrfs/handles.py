@@ -55,6 +55,9 @@ class OpenFile:
         # A write or truncate that failed (disk full, past the largest value): the content is not
         # what the writer meant, so its close is refused with this error, the old value kept.
         self.failed: TfrfsError | None = None
+        # The kind a user.tfrfs.kind xattr set while open gives an empty list written here (cp -a
+        # sets it before it closes the file): taken when the content is judged.
+        self.kind: str | None = None
 
     def _own(self) -> int:
         """The temporary file, made (holding the value as shown) at the first change."""

@@ -85,7 +85,7 @@ class Renamer:
         self.stager.intend_record(intent, record.shard, record.rid, msg)
         self.stager.run_intent(intent, {(record.shard, record.rid): pin})
         if target is not None:
-            self.stager.learn(msg, target.section, target.key)
+            self.stager.learn(msg, target.section, target.key, record)
 
     def _rename_scratch(self, record: RecordDir, node: ScratchFile, dest_inner: tuple[str, ...],
                         dest: Node | None) -> None:
@@ -109,7 +109,7 @@ class Renamer:
         intent.drop(node.path)
         self.stager.intend_record(intent, record.shard, record.rid, msg)
         self.stager.run_intent(intent, {(record.shard, record.rid): pin})
-        self.stager.learn(msg, target.section, target.key)
+        self.stager.learn(msg, target.section, target.key, record)
 
     def _take_content(self, record: RecordDir, msg: Any, pin: NamePin, dest_inner: tuple[str, ...],
                       dest: Node | None, content: bytes, *, moved: bool = False) -> Target:
@@ -163,7 +163,7 @@ class Renamer:
             self.stager.intend_record(intent, record.shard, record.rid, msg)
         self.stager.run_intent(intent, {(record.shard, record.rid): pin})
         for section, key in learned:
-            self.stager.learn(msg, section, key)
+            self.stager.learn(msg, section, key, record)
 
     def _move_features(self, record: RecordDir, msg: Any, pin: NamePin, node: Dir, inner: tuple[str, ...],
                        dest: tuple[str, ...]) -> list[tuple[str, str]]:

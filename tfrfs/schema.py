@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable
 
 from . import codec, shardschema
 from .index import ShardIndex
+from .nodes import RecordId
 from .records import RecordStore
 from .shardschema import Tally
 
@@ -42,6 +43,9 @@ class Schema:
         self.progress: Progress | None = None
         self._summary: dict | None = None
         self._staged: dict[tuple[str, str], _Learned] = {}   # (table, key) -> what staged values tell
+        # (table, key) -> staged records that hold an empty bytes_list of the key, written while
+        # the key had no kind: "[]" tells none (SPEC 7), so they take the key's first kind learned
+        self._tentative: dict[tuple[str, str], set[tuple[int, RecordId]]] = {}
         self._staged_read = False      # whether the journal's records were read into ``_staged``
         self._lock = threading.Lock()
         self._build = threading.Lock()   # one scan at a time; others wait for it
@@ -53,6 +57,7 @@ class Schema:
         with self._lock:
             self._summary = None
             self._staged.clear()
+            self._tentative.clear()
             self._staged_read = False
 
     # -- the shards' tallies ----------------------------------------------------------
@@ -236,9 +241,10 @@ class Schema:
         table = _table(section)
         return set(self.summary().get(table, {})) | {k for t, k in self._learned() if t == table}
 
-    def learn(self, msg: Any, section: str, key: str) -> None:
-        """Take note of ``key``'s value in ``msg``, a record just staged (a key it no longer holds
-        stays known, with what it had)."""
+    def learn(self, msg: Any, section: str, key: str, where: tuple[int, RecordId] | None = None) -> None:
+        """Take note of ``key``'s value in ``msg``, a record just staged (``where``: its shard and
+        id) (a key it no longer holds stays known, with what it had). An empty bytes_list tells no
+        kind: while the key has none, the record is noted as waiting for one (``take_waiting``)."""
         if section == "feature_lists":
             lists = msg.feature_lists.feature_list
             steps = [codec.value_from_proto(f) for f in lists[key].feature] if key in lists else None
@@ -249,8 +255,19 @@ class Schema:
         feats = msg.context.feature if section == "context" else msg.features.feature
         if key in feats:
             value = codec.value_from_proto(feats[key])
+            waits = where is not None and _tells_no_kind(value) and self.dataset_kind(key, section)[0] is None
             with self._lock:
                 _learn_value(self._staged, "features", key, value)
+                if waits:
+                    assert where is not None
+                    self._tentative.setdefault(("features", key), set()).add(where)
+
+    def take_waiting(self, section: str, key: str) -> set[tuple[int, RecordId]]:
+        """The staged records whose empty bytes_list of ``key`` was written while the key had no
+        kind (noted by ``learn``, and found in the journal after a remount); forgotten here."""
+        self._learned()
+        with self._lock:
+            return self._tentative.pop((_table(section), key), set())
 
     def _learned(self) -> dict[tuple[str, str], "_Learned"]:
         """What the staged records tell, read from the journal once (after that, ``learn`` keeps
@@ -280,7 +297,12 @@ class Schema:
                 else:
                     feats = msg.features.feature
                 for key, feat in feats.items():
-                    _learn_value(self._staged, "features", key, codec.value_from_proto(feat))
+                    value = codec.value_from_proto(feat)
+                    _learn_value(self._staged, "features", key, value)
+                    if _tells_no_kind(value):
+                        # Waiting for a kind, if the key turns out to have none yet (take_waiting's
+                        # caller checks the record again before it changes anything).
+                        self._tentative.setdefault(("features", key), set()).add((n, rid))
 
     def raw_nearby(self, shard: int, key: str, section: str) -> bool | None:
         """Whether the records nearest to ``shard`` show ``key`` as raw pixels: its own shard's
@@ -333,9 +355,15 @@ def _ends_in_newline(value: codec.Value) -> bool:
     return value.kind == "bytes_list" and any(v.endswith(b"\n") for v in value.values)
 
 
+def _tells_no_kind(value: codec.Value) -> bool:
+    """An empty bytes_list: what ``[]`` written for a key with no kind yet is staged as (SPEC 7)."""
+    return value.kind == "bytes_list" and not value.values
+
+
 def _learn_value(acc: dict[tuple[str, str], _Learned], table: str, key: str, value: codec.Value) -> None:
-    learned = acc.setdefault((table, key), _Learned())
-    learned.kinds.add(value.kind)
+    learned = acc.setdefault((table, key), _Learned())   # a key known, even with no kind yet
+    if not _tells_no_kind(value):
+        learned.kinds.add(value.kind)
     learned.newline = learned.newline or _ends_in_newline(value)
 
 

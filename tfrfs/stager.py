@@ -14,7 +14,7 @@ import re
 import shutil
 from typing import Any
 
-from . import codec, durable, names
+from . import codec, durable, mutate, names
 from .errors import Invalid
 from .largevalue import Spliced
 from .mutate import Target, item_count
@@ -80,10 +80,34 @@ class Stager:
         """``mutate.DatasetNewline``: whether a value of the key in the dataset ends in a newline."""
         return self.tree.schema.ends_in_newline(key, section)
 
-    def learn(self, msg: Any, section: str, key: str) -> None:
-        """The dataset now holds ``key`` as ``msg`` has it (staged): its kind is the dataset's from
-        now on, also after the value goes (an editor's rename-away-and-write save)."""
-        self.tree.schema.learn(msg, section, key)
+    def learn(self, msg: Any, section: str, key: str, record: RecordDir) -> None:
+        """The dataset now holds ``key`` as ``msg`` (``record``'s, staged) has it: its kind is the
+        dataset's from now on, also after the value goes (an editor's rename-away-and-write save).
+
+        ``[]`` tells no kind (SPEC 7): the records that got one for a key with no kind yet take
+        the first kind the key gets, here, when this value gives it one."""
+        schema = self.tree.schema
+        waiting = section != "feature_lists" and schema.dataset_kind(key, section)[0] is None
+        schema.learn(msg, section, key, (record.shard, record.rid))
+        if waiting:
+            kind = schema.dataset_kind(key, section)[0]
+            if kind in ("int64_list", "float_list"):
+                for shard, rid in sorted(schema.take_waiting(section, key), key=str):
+                    self.give_kind(shard, rid, key, kind)
+
+    def give_kind(self, shard: int, rid: RecordId, key: str, kind: str) -> bool:
+        """Make the record's empty bytes_list of ``key`` an empty list of ``kind``, staged; False
+        (nothing done) when the record no longer holds such a value. Raises OSError."""
+        try:
+            msg = self.store.message(shard, rid)
+        except Exception:  # noqa: BLE001 - deleted, moved away or unparsable since: no such value
+            return False
+        feats = mutate.features_of(msg, "context" if self.store.kinds[shard] == "sequence" else "")
+        if key not in feats or feats[key].WhichOneof("kind") != "bytes_list" or feats[key].bytes_list.value:
+            return False
+        codec.value_to_proto(codec.Value(kind, ()), feats[key])
+        self.stage_record(shard, rid, msg.SerializeToString(deterministic=True))
+        return True
 
     def fail(self, record: RecordDir, inner: tuple[str, ...] | str, reason: str) -> Invalid:
         """Report content refused for a record (to ``.tfrfs/errors`` and the log) and say why."""

@@ -1099,6 +1099,54 @@ def test_cp_r_into_a_dataset_without_those_keys(data: Path, orig: dict, tfrfs_mo
 
 
 @pytest.mark.tf
+@pytest.mark.parametrize("tool", ["cp -r", "cp -a"])
+def test_records_copied_into_a_new_dataset_whose_first_holds_empty_lists(tool: str, tmp_path: Path, tfrfs_mount,
+                                                                          tf: TFReader) -> None:
+    """SPEC 7: "[]" tells no kind. Shards copied record by record into an empty dataset, the first
+    record holding empty int64 and float lists: the keys take their kinds from the next records
+    (cp -r), or from the user.tfrfs.kind xattr cp -a copies (then also a key that never gets
+    another value); TensorFlow parses every record equal to the original. Only with cp -r may an
+    empty list whose key never gets a value differ, in kind only."""
+    def ex(**feats: tuple[str, tuple]) -> bytes:
+        m = proto.Example()
+        for key, (kind, vals) in feats.items():
+            codec.value_to_proto(codec.Value(kind, vals), m.features.feature[key])
+        return m.SerializeToString()
+
+    i64 = (0, -1, 1, 2 ** 63 - 1, -(2 ** 63))
+    shards = {
+        "first.tfrecord": [
+            ex(ids=("int64_list", ()), scores=("float_list", ()), never=("float_list", ()), name=("bytes_list", (b"a",))),
+            ex(ids=("int64_list", i64), scores=("float_list", (0.5, -2.0, float("inf"))), name=("bytes_list", (b"b",))),
+            ex(ids=("int64_list", ()), scores=("float_list", ()), tags=("bytes_list", ()))],
+        "second.tfrecord": [
+            ex(ids=("int64_list", ()), scores=("float_list", (1.0,)), tags=("bytes_list", (b"x", b"y")))],
+    }
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    src.mkdir()
+    dest.mkdir()
+    for name, records in shards.items():
+        (src / name).write_bytes(b"".join(tfrecord.frame(r) for r in records))
+    ro = tfrfs_mount(src)
+    mnt = tfrfs_mount(dest, "--rw")
+    for name, records in shards.items():
+        os.mkdir(mnt / name)
+        for i in range(len(records)):
+            sh(f"{tool} {ro / name / f'{i:06d}'} {mnt / name / f'{i:06d}'}", cwd=tmp_path)
+    commit(mnt)
+    want = tf.dump([(src / name, "example") for name in shards])
+    got = tf.dump([(dest / name, "example") for name in shards])
+    for name in shards:
+        expected = want[str(src / name)]["parsed"]
+        if tool == "cp -r":
+            # "never" gets no value in the new dataset: its empty list is bytes_list (SPEC 7).
+            for rec in expected:
+                if "never" in rec["features"]:
+                    rec["features"]["never"] = ["bytes_list", []]
+        assert got[str(dest / name)]["parsed"] == expected, name
+
+
+@pytest.mark.tf
 def test_cp_r_round_trip_of_shortened_names(tmp_path: Path, tfrfs_mount, tf: TFReader) -> None:
     """SPEC 3.1: a shortened name stands for the dataset key it was made from. A record whose keys
     are over 255 bytes, copied out with cp -r (no xattrs) and back in, into its own shard and into
