@@ -43,12 +43,13 @@ except OSError as _exc:   # no libfuse on this machine
 if fuse.fuse_version_major != 3:
     raise ImportError(f"tfrfs needs libfuse3, but {fuse._libfuse_path} is libfuse{fuse.fuse_version_major}")
 
-from . import fuse_loop
+from . import fuse_loop, mountrecord
 from .errors import DataLoss, NoAttr, TfrfsError
 from .mount import Mount
 from .nodes import FILE_NODES, FileHandle, MetaFile, RecordBin, RecordDir, ShardDir, Stat
 from .options import FUSE_FLAGS, FUSE_VALUES, Owner
 from .tree import Tree
+from .watchdog import RequestWatch
 
 log = logging.getLogger("tfrfs")
 
@@ -135,18 +136,28 @@ def _mapped(op: Callable[..., Any]) -> Callable[..., Any]:
     if inspect.isgeneratorfunction(op):
         @functools.wraps(op)
         def listing(self: Any, *args: Any) -> Any:
+            watch = self.watch
+            token = watch.begin(name, args[0] if args else None) if watch is not None else 0
             try:
                 yield from op(self, *args)   # its errors arise while the binding iterates
             except Exception as exc:
                 raise fuse.FuseOSError(errno_of(exc, name, args)) from exc
+            finally:
+                if watch is not None:
+                    watch.end(token)
         return listing
 
     @functools.wraps(op)
     def operation(self: Any, *args: Any) -> Any:
+        watch = self.watch
+        token = watch.begin(name, args[0] if args else None) if watch is not None else 0
         try:
             return op(self, *args)
         except Exception as exc:
             raise fuse.FuseOSError(errno_of(exc, name, args)) from exc
+        finally:
+            if watch is not None:
+                watch.end(token)
     if name == "destroy":
         @functools.wraps(op)
         def destroy(self: Any, *args: Any) -> None:
@@ -172,6 +183,7 @@ class _Edge:
     """
 
     init_failure: Exception | None = None
+    watch: RequestWatch | None = None   # requests in flight, watched for ones that run too long
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -626,7 +638,10 @@ def mount(m: Mount, mountpoint: str, *, poll_us: int, options: Mapping[str, str 
             log.warning("with libfuse's own loop an unmount cannot be told from SIGTERM or Ctrl-C, so "
                         "staged edits are committed only by tfrfs commit and tfrfs umount")
     m.attach(mountpoint)
-    with _libfuse_main(loop.main if loop.usable() else None), _libfuse_signals(not loop.usable()):
+    ops.watch = RequestWatch(note=lambda doc: mountrecord.write_busy(mountpoint, doc))
+    ops.watch.start()
+    with _libfuse_main(loop.main if loop.usable() else None), _libfuse_signals(not loop.usable()), \
+            _stopped(ops.watch):
         try:
             _Fuse(ops, mountpoint, raw_fi=True, encoding="utf-8", errors="surrogateescape", **opts)
         except RuntimeError as exc:
@@ -643,6 +658,14 @@ def mount(m: Mount, mountpoint: str, *, poll_us: int, options: Mapping[str, str 
     if ops.init_failure is not None:
         failure = ops.init_failure
         raise MountFailed(f"init failed ({type(failure).__name__}: {failure}), so the mount ended")
+
+
+@contextlib.contextmanager
+def _stopped(watch: RequestWatch) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        watch.stop()
 
 
 @contextlib.contextmanager

@@ -100,6 +100,39 @@ def remove(mountpoint: str, pid: int, base: Path | None = None) -> None:
             os.unlink(_path(mountpoint, base))
         except OSError:
             pass
+        write_busy(mountpoint, None, base)
+
+
+def _busy_path(mountpoint: str, base: Path | None = None) -> Path:
+    return _path(mountpoint, base).with_suffix(".busy")
+
+
+def write_busy(mountpoint: str, doc: dict | None, base: Path | None = None) -> None:
+    """Note the request the daemon has been busy with for long (``watchdog``), or (None) that
+    none is: read by ``tfrfs status`` without asking the mount, which may not answer meanwhile."""
+    path = _busy_path(mountpoint, base)
+    try:
+        if doc is None:
+            path.unlink(missing_ok=True)
+            return
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(doc))
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.debug("could not note the request this daemon is busy with in %s: %s", path, exc)
+
+
+def read_busy(mountpoint: str, base: Path | None = None) -> dict | None:
+    """The request the daemon at ``mountpoint`` has been busy with for long, if its process still
+    runs: ``{"op", "path", "since" (epoch seconds), "pid"}``."""
+    try:
+        doc = json.loads(_busy_path(mountpoint, base).read_bytes())
+        if not isinstance(doc, dict) or not alive(int(doc["pid"])):
+            return None
+        float(doc["since"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return doc
 
 
 def alive(pid: int) -> bool:

@@ -149,6 +149,18 @@ def _daemon_state(mnt: str, wait: float = 5.0) -> str:
     return "gone" if record is not None and not mountrecord.alive(record.pid) else "silent"
 
 
+def _busy_with(mnt: str) -> str | None:
+    """What the daemon at ``mnt`` has been busy with for long, as its request watcher noted it
+    (read without asking the mount: a daemon busy with one request answers no other)."""
+    from .. import mountrecord
+    busy = mountrecord.read_busy(mnt)
+    if busy is None:
+        return None
+    seconds = max(0.0, time.time() - float(busy["since"]))
+    return (f"the daemon has been busy with one request for {seconds:.0f} s: {busy.get('op', '?')} "
+            f"{busy.get('path') or ''} (its log shows where it is)")
+
+
 def _source_of(mnt: str) -> str | None:
     """The source mounted at ``mnt``: from the note its daemon left (see ``mountrecord``), else from
     the file system's name in the mount table when that is a local folder whose staging lock names
@@ -277,11 +289,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     target = args.target
     if mounttab.fstype_at(target) == FSTYPE:
         state = _daemon_state(target)
+        busy = _busy_with(target)
         if state != "serving":
             source = _source_of(target)
             if state == "silent":
                 print(f"{target}: its tfrfs daemon does not answer (its log may say why); "
                       + (_staged_summary(source) if source else "its source is not known"))
+                if busy:
+                    print(busy)
                 return EXIT_PROBLEMS
             print(f"{target}: the tfrfs daemon of this mount is gone (the mount is left as \"Transport endpoint "
                   f"is not connected\"); clean up: fusermount3 -u {target}, then tfrfs status, commit or discard "
@@ -290,6 +305,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                 print(f"staged in {source}:")
                 _print_pending(list(staged_in(source)))
             return EXIT_PROBLEMS
+        if busy:
+            print(busy)
         info = _mount_status(target)
         if info is None:
             from .. import mountrecord
