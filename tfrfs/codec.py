@@ -25,6 +25,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import numbers
 import struct
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence, Union
@@ -153,6 +154,117 @@ def plain_values(message: Any) -> dict:
                 "feature_lists": {k: [plain_feature(f) for f in fl.feature]
                                   for k, fl in message.feature_lists.feature_list.items()}}
     return {k: plain_feature(f) for k, f in message.features.feature.items()}
+
+
+def plain_to_value(values: Any, kind: str | None = None) -> Value:
+    """The Value of a feature given as plain Python values, the inverse of ``plain_feature``
+    (``tfrfs.ray.write``, SPEC 9): None is a Feature with no kind, a list holds ``int``,
+    ``float`` or ``bytes``/``str`` (stored as UTF-8) values.
+
+    ``kind`` is the value's kind when the caller knows it (e.g. from an Arrow column's type): the
+    values must fit it (an int64 in range; a number that float32 can hold, rounded to it; bytes
+    or text). None infers it as SPEC 7 does for a key new to the dataset: any float makes a
+    float_list, integers an int64_list, strings or bytes a bytes_list, and so does ``[]``.
+    Raises ``errors.Invalid`` when the values do not fit.
+    """
+    if values is None:
+        return Value("none", ())
+    if isinstance(values, (str, bytes, bytearray, memoryview)) or not isinstance(values, Sequence):
+        raise Invalid(f"{_describe_plain(values)} is not a list of feature values; "
+                      "write a list such as [1, 2], [0.5] or [b\"a\"] (None: a feature with no kind)")
+    if kind is None or kind == "none":
+        kind = _infer_plain_kind(values)
+    if kind not in _PLAIN:
+        raise ValueError(f"unknown feature kind {kind!r}")
+    return Value(kind, _PLAIN[kind](values))
+
+
+def _describe_plain(x: Any) -> str:
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        return f"the bytes {bytes(x[:30])!r}"
+    if isinstance(x, (int, float, str)) or x is None:
+        return _describe(x)
+    return f"a {type(x).__name__}"
+
+
+def _infer_plain_kind(items: Sequence[Any]) -> str:
+    """``_infer_kind``'s rules for Python values: a bool is not a number here either."""
+    seen_int = seen_float = seen_str = False
+    n = len(items)
+    for i, x in enumerate(items):
+        if isinstance(x, bool):
+            raise Invalid(f"the boolean {x}{_where(i, n)} cannot be a feature value; write 0 or 1")
+        if isinstance(x, numbers.Integral):
+            seen_int = True
+        elif isinstance(x, numbers.Real):
+            seen_float = True
+        elif isinstance(x, (str, bytes, bytearray, memoryview)):
+            seen_str = True
+        else:
+            raise Invalid(f"{_describe_plain(x)}{_where(i, n)} cannot be a feature value; "
+                          "a feature holds numbers or strings, e.g. [1, 2] or [b\"a\"]")
+    if seen_str and (seen_int or seen_float):
+        raise Invalid("the list mixes strings and numbers; a feature holds one kind")
+    if seen_float:
+        return "float_list"
+    if seen_int:
+        return "int64_list"
+    return "bytes_list"
+
+
+def _plain_ints(items: Sequence[Any]) -> tuple:
+    n = len(items)
+    out = []
+    for i, x in enumerate(items):
+        if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+            raise Invalid(f"{_describe_plain(x)}{_where(i, n)} is not an integer; this feature holds int64_list")
+        v = int(x)
+        if not _INT64_MIN <= v <= _INT64_MAX:
+            raise Invalid(f"{_describe(v)}{_where(i, n)} is outside the int64 range")
+        out.append(v)
+    return tuple(out)
+
+
+def _plain_floats(items: Sequence[Any]) -> tuple:
+    n = len(items)
+    for i, x in enumerate(items):
+        if isinstance(x, bool) or not isinstance(x, numbers.Real):
+            raise Invalid(f"{_describe_plain(x)}{_where(i, n)} is not a number; this feature holds float_list")
+    try:
+        return _f32_tuple([float(x) for x in items])
+    except OverflowError:
+        # float32 has no value for it: refused rather than stored as an infinity it never was.
+        for i, x in enumerate(items):
+            try:
+                _F32.pack(float(x))
+            except OverflowError:
+                raise Invalid(f"{_describe(float(x))}{_where(i, n)} is too large for float32 "
+                              "(largest: 3.4028235e+38)") from None
+        raise
+
+
+def _plain_bytes(items: Sequence[Any]) -> tuple:
+    n = len(items)
+    out = []
+    for i, x in enumerate(items):
+        if isinstance(x, str):
+            try:
+                out.append(x.encode("utf-8"))
+            except UnicodeEncodeError:
+                raise Invalid(f"string{_where(i, n)} holds a lone surrogate escape and is not UTF-8") from None
+        elif isinstance(x, (bytes, bytearray, memoryview)):
+            out.append(bytes(x))
+        else:
+            raise Invalid(f"{_describe_plain(x)}{_where(i, n)} is not bytes or a string; "
+                          "this feature holds bytes_list")
+    return tuple(out)
+
+
+_PLAIN: dict[str, Callable[[Sequence[Any]], tuple]] = {
+    "int64_list": _plain_ints,
+    "float_list": _plain_floats,
+    "bytes_list": _plain_bytes,
+}
 
 
 # --------------------------------------------------------------------------------------------

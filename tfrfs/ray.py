@@ -17,6 +17,9 @@ def read(source: str, *, records: str = "raw", override_num_blocks: int | None =
 
 def write(dataset: Any, dest: str, *, shards: int | None = None, compression: str = "none", **options: Any) -> Any:
     """Write ``dataset``'s rows as framed shards into DEST, committed once when every write task
-    succeeded (all shards or none), with shipped indexes and the manifest."""
+    succeeded (all shards or none), with shipped indexes and the manifest. Rows with a ``record``
+    column are written byte for byte; ``example`` rows (as ``read(records="example")`` gives them)
+    become Examples, or SequenceExamples when they have a ``feature_lists`` column, each value of
+    the kind its column's Arrow type says."""
     from .raysink import write as _write
     return _write(dataset, dest, shards=shards, compression=compression, **options)
