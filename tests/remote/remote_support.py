@@ -21,7 +21,6 @@ import urllib.parse
 from pathlib import Path
 from typing import Callable, Iterable
 
-from conftest import REALDATA
 from support.servers import FaultProxy, Request
 
 BLOCK = 1 << 20      # the remote reader's block (README, "Remote sources")
@@ -45,14 +44,15 @@ SEQ_GZ = "tfx/tfx/components/testdata/external/tfrecord_sequence/data_tfrecord-0
 EVAL_GZ = "tfx/tfx/components/testdata/tfrecord_sequence/Split-eval/data_tfrecord_eval.gz"
 
 
-def realdata_shards(root: Path = REALDATA, under: str = "") -> list[str]:
-    """Relative paths of the shard files of the real data (everything but its plain files)."""
+def realdata_shards(root: Path, under: str = "") -> list[str]:
+    """Relative paths of the shard files of the real data at ``root`` (the ``realdata`` fixture:
+    everything but its plain files)."""
     base = root / under if under else root
     return sorted(p.relative_to(root).as_posix() for p in base.rglob("*")
                   if p.is_file() and p.name not in PLAIN_NAMES)
 
 
-def gz_shards(root: Path = REALDATA) -> list[str]:
+def gz_shards(root: Path) -> list[str]:
     return [s for s in realdata_shards(root) if s.endswith(".gz")]
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_support import (BLOCK, MNIST_TFDS, REALDATA, TFDS_DIR, block_gets, blocks_fetched, cli, errors_naming,
+from remote_support import (BLOCK, MNIST_TFDS, TFDS_DIR, block_gets, blocks_fetched, cli, errors_naming,
                             gets_of, read_file, record_offsets, show, wait_for)
 
 from support.servers import FaultProxy
@@ -115,16 +115,16 @@ def test_rw_with_a_url_exits_2(realdata: Path, s3, tmp_path: Path) -> None:
 class Mounted:
     """A TFDS MNIST split in the bucket with its index beside it, mounted on an empty cache:
     the mount read at most the shard's first and last blocks (the sample check), so records in
-    blocks 1 and 2 are not cached."""
+    blocks 1 and 2 are not cached. ``realdata``: the fixture's folder."""
 
-    def __init__(self, s3, tfrfs_mount, tmp_path: Path, *args: str) -> None:
-        s3.upload_tree(REALDATA / TFDS_DIR, "tfds")
+    def __init__(self, realdata: Path, s3, tfrfs_mount, tmp_path: Path, *args: str) -> None:
+        s3.upload_tree(realdata / TFDS_DIR, "tfds")
         proc = cli("index", s3.url("tfds"), "--beside", "--cache-dir", str(tmp_path / "indexer"))
         assert proc.returncode == 0, proc.stderr
         self.s3 = s3
         self.proxy: FaultProxy = s3.proxy
         self.key = f"tfds/{SHARD}"
-        self.local = REALDATA / MNIST_TFDS
+        self.local = realdata / MNIST_TFDS
         self.size = self.local.stat().st_size
         self.proxy.reset()
         self.mnt = tfrfs_mount(s3.url("tfds"), *args)
@@ -132,7 +132,7 @@ class Mounted:
         self.cached = blocks_fetched(block_gets(self.proxy, s3.path(self.key), self.size), self.size)
         assert self.cached <= {0, 3}, show(gets_of(self.proxy, s3.path(self.key)))
         self.offsets = record_offsets(self.local)
-        self.reference = tfrfs_mount(REALDATA / TFDS_DIR, "--cache-dir", str(tmp_path / "local-cache"))
+        self.reference = tfrfs_mount(realdata / TFDS_DIR, "--cache-dir", str(tmp_path / "local-cache"))
         self._rng = random.Random(str(tmp_path))
 
     def record_in(self, block: int) -> int:
@@ -170,7 +170,7 @@ def timed_read(path: Path) -> tuple[bytes | int, float]:
 
 
 def test_server_errors_give_eio_then_the_same_read_recovers(s3, tfrfs_mount, tmp_path: Path, realdata: Path) -> None:
-    m = Mounted(s3, tfrfs_mount, tmp_path, *FAST)
+    m = Mounted(realdata, s3, tfrfs_mount, tmp_path, *FAST)
     warm, cold = m.warm_up(), m.record_in(1)
 
     m.proxy.fail(500)
@@ -193,9 +193,9 @@ def test_server_errors_give_eio_then_the_same_read_recovers(s3, tfrfs_mount, tmp
     assert info == (realdata / TFDS_DIR / "dataset_info.json").read_bytes()
 
 
-def test_store_going_down_mid_read_gives_eio_then_recovers(s3, tfrfs_mount, tmp_path: Path) -> None:
+def test_store_going_down_mid_read_gives_eio_then_recovers(realdata: Path, s3, tfrfs_mount, tmp_path: Path) -> None:
     # A timeout longer than the test: what ends the read is the store going down.
-    m = Mounted(s3, tfrfs_mount, tmp_path, "-o", "retries=2,timeout=60")
+    m = Mounted(realdata, s3, tfrfs_mount, tmp_path, "-o", "retries=2,timeout=60")
     index = m.record_in(2)
     m.proxy.stall(30, match=m.key)       # the shard's GET is in flight when the store goes down
     result: list[bytes | int] = []
@@ -213,8 +213,9 @@ def test_store_going_down_mid_read_gives_eio_then_recovers(s3, tfrfs_mount, tmp_
     assert read_file(m.file(index)) == m.expected(index)
 
 
-def test_stalled_response_past_the_timeout_gives_eio_and_the_daemon_lives(s3, tfrfs_mount, tmp_path: Path) -> None:
-    m = Mounted(s3, tfrfs_mount, tmp_path, "-o", "retries=2,timeout=1")
+def test_stalled_response_past_the_timeout_gives_eio_and_the_daemon_lives(realdata: Path, s3, tfrfs_mount,
+                                                                          tmp_path: Path) -> None:
+    m = Mounted(realdata, s3, tfrfs_mount, tmp_path, "-o", "retries=2,timeout=1")
     warm, index = m.warm_up(), m.record_in(1)
     m.proxy.stall(6, match=m.key)
     got, took = timed_read(m.file(index))
@@ -226,8 +227,8 @@ def test_stalled_response_past_the_timeout_gives_eio_and_the_daemon_lives(s3, tf
     assert read_file(m.file(index)) == m.expected(index)
 
 
-def test_shard_deleted_after_mount_gives_eio(s3, tfrfs_mount, tmp_path: Path) -> None:
-    m = Mounted(s3, tfrfs_mount, tmp_path, *FAST)
+def test_shard_deleted_after_mount_gives_eio(realdata: Path, s3, tfrfs_mount, tmp_path: Path) -> None:
+    m = Mounted(realdata, s3, tfrfs_mount, tmp_path, *FAST)
     warm, index = m.warm_up(), m.record_in(2)
     m.s3.delete(m.key)
     got = read_file(m.file(index))

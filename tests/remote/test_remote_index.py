@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_support import (CAPTCHA_VALID, CSV_GZ, LITE_TEST, MNIST_TFDS, REALDATA, SEQ_GZ, SNIFF, TFX,
+from remote_support import (CAPTCHA_VALID, CSV_GZ, LITE_TEST, MNIST_TFDS, SEQ_GZ, SNIFF, TFX,
                             TFX_MNIST, BLOCK, block_gets, blocks_fetched, cli, differences,
                             gets_of, loader_index_text, n_blocks, realdata_shards, record_offsets,
                             sample_records, show, snapshot, span)
@@ -29,7 +29,8 @@ MNIST_NB = "notebook-benchmarks/tensorflow_datasets/mnist/3.0.1/mnist-test.tfrec
 
 
 
-def copy_shards(dest: Path, rels: list[str], root: Path = REALDATA) -> Path:
+def copy_shards(dest: Path, rels: list[str], root: Path) -> Path:
+    """``rels`` of the real data at ``root`` (the ``realdata`` fixture) copied into ``dest``."""
     for rel in rels:
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / rel, dest / rel)
@@ -133,7 +134,7 @@ def test_index_beside_makes_a_cold_mount_read_samples_only(realdata: Path, s3, t
     # Listed (the manifest written too is test_remote_manifest's): the index files are read at mount.
     warm = tfrfs_mount(s3.url("real"), "--cache-dir", str(tmp_path / "empty"), "--no-manifest")
     for shard in plain:
-        if shard_intact(shard):
+        if shard_intact(realdata / shard):
             assert_no_scan(s3.proxy, s3.path(f"real/{shard}"), realdata / shard)
         else:   # damaged: no framing to say where its last record starts
             assert_few_reads(s3.proxy, s3.path(f"real/{shard}"), (realdata / shard).stat().st_size)
@@ -151,9 +152,9 @@ def test_index_beside_makes_a_cold_mount_read_samples_only(realdata: Path, s3, t
         assert not gets_of(s3.proxy, s3.path(f"real/{shard}")), f"{shard}: read for schema.json"
 
 
-def shard_intact(shard: str) -> bool:
+def shard_intact(shard: Path) -> bool:
     try:
-        record_offsets(REALDATA / shard)
+        record_offsets(shard)
     except AssertionError:
         return False
     return True
@@ -169,7 +170,7 @@ def test_compressed_shard_with_index_beside_is_fetched_at_first_read_not_at_moun
     """SPEC 1.1: a compressed remote shard with a known index is fetched and decompressed on the
     first read of one of its records, not at mount -- then once."""
     shards = [CSV_GZ, SEQ_GZ]
-    copy_shards(tmp_path / "src", shards)
+    copy_shards(tmp_path / "src", shards, realdata)
     s3.upload_tree(tmp_path / "src", "gz")
     proc = cli("index", s3.url("gz"), "--beside", "--cache-dir", str(tmp_path / "indexer"))
     assert proc.returncode == 0, proc.stderr
@@ -191,9 +192,9 @@ def test_compressed_shard_with_index_beside_is_fetched_at_first_read_not_at_moun
 DALI_SHARDS = [MNIST_TFDS, CAPTCHA_TRAIN, LITE_TEST]
 
 
-def dali_copy(tmp_path: Path) -> Path:
+def dali_copy(tmp_path: Path, realdata: Path) -> Path:
     """A local copy of some uncompressed shards with the DALI indexes ``tfrfs index`` writes."""
-    src = copy_shards(tmp_path / "src", DALI_SHARDS)
+    src = copy_shards(tmp_path / "src", DALI_SHARDS, realdata)
     proc = cli("index", str(src), "--format", "dali", "--cache-dir", str(tmp_path / "local-cache"))
     assert proc.returncode == 0, proc.stderr
     for rel in DALI_SHARDS:
@@ -202,8 +203,8 @@ def dali_copy(tmp_path: Path) -> Path:
     return src
 
 
-def test_dali_index_beside_a_remote_shard_is_used(s3, tfrfs_mount, tmp_path: Path) -> None:
-    src = dali_copy(tmp_path)
+def test_dali_index_beside_a_remote_shard_is_used(realdata: Path, s3, tfrfs_mount, tmp_path: Path) -> None:
+    src = dali_copy(tmp_path, realdata)
     s3.upload_tree(src, "dali")
     mnt = tfrfs_mount(s3.url("dali"), "--cache-dir", str(tmp_path / "empty"))
     for rel in DALI_SHARDS:
@@ -216,12 +217,12 @@ def test_dali_index_beside_a_remote_shard_is_used(s3, tfrfs_mount, tmp_path: Pat
     assert not diff, "\n".join(diff)
 
 
-def test_wrong_dali_index_is_ignored_and_reported(s3, tfrfs_mount, tmp_path: Path) -> None:
+def test_wrong_dali_index_is_ignored_and_reported(realdata: Path, s3, tfrfs_mount, tmp_path: Path) -> None:
     """An index of another shard, and one edited so that its last record starts 8 bytes late
     (the lines still follow each other and end at the shard's size), are not trusted: the mount
     scans and shows the right records."""
-    src = dali_copy(tmp_path)
-    (src / f"{CAPTCHA_TRAIN}.idx").write_bytes(loader_index_text(record_offsets(REALDATA / CAPTCHA_VALID)))
+    src = dali_copy(tmp_path, realdata)
+    (src / f"{CAPTCHA_TRAIN}.idx").write_bytes(loader_index_text(record_offsets(realdata / CAPTCHA_VALID)))
     offsets = record_offsets(src / MNIST_TFDS)
     offsets[-2] += 8
     (src / f"{MNIST_TFDS}.idx").write_bytes(loader_index_text(offsets))
@@ -232,7 +233,8 @@ def test_wrong_dali_index_is_ignored_and_reported(s3, tfrfs_mount, tmp_path: Pat
     assert len(list((mnt / MNIST_TFDS).iterdir())) == 10000
     assert len(list((mnt / CAPTCHA_TRAIN).iterdir())) == 196
     # The right records: as a local mount of the same shards without index files shows them.
-    orig = tfrfs_mount(copy_shards(tmp_path / "orig", DALI_SHARDS), "--cache-dir", str(tmp_path / "orig-cache"))
+    orig = tfrfs_mount(copy_shards(tmp_path / "orig", DALI_SHARDS, realdata),
+                       "--cache-dir", str(tmp_path / "orig-cache"))
     diff = differences(snapshot(orig, DALI_SHARDS), snapshot(mnt, DALI_SHARDS, hide=lambda n: n.endswith(".idx")))
     assert not diff, "\n".join(diff)
     # Ignored and reported (SPEC 1.2): in the daemon's log or .tfrfs/errors.
@@ -243,11 +245,11 @@ def test_wrong_dali_index_is_ignored_and_reported(s3, tfrfs_mount, tmp_path: Pat
 
 # --- (d) the tfrecord package's .tfindex --------------------------------------------------
 
-def test_tfindex_beside_a_remote_shard_is_used(s3, tfrfs_mount, tmp_path: Path) -> None:
+def test_tfindex_beside_a_remote_shard_is_used(realdata: Path, s3, tfrfs_mount, tmp_path: Path) -> None:
     """``STEM.tfindex`` (what the tfrecord package's ``create_indices`` writes) and
     ``NAME.tfindex``, the same text as DALI's; two shards of four blocks each."""
     rels = [TFX_MNIST, MNIST_NB]
-    src = copy_shards(tmp_path / "src", rels)
+    src = copy_shards(tmp_path / "src", rels, realdata)
     stem_index = Path(TFX_MNIST).with_name("mnist.tfindex").as_posix()
     (src / stem_index).write_bytes(loader_index_text(record_offsets(src / TFX_MNIST)))
     (src / f"{MNIST_NB}.tfindex").write_bytes(loader_index_text(record_offsets(src / MNIST_NB)))
@@ -264,8 +266,8 @@ def test_tfindex_beside_a_remote_shard_is_used(s3, tfrfs_mount, tmp_path: Path) 
 
 # --- (e) --index-dir -----------------------------------------------------------------------
 
-def test_index_dir_with_dali_indexes_of_a_local_copy(s3, tfrfs_mount, tmp_path: Path) -> None:
-    src = copy_shards(tmp_path / "src", DALI_SHARDS)
+def test_index_dir_with_dali_indexes_of_a_local_copy(realdata: Path, s3, tfrfs_mount, tmp_path: Path) -> None:
+    src = copy_shards(tmp_path / "src", DALI_SHARDS, realdata)
     s3.upload_tree(src, "plain")
     out = tmp_path / "indexes"
     out.mkdir()
@@ -281,12 +283,12 @@ def test_index_dir_with_dali_indexes_of_a_local_copy(s3, tfrfs_mount, tmp_path: 
     assert not diff, "\n".join(diff)
 
 
-def test_index_dir_with_tfrfs_indexes_checks_the_identity(s3, tfrfs_mount, tmp_path: Path) -> None:
+def test_index_dir_with_tfrfs_indexes_checks_the_identity(realdata: Path, s3, tfrfs_mount, tmp_path: Path) -> None:
     """``NAME.tfrfs-idx`` files carry the shard's size and identity: those made from the bucket
     (ETags) are used; those made from a local copy (the same bytes, but another identity) are
     ignored (SPEC 1.2), and the mount scans."""
     rels = [MNIST_TFDS, CAPTCHA_TRAIN]
-    src = copy_shards(tmp_path / "src", rels)
+    src = copy_shards(tmp_path / "src", rels, realdata)
     s3.upload_tree(src, "plain")
     from_bucket, from_local = tmp_path / "from-bucket", tmp_path / "from-local"
     from_bucket.mkdir()

@@ -143,8 +143,10 @@ def s3(s3_server: S3Server, s3_proxy: FaultProxy, monkeypatch: pytest.MonkeyPatc
 
 @pytest.fixture(scope="module")
 def realdata() -> Path:
-    """The real shards of ../shared/realdata (the tests that need them skip without)."""
+    """The real shards of ../shared/realdata, or of $TFRFS_REALDATA (``conftest.REALDATA``). Every
+    test that reads them takes them from here, so that a checkout without them skips those tests,
+    saying why, instead of failing."""
     from conftest import REALDATA
     if not REALDATA.is_dir():
-        pytest.skip(f"no real data at {REALDATA}")
+        pytest.skip(f"no real data at {REALDATA} (TFRFS_REALDATA names another folder)")
     return REALDATA
