@@ -20,6 +20,8 @@ This module only reads text: it imports neither the FUSE binding nor the rest of
 
 from __future__ import annotations
 
+import math
+
 import grp
 import pwd
 from dataclasses import dataclass, field
@@ -58,7 +60,7 @@ def size(text: str) -> int:
         value = float(t[:len(t) - len(unit)])
     except ValueError:
         value = -1
-    if value < 0:
+    if not 0 <= value < math.inf:   # NaN and infinity are no sizes either
         raise ValueError(f"{text!r} is not a size (like 500M or 20G)")
     return int(value * units[unit])
 

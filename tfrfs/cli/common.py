@@ -1,12 +1,16 @@
 """What several commands share: exit statuses, progress on stderr, opening SOURCE (SPEC 1) as
-the arguments name it, and the check that a folder given to tfrfs can be written in."""
+the arguments name it, and the checks of option values made before any work (a folder given to
+tfrfs can be written in, a Ray address answers, ...)."""
 
 from __future__ import annotations
 
 import argparse
 import errno
 import os
+import re
+import socket
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -14,7 +18,7 @@ from typing import TYPE_CHECKING, Callable
 from .. import mounttab
 from ..errors import UsageError
 from ..index import IndexCache, ShardIndex, default_cache_dir
-from ..remote import parse_options
+from ..remote import is_url, parse_options
 from ..indexmemory import IndexMemory
 from ..sources import Source, index_source, open_source
 
@@ -105,8 +109,9 @@ def open_dataset(args: argparse.Namespace, *, quiet: bool = False,
     return src, indexes, cache
 
 
-def _check_folder(path: str | Path, what: str, *, hint: str = "") -> None:
-    """That ``path`` is a folder this user can write in, made if missing. Raises UsageError."""
+def _check_folder(path: str | Path, what: str, *, hint: str = "", room: bool = False) -> None:
+    """That ``path`` is a folder this user can write in, made if missing; ``room``: with room for
+    a block more. Raises UsageError."""
     hint = f"; {hint}" if hint else ""
     try:
         os.makedirs(path, exist_ok=True)
@@ -116,19 +121,115 @@ def _check_folder(path: str | Path, what: str, *, hint: str = "") -> None:
         raise UsageError(f"{what} {path}: cannot be made: {exc.strerror}{hint}") from None
     if not os.access(path, os.W_OK | os.X_OK):
         raise UsageError(f"{what} {path}: not writable ({os.strerror(errno.EACCES)}){hint}")
+    # access(2) says yes to root in /sys and /proc, where no file can be made, and nothing of a
+    # full disk: a file made (and for ``room`` written and synced) there tells.
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".tfrfs-probe-", dir=path)
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: no file can be made in it ({exc.strerror}){hint}") from None
+    try:
+        if room:
+            os.write(fd, bytes(4096))
+            os.fsync(fd)
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: cannot be written ({exc.strerror}){hint}") from None
+    finally:
+        os.close(fd)
+        os.unlink(probe)
+
+
+# --- option values checked before any work (SPEC 8: bad input is one line and exit status 2) -----
+
+def check_options(args: argparse.Namespace) -> None:
+    """The values of the options ``args`` holds that only the work would find bad, checked
+    before it starts: folders, the Ray address, sizes. Raises UsageError."""
+    if getattr(args, "cache_dir", None):
+        _check_folder(args.cache_dir, "--cache-dir")
+    if getattr(args, "index_dir", None):
+        check_index_dir(args.index_dir)
+    if getattr(args, "out_dir", None):
+        if is_url(args.out_dir):
+            raise UsageError(f"--out-dir {args.out_dir}: give a local folder (--beside writes the index "
+                             "files into the bucket, beside its shards)")
+        _check_folder(args.out_dir, "--out-dir", room=True)
+    if getattr(args, "index_memory", None) is not None and args.index_memory < 1:
+        raise UsageError(f"--index-memory {args.index_memory}: give a size of 1 byte or more (like 128M)")
+    if getattr(args, "ray", None) is not None:
+        check_ray(args.ray)
+
+
+def check_index_dir(path: str) -> None:
+    """``--index-dir``: a local folder to read index files from. Raises UsageError."""
+    if is_url(path):
+        raise UsageError(f"--index-dir {path}: give a local folder (index files beside a bucket's shards "
+                         "are found there without it)")
+    if not os.path.isdir(path):
+        says = "not a folder" if os.path.exists(path) else "no such folder"
+        raise UsageError(f"--index-dir {path}: {says}; give the folder `tfrfs index --out-dir` wrote")
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise UsageError(f"--index-dir {path}: cannot be read ({os.strerror(errno.EACCES)})")
+
+
+# What ``--ray`` takes besides ``auto``: as ``ray start`` prints it (host:port, ray://host:port,
+# an IPv6 [host]:port) or a dashboard's http(s) address.
+RAY_ADDRESS = re.compile(r"^(auto|(ray|https?)://\S+|[\w.-]+:\d+|\[[0-9a-fA-F:]+\]:\d+)$")
+RAY_CONNECT_S = 5.0
+
+
+def check_ray(address: str) -> None:
+    """That ``--ray ADDRESS`` (``auto``: $RAY_ADDRESS when set) names a Ray cluster that answers:
+    Ray itself waits a minute or more for one that does not. ``auto`` without $RAY_ADDRESS
+    starts a cluster here, which needs no check. Raises UsageError."""
+    from ..jobs import RAY_ENV
+    given = f"--ray {address}" if address and address != "auto" else ""
+    if not given:
+        address = os.environ.get(RAY_ENV) or ""
+        given = f"${RAY_ENV} {address}"
+        if address in ("", "auto", "local"):
+            return
+    if not RAY_ADDRESS.match(address):
+        raise UsageError(f"{given}: not a Ray address; give host:port or ray://host:port as `ray start` "
+                         "prints it, or auto")
+    host, port = _host_port(address)
+    try:
+        socket.create_connection((host, port), timeout=RAY_CONNECT_S).close()
+    except OSError as exc:
+        reason = "no answer" if isinstance(exc, socket.timeout) else (exc.strerror or str(exc))
+        shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        raise UsageError(f"{given}: no Ray cluster answers at {shown} ({reason}); give the address "
+                         "`ray start --head` printed") from None
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    """The host and port ``check_ray`` connects to: a URL's (its scheme's port when it names none)."""
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "", address
+    netloc = rest.split("/", 1)[0].rsplit("@", 1)[-1]
+    host, colon, port = netloc.rpartition(":")
+    if not colon or not port.isdigit() or (host.startswith("[") != host.endswith("]")):
+        host, port = netloc, str({"https": 443, "http": 80, "ray": 10001}.get(scheme, 6379))
+    return host.strip("[]"), int(port)
 
 
 # --- where shard jobs run (SPEC 8) ----------------------------------------------------------------
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
-    """``--ray [ADDRESS]`` and ``--workers N``: where a command's shard jobs run."""
-    p.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
-                   help="run the shard jobs as tasks on a Ray cluster: ADDRESS as `ray start` prints it "
-                        "(host:port, ray://host:port); without it or with `auto`, $RAY_ADDRESS, else a "
-                        "cluster started on this machine for the command. Needs pip install 'tfrfs[ray]'")
-    p.add_argument("--workers", type=_processes, metavar="N",
-                   help="without --ray: local worker processes (default: one per core; 1 runs the "
-                        "jobs in this process)")
+    """``--ray [ADDRESS]`` or ``--workers N``: where a command's shard jobs run."""
+    # One or the other: Ray places its tasks itself, so a number of processes would be ignored.
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
+                       help="run the shard jobs as tasks on a Ray cluster: ADDRESS as `ray start` prints it "
+                            "(host:port, ray://host:port); without it or with `auto`, $RAY_ADDRESS, else a "
+                            "cluster started on this machine for the command. Needs pip install 'tfrfs[ray]'")
+    where.add_argument("--workers", type=_processes, metavar="N",
+                       help=f"local worker processes, 1 to {MAX_WORKERS} (not with --ray; default: one per "
+                            "core; 1 runs the jobs in this process)")
+
+
+# A pool starts all its processes at once (forked): a slip of the keyboard (--workers 100000)
+# would fill the process table, not speed anything up.
+MAX_WORKERS = 1024
 
 
 def _processes(text: str) -> int:
@@ -136,8 +237,8 @@ def _processes(text: str) -> int:
         n = int(text)
     except ValueError:
         n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a number of processes, 1 or more")
+    if not 1 <= n <= MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of processes, 1 to {MAX_WORKERS}")
     return n
 
 

@@ -11,6 +11,8 @@ import sys
 import time
 from typing import Any, Callable, Sequence
 
+from ..errors import TfrfsError, UsageError
+from ..remote import is_url
 from .common import EXIT_OK, EXIT_PROBLEMS, Progress, open_args, open_dataset, runner_of
 
 
@@ -154,9 +156,24 @@ def _kind_words(kind: str | None | list[str | None]) -> str:
     return " or ".join(k or "none" for k in kinds)
 
 
+def _check_beside(source: str) -> None:
+    """That the index files can go beside a local SOURCE's shards: its folder is writable (the
+    shards' own folders are known only once SOURCE is listed; writing there says the rest).
+    Raises UsageError."""
+    if is_url(source) or not os.path.exists(source):
+        return   # a bucket, or a glob: SOURCE's own checks and the writing tell
+    folder = source if os.path.isdir(source) else os.path.dirname(os.path.abspath(source))
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"{folder}: not writable, so no index file can go beside its shards; give "
+                         "--out-dir DIR (and mount with --index-dir DIR)")
+
+
 def cmd_index(args: argparse.Namespace) -> int:
     from ..sources import ship_indexes, write_manifest
     started = time.monotonic()
+    write = args.beside or args.out_dir or args.format == "dali"
+    if write and not args.out_dir:
+        _check_beside(args.source)
     # The shards indexed by jobs have their schema read there too, while their bytes are in the
     # page cache; ``_read_schema`` reads what is left (large shards in parts, cached indexes).
     runner = runner_of(args)
@@ -169,10 +186,16 @@ def cmd_index(args: argparse.Namespace) -> int:
     try:
         with runner:
             schema = None if args.no_schema else _read_schema(src, indexes, cache, runner)
-        write = args.beside or args.out_dir or args.format == "dali"
-        shipped = ship_indexes(src, indexes, cache, fmt=args.format, out_dir=args.out_dir) if write else []
-        if args.beside and args.format == "tfrfs" and not args.out_dir and src.discovery.mirrors_dir:
-            manifest_at = write_manifest(src, indexes, cache, shipped, schema)
+        try:
+            shipped = ship_indexes(src, indexes, cache, fmt=args.format, out_dir=args.out_dir) if write else []
+            if args.beside and args.format == "tfrfs" and src.discovery.mirrors_dir:
+                manifest_at = write_manifest(src, indexes, cache, shipped, schema)
+        except TfrfsError:
+            raise
+        except OSError as exc:   # the disk filled up, or a folder of SOURCE refused (a bucket: access denied)
+            where = f"into {args.out_dir}" if args.out_dir else "beside the shards"
+            what = f"{exc.filename}: " if exc.filename else ""
+            raise TfrfsError(f"cannot write the index files {where}: {what}{exc.strerror or exc}") from None
     finally:
         src.close()
     for s in shipped:

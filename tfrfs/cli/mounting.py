@@ -21,7 +21,7 @@ from ..errors import TfrfsError, UsageError
 from ..index import default_cache_dir, named_like_shard
 from ..remote import is_url
 from .common import (EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, FSTYPE, Progress, _check_folder,
-                     open_dataset)
+                     check_options, open_dataset)
 
 
 MOUNT_WAIT_S = 120.0
@@ -79,6 +79,7 @@ def _setup_logging(log_path: Path, *, also_stderr: bool, debug: bool = False) ->
 def cmd_mount(args: argparse.Namespace) -> int:
     opts = options.parse(args.options, remote=is_url(args.source))
     options.merge(args, opts)
+    check_options(args)   # again: -o gives values too (index_dir=DIR, index_memory=SIZE)
     args.store_options = opts.store
     if args.poll_us is None:
         args.poll_us = POLL_US

@@ -5,17 +5,24 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from .. import __version__, options
 from ..errors import TfrfsError, UsageError
 from ..index import named_like_shard
-from .common import EXIT_PROBLEMS, EXIT_USAGE, add_run_options
+from .common import EXIT_PROBLEMS, EXIT_USAGE, RAY_ADDRESS, add_run_options, check_options
 from .data import cmd_index, cmd_inspect, cmd_repair, cmd_verify
 from .mounting import POLL_US, cmd_mount
 from .staged import cmd_commit, cmd_discard, cmd_status, cmd_umount
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, but a usage error is one line (SPEC 8), not the usage and then the
+    error: the usage is what ``--help`` is for."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def _non_negative_int(text: str) -> int:
@@ -29,8 +36,16 @@ def _size(text: str) -> int:
     """A size in bytes: a whole number with an optional K, M, G or T (powers of 1024)."""
     try:
         return options.size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    except (ValueError, OverflowError):   # "nan" and "inf" read as numbers, but are no size
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (like 500M or 20G)") from None
+
+
+def _positive_size(text: str) -> int:
+    """A size of 1 byte or more."""
+    n = _size(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a size of 1 byte or more (like 500M or 20G)")
+    return n
 
 
 STORE_OPTIONS_HELP = ("store options for a URL source, passed to its fsspec file system (for example "
@@ -94,7 +109,7 @@ def _add_read_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="tfrfs",
         description="Mount TFRecord datasets as folders: each shard a folder, each record a folder, "
                     "each feature a file.",
@@ -115,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="after each request, watch N microseconds for the next before sleeping "
                         f"(default {POLL_US}; 0: sleep at once). Waking a sleeping daemon is slow on "
                         "virtual machines; once requests stop, it sleeps after N microseconds")
-    p.add_argument("--index-memory", metavar="SIZE", type=_size,
+    p.add_argument("--index-memory", metavar="SIZE", type=_positive_size,
                    help="bytes of record offsets held in memory at once (4 a record), least recently used "
                         "shard dropped first and loaded again when needed (default 128M)")
     p.add_argument("--no-manifest", action="store_true",
@@ -212,17 +227,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("source", metavar="SOURCE")
     p.add_argument("--no-schema", action="store_true",
                    help="index the records' offsets only; the schema is then read when first needed")
-    p.add_argument("--beside", action="store_true", help="write each shard's index file next to the shard")
     p.add_argument("--format", choices=("tfrfs", "dali"), default="tfrfs",
                    help="index file format to write (default tfrfs; dali implies writing them)")
-    p.add_argument("--out-dir", metavar="DIR", help="write the index files into DIR (the source's folders mirrored) instead of beside the shards; mount with --index-dir DIR to use them")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--beside", action="store_true",
+                       help="write each shard's index file next to the shard, and the manifest at SOURCE's "
+                            "root (not with --out-dir)")
+    where.add_argument("--out-dir", metavar="DIR",
+                       help="write the index files into the local folder DIR (made if missing; the source's "
+                            "folders mirrored) instead of beside the shards (not with --beside); mount with "
+                            "--index-dir DIR to use them")
     _add_source_options(p)
     add_run_options(p)
     p.set_defaults(func=cmd_index)
 
     # reshard: its grammar lives with the command (cli/reshard.py)
     from .reshard import add_reshard
-    add_reshard(sub, lambda q: _add_source_options(q, index_dir=False), _size)
+    add_reshard(sub, lambda q: _add_source_options(q, index_dir=False), _positive_size)
     return parser
 
 
@@ -240,6 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
+        check_options(args)
         status = args.func(args)
         # Written out here, not at exit: a reader that went away shows as BrokenPipeError below,
         # not as Python's "Exception ignored" at shutdown.
@@ -263,9 +285,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + 13
 
 
-_RAY_ADDRESS = re.compile(r"^(auto|(ray|https?)://\S+|[\w.-]+:\d+|\[[0-9a-fA-F:]+\]:\d+)$")
-
-
 def _bare_ray(argv: list[str]) -> list[str]:
     """``--ray`` followed by something that is no Ray address (SOURCE, DEST: ``tfrfs verify --ray
     /data``) is ``--ray`` alone (auto): argparse would take the next word as its ADDRESS."""
@@ -273,7 +292,7 @@ def _bare_ray(argv: list[str]) -> list[str]:
     for i, arg in enumerate(out[:-1]):
         if arg == "--":
             break
-        if arg == "--ray" and not out[i + 1].startswith("-") and not _RAY_ADDRESS.match(out[i + 1]):
+        if arg == "--ray" and not out[i + 1].startswith("-") and not RAY_ADDRESS.match(out[i + 1]):
             out[i] = "--ray=auto"
     return out
 

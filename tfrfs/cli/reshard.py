@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -12,6 +13,23 @@ from typing import Any
 from .common import EXIT_OK, EXIT_PROBLEMS, Progress, open_dataset, runner_of
 
 COMPRESSIONS = {"none": "NONE", "gzip": "GZIP", "zlib": "ZLIB"}
+
+
+def _shard_count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of shards, 1 or more")
+    return n
+
+
+def _seed(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number as SEED (like 42)") from None
 
 
 def add_reshard(sub: Any, source_options: Any, size: Any) -> None:
@@ -28,12 +46,12 @@ def add_reshard(sub: Any, source_options: Any, size: Any) -> None:
     p.add_argument("source", metavar="SOURCE")
     p.add_argument("dest", metavar="DEST", help="a folder that does not exist yet (or is empty), or a bucket prefix")
     cut = p.add_mutually_exclusive_group(required=True)
-    cut.add_argument("--shards", type=int, metavar="N", help="N new shards (per TFDS split) of equal record counts")
+    cut.add_argument("--shards", type=_shard_count, metavar="N", help="N new shards (per TFDS split) of equal record counts")
     cut.add_argument("--shard-size", type=size, metavar="SIZE",
                      help="new shards of at most SIZE bytes of records each (K, M, G suffixes)")
     p.add_argument("--compression", choices=tuple(COMPRESSIONS), default="none",
                    help="of the new shards (default none)")
-    p.add_argument("--shuffle", type=int, metavar="SEED",
+    p.add_argument("--shuffle", type=_seed, metavar="SEED",
                    help="put the records in one random order, the same for the same SEED")
     schema = p.add_mutually_exclusive_group()
     schema.add_argument("--schema", dest="schema", action="store_const", const=True,
@@ -82,10 +100,11 @@ def cmd_reshard(args: argparse.Namespace) -> int:
     from ..publish import Dest
     from ..remote import is_url, parse_options
     from ..reshard import Tasks, copy_shard, make_plan, manifest_body, new_info, order_problems, sizes
-    if args.shards is not None and args.shards < 1:
-        raise UsageError("--shards: give a number of shards, 1 or more")
-    if args.shard_size is not None and args.shard_size < 1:
-        raise UsageError("--shard-size: give a size of 1 byte or more")
+    from ..reshardplan import check_template
+    if args.name is not None:
+        # Which fields a name may use is known once SOURCE is (a TFDS dataset's or not): make_plan
+        # checks that; what no SOURCE takes is refused before SOURCE is indexed.
+        check_template(args.name, ("PREFIX", "DATASET", "SPLIT", "FILEFORMAT"))
     compression = COMPRESSIONS[args.compression]
     if args.no_check and (args.shuffle is not None or compression != "NONE"):
         raise UsageError("--no-check copies the records in order into uncompressed shards: "
@@ -100,6 +119,8 @@ def cmd_reshard(args: argparse.Namespace) -> int:
         src_root = os.path.abspath(args.source)
         if dest.root == src_root or dest.root.startswith(src_root.rstrip(os.sep) + os.sep):
             raise UsageError(f"{args.dest}: DEST is inside SOURCE; give a folder elsewhere")
+    if not dest.remote:
+        _check_local_dest(args.dest, dest.root)
     started = time.monotonic()
     src, indexes, _cache = open_dataset(args)
     try:
@@ -154,6 +175,34 @@ def cmd_reshard(args: argparse.Namespace) -> int:
     print(f"{args.dest}: {len(bodies)} shards, {records:,} records, {size / 2**20:,.1f} MiB in {took:.1f}s"
           + (f"; {len(problems)} problem(s) in SOURCE: what they hit is left out" if problems else ""))
     return EXIT_PROBLEMS if problems else EXIT_OK
+
+
+def _check_local_dest(given: str, root: str) -> None:
+    """What publishing would refuse of a local DEST only after SOURCE was indexed, refused now:
+    DEST a file, DEST's parent missing or not writable, DEST a folder holding something other than
+    a finished reshard (which may be this very one, done already). Raises UsageError."""
+    from ..errors import UsageError
+    from ..publish import MANIFEST
+    if os.path.lexists(root) and not os.path.isdir(root):
+        raise UsageError(f"{given}: DEST is a file; give a folder that does not exist yet (or is empty)")
+    parent = os.path.dirname(root)
+    if not os.path.isdir(parent):
+        says = "DEST is inside a file" if os.path.exists(parent) else f"no such folder {parent} (DEST's parent)"
+        raise UsageError(f"{given}: {says}; give a folder whose parent exists")
+    try:
+        names = os.listdir(root) if os.path.isdir(root) else []
+    except OSError as exc:
+        raise UsageError(f"{given}: cannot read DEST: {exc.strerror}") from None
+    if MANIFEST in names:
+        return   # publishing tells whether it is this reshard's, done already
+    if names:
+        raise UsageError(f"{given}: DEST is not empty; give a new folder or prefix (or an empty one)")
+    # The new shards are written in a folder beside DEST, then renamed to it: the parent is written.
+    try:
+        probe = tempfile.mkdtemp(prefix=".tfrfs-probe-", dir=parent)
+    except OSError as exc:
+        raise UsageError(f"{given}: cannot write beside it, in {parent}: {exc.strerror}") from None
+    os.rmdir(probe)
 
 
 def _check_counts(plan: Any, bodies: list[dict], dest: Any) -> None:
