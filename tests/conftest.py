@@ -44,6 +44,38 @@ def force_unmount(path: Path) -> None:
             time.sleep(0.1)
 
 
+def daemon_pids(mnt: Path) -> list[int]:
+    """The processes serving ``mnt`` (a daemon started by ``tfrfs mount`` runs with --daemon)."""
+    want = os.fsencode(str(mnt))
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                args = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"--daemon" in args and want in args:
+                found.append(int(entry))
+    return found
+
+
+def wait_ended(pid: int, seconds: float = 30) -> None:
+    """Wait for process ``pid`` to end (a zombie has ended); kill it after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return
+        if any(line.split()[1:2] == ["Z"] for line in status.splitlines() if line.startswith("State:")):
+            return
+        time.sleep(0.05)
+    try:
+        os.kill(pid, 9)
+    except OSError:
+        pass
+
+
 class Mounts:
     """Mounts made by one test; each has its own log, checked at teardown."""
 
@@ -74,9 +106,14 @@ class Mounts:
     def cleanup(self) -> list[str]:
         problems = []
         for mnt, log in self.made:
+            pids = daemon_pids(mnt)
             if is_mounted(mnt):
                 run_tfrfs("umount", str(mnt))
             force_unmount(mnt)
+            # A daemon outlives its mount while a request it sent is still in flight (a stalled
+            # store): it must be gone before the next test counts the requests a store receives.
+            for pid in pids:
+                wait_ended(pid)
             # Give the daemon a moment to finish writing its log on exit.
             time.sleep(0.05)
             if log.exists() and "Traceback" in log.read_text(errors="replace"):

@@ -406,6 +406,7 @@ class _ProxyHandler(_QuietHandler):
 
     def _forward(self) -> None:
         proxy: FaultProxy = self.server.owner
+        epoch = proxy.epoch
         body = self._read_body()
         if body is None:
             return
@@ -414,7 +415,7 @@ class _ProxyHandler(_QuietHandler):
             return
         fault = proxy._take_fault(self.path)
         if fault is not None:
-            if proxy.sleep(proxy._stall_for(self.path)):
+            if proxy.sleep(proxy._stall_for(self.path)) or proxy.epoch != epoch:
                 self.close_connection = True
                 return
             proxy._log(self, fault)   # before answering: the client's next request may come at once
@@ -428,7 +429,9 @@ class _ProxyHandler(_QuietHandler):
             self.send_small(502, f"upstream unreachable: {exc}\n".encode())
             return
         try:
-            if proxy.sleep(proxy._stall_for(self.path)):
+            # A request held past a reset belongs to a test that has ended: it is dropped unlogged,
+            # or the next test would count it among its own.
+            if proxy.sleep(proxy._stall_for(self.path)) or proxy.epoch != epoch:
                 self.close_connection = True
                 return
             proxy._log(self, response.status)
@@ -560,6 +563,7 @@ class FaultProxy(_ServedOnThread):
         self._faults: list[_Fault] = []
         self._stalls: dict[str | None, float] = {}
         self._requests: list[Request] = []
+        self._epoch = 0
 
     @property
     def latency(self) -> float:
@@ -587,10 +591,18 @@ class FaultProxy(_ServedOnThread):
                    and (path_contains is None or path_contains in r.path)
                    and (ranged is None or (r.range_header is not None) == ranged))
 
+    @property
+    def epoch(self) -> int:
+        """How many times the log was reset (requests received before the last reset are not
+        logged when they finish after it)."""
+        with self._lock:
+            return self._epoch
+
     def reset(self) -> None:
-        """Forget the logged requests."""
+        """Forget the logged requests, and those still held (stalled) from before."""
         with self._lock:
             self._requests.clear()
+            self._epoch += 1
 
     def fail(self, status: int, times: int | None = None, match: str | None = None) -> None:
         """Answer the next ``times`` requests whose path contains ``match`` (any when None) with
