@@ -173,7 +173,7 @@ def plain_to_value(values: Any, kind: str | None = None) -> Value:
         raise Invalid(f"{_describe_plain(values)} is not a list of feature values; "
                       "write a list such as [1, 2], [0.5] or [b\"a\"] (None: a feature with no kind)")
     if kind is None or kind == "none":
-        kind = _infer_plain_kind(values)
+        kind = _infer_kind(values, _plain_item)
     if kind not in _PLAIN:
         raise ValueError(f"unknown feature kind {kind!r}")
     return Value(kind, _PLAIN[kind](values))
@@ -187,29 +187,18 @@ def _describe_plain(x: Any) -> str:
     return f"a {type(x).__name__}"
 
 
-def _infer_plain_kind(items: Sequence[Any]) -> str:
-    """``_infer_kind``'s rules for Python values: a bool is not a number here either."""
-    seen_int = seen_float = seen_str = False
-    n = len(items)
-    for i, x in enumerate(items):
-        if isinstance(x, bool):
-            raise Invalid(f"the boolean {x}{_where(i, n)} cannot be a feature value; write 0 or 1")
-        if isinstance(x, numbers.Integral):
-            seen_int = True
-        elif isinstance(x, numbers.Real):
-            seen_float = True
-        elif isinstance(x, (str, bytes, bytearray, memoryview)):
-            seen_str = True
-        else:
-            raise Invalid(f"{_describe_plain(x)}{_where(i, n)} cannot be a feature value; "
-                          "a feature holds numbers or strings, e.g. [1, 2] or [b\"a\"]")
-    if seen_str and (seen_int or seen_float):
-        raise Invalid("the list mixes strings and numbers; a feature holds one kind")
-    if seen_float:
-        return "float_list"
-    if seen_int:
-        return "int64_list"
-    return "bytes_list"
+def _plain_item(x: Any, i: int, n: int) -> str:
+    """The sort of one Python value for ``_infer_kind``: a bool is not a number here either."""
+    if isinstance(x, bool):
+        raise Invalid(f"the boolean {x}{_where(i, n)} cannot be a feature value; write 0 or 1")
+    if isinstance(x, numbers.Integral):
+        return "int"
+    if isinstance(x, numbers.Real):
+        return "float"
+    if isinstance(x, (str, bytes, bytearray, memoryview)):
+        return "text"
+    raise Invalid(f"{_describe_plain(x)}{_where(i, n)} cannot be a feature value; "
+                  "a feature holds numbers or strings, e.g. [1, 2] or [b\"a\"]")
 
 
 def _plain_ints(items: Sequence[Any]) -> tuple:
@@ -230,17 +219,8 @@ def _plain_floats(items: Sequence[Any]) -> tuple:
     for i, x in enumerate(items):
         if isinstance(x, bool) or not isinstance(x, numbers.Real):
             raise Invalid(f"{_describe_plain(x)}{_where(i, n)} is not a number; this feature holds float_list")
-    try:
-        return _f32_tuple([float(x) for x in items])
-    except OverflowError:
-        # float32 has no value for it: refused rather than stored as an infinity it never was.
-        for i, x in enumerate(items):
-            try:
-                _F32.pack(float(x))
-            except OverflowError:
-                raise Invalid(f"{_describe(float(x))}{_where(i, n)} is too large for float32 "
-                              "(largest: 3.4028235e+38)") from None
-        raise
+    as_floats = [float(x) for x in items]
+    return _as_float32(as_floats, as_floats)
 
 
 def _plain_bytes(items: Sequence[Any]) -> tuple:
@@ -571,17 +551,23 @@ def _floats(items: Sequence[Any]) -> tuple:
             raise Invalid(f"{_describe(x)}{_where(i, n)} is not a number; "
                           "this feature holds float_list, e.g. [0.5, 1.0]")
         out.append(v)
-    if not out:
+    return _as_float32(out, items)
+
+
+def _as_float32(values: list[float], shown: Sequence[Any]) -> tuple:
+    """``values`` rounded to float32; one that float32 has no value for is refused (named as
+    ``shown`` gives it) rather than stored as an infinity it never was."""
+    if not values:
         return ()
-    fmt = f"<{len(out)}f"
+    fmt = f"<{len(values)}f"
     try:
-        return struct.unpack(fmt, struct.pack(fmt, *out))
+        return struct.unpack(fmt, struct.pack(fmt, *values))
     except OverflowError:
-        for i, v in enumerate(out):
+        for i, v in enumerate(values):
             try:
                 _F32.pack(v)
             except OverflowError:
-                raise Invalid(f"{_describe(items[i])}{_where(i, n)} is too large for float32 "
+                raise Invalid(f"{_describe(shown[i])}{_where(i, len(values))} is too large for float32 "
                               "(largest: 3.4028235e+38)") from None
         raise
 
@@ -607,27 +593,29 @@ _CONVERT: dict[str, Callable[[Sequence[Any]], tuple]] = {
 }
 
 
-def _infer_kind(items: Sequence[Any]) -> str:
+def _json_item(x: Any, i: int, n: int) -> str:
+    """The sort of one item of a ``.json`` array for ``_infer_kind``."""
+    if isinstance(x, _FloatText):
+        return "float"
+    if type(x) is int:
+        return "int"
+    if isinstance(x, str):
+        return "text"
+    raise Invalid(f"{_describe(x)}{_where(i, n)} cannot be a feature value; "
+                  'write numbers or strings, e.g. [1, 2] or ["a"]')
+
+
+def _infer_kind(items: Sequence[Any], sort: Callable[[Any, int, int], str] = _json_item) -> str:
     """SPEC 7, for a key new to the dataset: integers, any float, strings (or nothing)."""
-    seen_int = seen_float = seen_str = False
     n = len(items)
-    for i, x in enumerate(items):
-        if isinstance(x, _FloatText):
-            seen_float = True
-        elif type(x) is int:
-            seen_int = True
-        elif isinstance(x, str):
-            seen_str = True
-        else:
-            raise Invalid(f"{_describe(x)}{_where(i, n)} cannot be a feature value; "
-                          'write numbers or strings, e.g. [1, 2] or ["a"]')
-    if seen_str and (seen_int or seen_float):
-        raise Invalid("the array mixes strings and numbers; a feature holds one kind")
-    if seen_float:
+    seen = {sort(x, i, n) for i, x in enumerate(items)}
+    if "text" in seen and len(seen) > 1:
+        raise Invalid("the list mixes strings and numbers; a feature holds one kind")
+    if "float" in seen:
         return "float_list"
-    if seen_int:
+    if "int" in seen:
         return "int64_list"
-    return "bytes_list"  # strings, or [] (SPEC 7: [] for a new key is bytes_list)
+    return "bytes_list"  # strings, or [] (what an empty list is at commit when no other value came)
 
 
 def _items(obj: Any) -> list[Any]:
