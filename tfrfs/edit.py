@@ -14,7 +14,7 @@ import os
 import time
 from typing import Any, Callable
 
-from . import codec, durable, largevalue, mutate, names
+from . import durable, largevalue, mutate, names
 from .errors import DataLoss, Invalid, IsADir, NoSpace, ReadOnly, TfrfsError, TooLarge
 from .handles import OpenFile, ScratchHandle, WriteHandle
 from .largevalue import LIMIT, Spliced, StandIn
@@ -319,7 +319,7 @@ class FileEditor:
         named, as ``cp -a`` copies it back; on any other value it is accepted and changes nothing
         (the content told the kind). A file still open takes it when its content is judged."""
         kind = value.decode("ascii", "replace").strip()
-        if kind not in _LIST_KINDS:
+        if kind not in mutate.LIST_KINDS:
             return
         file = self.open_files.get(path)
         if file is not None:
@@ -387,22 +387,11 @@ def remove_feature(stager: Stager, record: RecordDir, msg: Any, pin: NamePin, no
 _DIGEST_SIZE = 16   # pins.value_digest's (a test holds the two digests equal)
 
 
-_LIST_KINDS = ("int64_list", "float_list", "bytes_list")
-
-
 def _give_empty_kind(msg: Any, t: Target, kind: str) -> bool:
-    """Give the feature ``t`` names, when it is an empty list of another kind, the empty list of
-    ``kind``; whether it changed."""
+    """``mutate.retype_empty`` for the feature a ``.json`` file ``t`` stands for, as a whole."""
     if t.item is not None or t.section == "feature_lists" or t.suffix != ".json":
         return False
-    feats = mutate.features_of(msg, t.section)
-    if t.key not in feats:
-        return False
-    now = feats[t.key].WhichOneof("kind")
-    if now not in _LIST_KINDS or now == kind or getattr(feats[t.key], now).value:
-        return False
-    codec.value_to_proto(codec.Value(kind, ()), feats[t.key])
-    return True
+    return mutate.retype_empty(mutate.features_of(msg, t.section), t.key, kind)
 
 
 def _too_large(what: str) -> TooLarge:

@@ -210,6 +210,21 @@ def _step_kind(lists: Any, key: str, dataset_kind: DatasetKind) -> str | None:
     return kind
 
 
+LIST_KINDS = ("int64_list", "float_list", "bytes_list")
+
+
+def retype_empty(feats: Any, key: str, kind: str, *, only: tuple[str, ...] = LIST_KINDS) -> bool:
+    """Give feature ``key`` of a feature map, when it is an empty list of a kind in ``only`` other
+    than ``kind``, the empty list of ``kind`` (SPEC 7: ``[]`` tells no kind); whether it changed."""
+    if key not in feats:
+        return False
+    now = feats[key].WhichOneof("kind")
+    if now not in only or now == kind or getattr(feats[key], now).value:
+        return False
+    codec.value_to_proto(codec.Value(kind, ()), feats[key])
+    return True
+
+
 def remove(msg: Any, loc: Loc) -> str:
     """Remove what ``loc`` stands for from ``msg``, and nothing else. Returns what went: "feature"
     (the feature itself, also with its last item), "item" (a value of a .list/ folder, or a step:

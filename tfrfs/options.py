@@ -20,9 +20,8 @@ This module only reads text: it imports neither the FUSE binding nor the rest of
 
 from __future__ import annotations
 
-import math
-
 import grp
+import math
 import pwd
 from dataclasses import dataclass, field
 from typing import Any, Callable

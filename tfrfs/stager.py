@@ -103,9 +103,8 @@ class Stager:
         except Exception:  # noqa: BLE001 - deleted, moved away or unparsable since: no such value
             return False
         feats = mutate.features_of(msg, "context" if self.store.kinds[shard] == "sequence" else "")
-        if key not in feats or feats[key].WhichOneof("kind") != "bytes_list" or feats[key].bytes_list.value:
+        if not mutate.retype_empty(feats, key, kind, only=("bytes_list",)):
             return False
-        codec.value_to_proto(codec.Value(kind, ()), feats[key])
         self.stage_record(shard, rid, msg.SerializeToString(deterministic=True))
         return True
 

@@ -43,8 +43,9 @@ class RequestWatch:
         self.limit_s = limit_s
         self._note = note
         self._tokens = itertools.count(1)
-        # token -> (operation, path, start on the monotonic clock, start in epoch seconds, thread)
-        self._inflight: dict[int, tuple[str, str, float, float, int]] = {}
+        # token -> (operation, path, start on the monotonic clock, thread): one clock read a
+        # request; the wall-clock start is worked out only for a request that is reported
+        self._inflight: dict[int, tuple[str, str, float, int]] = {}
         self._reported: set[int] = set()
         self._lock = threading.Lock()   # the reported set and the note; begin/end take none
         self._stop = threading.Event()
@@ -52,7 +53,7 @@ class RequestWatch:
 
     def begin(self, op: str, path: object) -> int:
         token = next(self._tokens)
-        self._inflight[token] = (op, path if isinstance(path, str) else "", time.monotonic(), time.time(),
+        self._inflight[token] = (op, path if isinstance(path, str) else "", time.monotonic(),
                                  threading.get_ident())
         return token
 
@@ -77,7 +78,7 @@ class RequestWatch:
         watcher's one step; a test may call it); their tokens."""
         now = time.monotonic()
         late = []
-        for token, (op, path, t0, since, tid) in list(self._inflight.items()):
+        for token, (op, path, t0, tid) in list(self._inflight.items()):
             limit = self.limit_s * (DATA_FACTOR if op in DATA_OPS else 1)
             if now - t0 < limit or token in self._reported:
                 continue
@@ -88,27 +89,22 @@ class RequestWatch:
                     continue   # it ended meanwhile
                 self._reported.add(token)
                 if self._note is not None:
-                    self._note({"op": op, "path": path, "since": since, "pid": os.getpid()})
+                    self._note(_described(op, path, t0))
             log.warning("%s %s has run for %.0f s; the mount may answer nothing else until it ends. It is "
                         "here (most recent call last):\n%s", op, path or "-", now - t0, where.rstrip())
             late.append(token)
         return late
 
-    def _finished(self, token: int, entry: tuple[str, str, float, float, int] | None) -> None:
+    def _finished(self, token: int, entry: tuple[str, str, float, int] | None) -> None:
         with self._lock:
             self._reported.discard(token)
             if self._note is not None:
-                others = [t for t in self._reported if t in self._inflight]
-                self._note(None if not others else self._describe(others[0]))
+                # Another request reported and still running keeps the note, else it goes.
+                still = next((self._inflight[t] for t in self._reported if t in self._inflight), None)
+                self._note(None if still is None else _described(still[0], still[1], still[2]))
         if entry is not None:
             op, path, t0 = entry[0], entry[1], entry[2]
             log.warning("%s %s ended after %.1f s", op, path or "-", time.monotonic() - t0)
-
-    def _describe(self, token: int) -> dict | None:
-        entry = self._inflight.get(token)
-        if entry is None:
-            return None
-        return {"op": entry[0], "path": entry[1], "since": entry[3], "pid": os.getpid()}
 
     def _watch(self) -> None:
         interval = min(1.0, self.limit_s / 4)
@@ -117,6 +113,11 @@ class RequestWatch:
                 self.check()
             except Exception:  # noqa: BLE001 - the watcher must outlive a failure to log or note
                 log.debug("the request watcher failed once", exc_info=True)
+
+
+def _described(op: str, path: str, t0: float) -> dict:
+    """The busy note of a request that started at ``t0`` (monotonic): its start in epoch seconds."""
+    return {"op": op, "path": path, "since": time.time() - (time.monotonic() - t0), "pid": os.getpid()}
 
 
 def _limit_from_environment() -> float:

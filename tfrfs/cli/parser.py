@@ -36,8 +36,8 @@ def _size(text: str) -> int:
     """A size in bytes: a whole number with an optional K, M, G or T (powers of 1024)."""
     try:
         return options.size(text)
-    except (ValueError, OverflowError):   # "nan" and "inf" read as numbers, but are no size
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size (like 500M or 20G)") from None
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive_size(text: str) -> int:
