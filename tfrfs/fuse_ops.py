@@ -61,7 +61,7 @@ _READDIR_PLUS = 1 << 0        # readdir flag: the kernel wants attributes too
 _FILL_DIR_PLUS = 1 << 1       # filler flag: this entry's attributes are complete
 _RENAME_NOREPLACE = 1 << 0
 _MAIN_LOOP_ENDED = 8          # fuse_main_real's status when its loop ended with an error (a signal)
-_SETTLE_S = 0.25   # the most a read answered EIO waits for .tfrfs/errors to be made fresh
+_SETTLE_S = 0.25   # the most a request answered EIO for damage waits for .tfrfs/errors to be made fresh
 
 _LIBFUSE = fuse._libfuse._handle   # the libfuse the binding loaded, for what fuse_loop does below it
 
@@ -141,6 +141,8 @@ def _mapped(op: Callable[..., Any]) -> Callable[..., Any]:
             try:
                 yield from op(self, *args)   # its errors arise while the binding iterates
             except Exception as exc:
+                if isinstance(exc, DataLoss):
+                    self._damage_told()
                 raise fuse.FuseOSError(errno_of(exc, name, args)) from exc
             finally:
                 if watch is not None:
@@ -154,6 +156,8 @@ def _mapped(op: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return op(self, *args)
         except Exception as exc:
+            if isinstance(exc, DataLoss):
+                self._damage_told()
             raise fuse.FuseOSError(errno_of(exc, name, args)) from exc
         finally:
             if watch is not None:
@@ -184,6 +188,10 @@ class _Edge:
 
     init_failure: Exception | None = None
     watch: RequestWatch | None = None   # requests in flight, watched for ones that run too long
+
+    def _damage_told(self) -> None:
+        """A request is about to be answered EIO for damage it may have found just now: see
+        ``Operations._damage_told``."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -281,6 +289,13 @@ class Operations(_Edge):
             "st_mtime": st.mtime_ns, "st_ctime": st.mtime_ns, "st_atime": st.mtime_ns,
             "st_blocks": (st.size + 511) // 512, "st_blksize": 131072,
         }
+
+    def _damage_told(self) -> None:
+        # The damage may have been found a moment ago (a record read for this lookup or read):
+        # let the kernel forget the .tfrfs/errors it holds before the caller, told EIO, looks
+        # there. Bounded: inside a lookup in the root folder the notice waits for that lookup.
+        if self._invalidator is not None:
+            self._invalidator.settle(_SETTLE_S)
 
     def _new_handle(self, handle: FileHandle) -> int:
         with self._fh_lock:
@@ -403,14 +418,7 @@ class Operations(_Edge):
         """A read of a read-only mount: ((descriptor, position, count), b"") when the bytes lie
         in a file the tree holds open, else (None, the bytes, or a view of the memory the tree
         holds them in)."""
-        try:
-            served = self.tree.serve(self.tree.lookup(path), size, offset)
-        except DataLoss:
-            # The damage may have been found a moment ago, when the file was looked up: let the
-            # kernel forget the .tfrfs/errors it holds before the reader, told EIO, looks there.
-            if self._invalidator is not None:
-                self._invalidator.settle(_SETTLE_S)
-            raise
+        served = self.tree.serve(self.tree.lookup(path), size, offset)
         if isinstance(served, tuple):
             return served, b""
         return None, served
