@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tfrfs.mount import open_mount
-from tfrfs.nodes import DataFile, Dir, PlainFile, RecordBin, RecordDir, ScratchFile, ShardDir
+from tfrfs.dataset.assembly import open_mount
+from tfrfs.view.nodes import DataFile, Dir, PlainFile, RecordBin, RecordDir, ScratchFile, ShardDir
 
 
 class Session:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .errors import DamagedRecord, DataLoss, TfrfsError, UsageError
+from tfrfs.errors import DamagedRecord, DataLoss, TfrfsError, UsageError
 
 __version__ = "0.1.0"
 

@@ -12,13 +12,15 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from . import codec, proto, ranges
-from .errors import DamagedRecord, Invalid, UsageError
-from .index import RECORD_KINDS, IndexCache, ShardIndex
-from .indexmemory import IndexMemory
-from .records import RecordStore
-from .schema import Schema
-from .sources import Source, index_source, open_source
+from tfrfs.format import codec
+from tfrfs.format import proto
+from tfrfs.index import record_runs as ranges
+from tfrfs.errors import DamagedRecord, Invalid, UsageError
+from tfrfs.index.shard_index import RECORD_KINDS, IndexCache, ShardIndex
+from tfrfs.index.memory import IndexMemory
+from tfrfs.view.records import RecordStore
+from tfrfs.view.schema import Schema
+from tfrfs.dataset.sources import Source, index_source, open_source
 
 # A library's problems reach the program's logging when it has some, and nothing otherwise: each
 # one a program must know of raises.
@@ -175,7 +177,7 @@ def open(source: str, *, records: str | None = None, options: dict[str, Any] | N
     dataset's ``.tfrfs-manifest`` when it has one (no listing); ``index_memory``: bytes of record
     offsets held at once (an int, or a size such as ``"128M"``). Raises ``UsageError`` for a bad
     SOURCE or option."""
-    from .options import size
+    from tfrfs.fuse.options import size
     if records is not None and records not in RECORD_KINDS:
         raise UsageError(f"records={records!r}: one of {', '.join(RECORD_KINDS)}, or None (as each shard is)")
     try:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tfrfs.mounttab import fstype_holding
+from tfrfs.fuse.mounttab import fstype_holding
 
 from .common import OUT, REPO, WORK, progress
 from .damage import measure_damage, print_damage

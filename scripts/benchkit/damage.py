@@ -28,7 +28,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tfrfs import proto, salvage, tfrecord
+from tfrfs.format import proto
+from tfrfs.format import salvage
+from tfrfs.format import tfrecord
 
 from .common import OUT, progress
 

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tfrfs import proto
-from tfrfs.tfrecord import StreamWriter
+from tfrfs.format import proto
+from tfrfs.format.tfrecord import StreamWriter
 
 from .common import OUT, progress, raise_error, run
 

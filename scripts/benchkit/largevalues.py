@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tfrfs import proto, tfrecord
-from tfrfs.tfrecord import StreamWriter
+from tfrfs.format import proto
+from tfrfs.format import tfrecord
+from tfrfs.format.tfrecord import StreamWriter
 
 from .common import WORK, progress, run
 from .tools import PeakWatch, Tfrfs

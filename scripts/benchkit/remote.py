@@ -30,7 +30,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from tfrfs.mounttab import fstype_at
+from tfrfs.fuse.mounttab import fstype_at
 
 from .common import REPO, WORK, progress, run, timed_shell
 from .datasets import build_dataset, derived_paths, file_lists, make_tar

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfrfs.mounttab import fstype_at
+from tfrfs.fuse.mounttab import fstype_at
 
 from .common import progress
 from .tools import PlainFiles, Profiler, Tfrfs, Tool, force_unmount, proc_cpu

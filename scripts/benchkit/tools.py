@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tfrfs.mounttab import fstype_at
+from tfrfs.fuse.mounttab import fstype_at
 
 from .common import OUT, WORK, progress, run
 

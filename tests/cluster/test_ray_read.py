@@ -79,7 +79,8 @@ def test_realdata_rows_and_damage(ray_local, realdata: Path, tmp_path: Path) -> 
 
 
 def test_damage_names_shard_index_offset(ray_local, tmp_path: Path) -> None:
-    from tfrfs import proto, tfrecord
+    from tfrfs.format import proto
+    from tfrfs.format import tfrecord
     ex = proto.Example()
     ex.features.feature["n"].int64_list.value.append(7)
     frames = [tfrecord.frame(ex.SerializeToString()) for _ in range(6)]

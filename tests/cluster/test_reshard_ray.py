@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tfrfs import idxfile, manifest, proto, tfrecord
+from tfrfs.index import idxfile
+from tfrfs.index import manifest
+from tfrfs.format import proto
+from tfrfs.format import tfrecord
 
 REPO = Path(__file__).resolve().parents[2]
 

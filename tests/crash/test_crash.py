@@ -25,9 +25,12 @@ from typing import Callable, Iterator
 
 import pytest
 
-from tfrfs import durable, proto, repack, tfrecord
-from tfrfs.index import STAGING_DIR
-from tfrfs.staging import INTENT, Staging, shard_id
+from tfrfs.storage import durable
+from tfrfs.format import proto
+from tfrfs.edit import repack
+from tfrfs.format import tfrecord
+from tfrfs.index.shard_index import STAGING_DIR
+from tfrfs.edit.journal import INTENT, Staging, shard_id
 
 from conftest import force_unmount, is_mounted, run_tfrfs
 from inprocess import Session

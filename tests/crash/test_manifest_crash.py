@@ -13,10 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from tfrfs import durable, idxfile, manifest, proto
+from tfrfs.storage import durable
+from tfrfs.index import idxfile
+from tfrfs.index import manifest
+from tfrfs.format import proto
 from tfrfs.cli.parser import main
-from tfrfs.mount import open_mount
-from tfrfs.sources import index_source, open_source
+from tfrfs.dataset.assembly import open_mount
+from tfrfs.dataset.sources import index_source, open_source
 
 from inprocess import Session
 

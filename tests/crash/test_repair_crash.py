@@ -17,8 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from tfrfs import cli, durable, proto, tfrecord
-from tfrfs.repack import TMP_PREFIX
+from tfrfs import cli
+from tfrfs.storage import durable
+from tfrfs.format import proto
+from tfrfs.format import tfrecord
+from tfrfs.edit.repack import TMP_PREFIX
 
 NAME = "toy-train.tfrecord-00000-of-00001"
 CRASHED = 86

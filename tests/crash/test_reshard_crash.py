@@ -12,9 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tfrfs import durable, manifest, proto, tfrecord
+from tfrfs.storage import durable
+from tfrfs.index import manifest
+from tfrfs.format import proto
+from tfrfs.format import tfrecord
 from tfrfs.cli.parser import main
-from tfrfs.index import TMP_PREFIX
+from tfrfs.index.shard_index import TMP_PREFIX
 
 CRASHED = 86
 

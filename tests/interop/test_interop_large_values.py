@@ -1,5 +1,5 @@
 """TensorFlow reads large values written through a --rw mount: staged from their files without
-being read into the daemon (``tfrfs.largevalue``), they must reach the shard exactly, in an
+being read into the daemon (``tfrfs.edit.largevalue``), they must reach the shard exactly, in an
 Example, in a value of a ``.list/`` folder, in a SequenceExample's context, and as a ``.txt``
 (its newline rule) in a GZIP shard."""
 
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tfrfs import proto, tfrecord
+from tfrfs.format import proto
+from tfrfs.format import tfrecord
 
 from conftest import REPO, run_tfrfs
 

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tfrfs import proto, tfrecord
+from tfrfs.format import proto
+from tfrfs.format import tfrecord
 
 from conftest import REPO, run_tfrfs
 

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tfrfs import manifest, proto, tfrecord
+from tfrfs.index import manifest
+from tfrfs.format import proto
+from tfrfs.format import tfrecord
 
 from conftest import REPO, run_tfrfs
 

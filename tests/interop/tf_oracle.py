@@ -22,7 +22,7 @@ or a file named as SOURCE in which salvage finds a sound record.
 The expected tree follows SPEC sections 1-5 and is rendered here, independently of tfrfs's own
 rendering code: values, JSON, magic bytes and raw-pixel detection are all written below. Only the
 key -> path naming (SPEC 3.1, including the shortening and clash rules) comes from
-``tfrfs.names`` (which has its own property tests); every name that SPEC 3.1 fixes outright
+``tfrfs.format.names`` (which has its own property tests); every name that SPEC 3.1 fixes outright
 (no clash, no shortening) is also computed here and any difference is reported in
 ``name_problems``; shortened names are checked for the SPEC form (prefix + ``~`` + 8 hex
 digits of SHA-256 + suffix, at most 255 bytes).
@@ -74,7 +74,7 @@ from google.protobuf.message import DecodeError  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 try:
-    from tfrfs import names as tfrfs_names  # key -> path only (SPEC 3.1)
+    from tfrfs.format import names as tfrfs_names  # key -> path only (SPEC 3.1)
 except Exception as exc:  # pragma: no cover - before the module exists
     tfrfs_names = None
     _NAMES_IMPORT_ERROR = repr(exc)
@@ -476,17 +476,17 @@ def own_layout(entries: list[tuple[str, str]]) -> dict[str, tuple[str, ...] | No
 def layout(entries: list[tuple[str, str]], problems: list, where: str) -> dict[str, tuple[str, ...]]:
     own = own_layout(entries)
     if tfrfs_names is None:
-        problems.append(f"tfrfs.names not importable ({_NAMES_IMPORT_ERROR}): own naming used")
+        problems.append(f"tfrfs.format.names not importable ({_NAMES_IMPORT_ERROR}): own naming used")
         return {k: (p if p is not None else own_components(k)[:-1] + (own_components(k)[-1] + s,))
                 for (k, s), p in zip(entries, own.values())}
     got = {k: tuple(v) for k, v in tfrfs_names.layout(entries).items()}
     for k, s in entries:
         p = got.get(k)
         if p is None:
-            problems.append(f"{where}: tfrfs.names.layout gave no path for key {k!r}")
+            problems.append(f"{where}: tfrfs.format.names.layout gave no path for key {k!r}")
             continue
         if own[k] is not None and own[k] != p:
-            problems.append(f"{where}: key {k!r}{s}: SPEC 3.1 gives {own[k]!r}, tfrfs.names gives {p!r}")
+            problems.append(f"{where}: key {k!r}{s}: SPEC 3.1 gives {own[k]!r}, tfrfs.format.names gives {p!r}")
         if not p[-1].endswith(s):
             problems.append(f"{where}: key {k!r}: name {p[-1]!r} lost its suffix {s!r}")
         for c in p:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tfrfs import proto, tfrecord
+from tfrfs.format import proto
+from tfrfs.format import tfrecord
 
 from conftest import REPO, force_unmount, is_mounted, run_tfrfs
 
@@ -80,8 +81,8 @@ def test_tfrfs_mount_reports_it(source: Path, tmp_path: Path, failing_env: dict[
 
 
 def test_a_mount_libfuse_refuses_is_reported_by_what_failed(source: Path, tmp_path: Path) -> None:
-    from tfrfs import fuse_ops
-    from tfrfs.mount import open_mount
+    from tfrfs.fuse import operations as fuse_ops
+    from tfrfs.dataset.assembly import open_mount
 
     m = open_mount(str(source), cache_dir=str(tmp_path / "cache"))
     try:

@@ -15,7 +15,8 @@ from typing import Iterator
 
 import pytest
 
-from tfrfs import proto, tfrecord
+from tfrfs.format import proto
+from tfrfs.format import tfrecord
 
 from conftest import run_tfrfs
 from support.daemons import daemon_pid

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tfrfs import proto, tfrecord
-from tfrfs.index import STAGING_DIR
+from tfrfs.format import proto
+from tfrfs.format import tfrecord
+from tfrfs.index.shard_index import STAGING_DIR
 from tfrfs.sample import write_sample
 
 from conftest import force_unmount, is_mounted, run_tfrfs

@@ -14,7 +14,8 @@ import pytest
 
 from conftest import run_tfrfs
 from support.daemons import daemon_pid
-from tfrfs import idxfile, manifest
+from tfrfs.index import idxfile
+from tfrfs.index import manifest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
 from test_index import example, write_shard  # noqa: E402

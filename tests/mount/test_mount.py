@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tfrfs import jsontext, proto, tfrecord
+from tfrfs.format import jsontext
+from tfrfs.format import proto
+from tfrfs.format import tfrecord
 from tfrfs.sample import write_sample
 
 from conftest import force_unmount, is_mounted, run_tfrfs
@@ -31,7 +33,7 @@ def sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_tree_never_imports_fuse() -> None:
-    code = ("import sys, tfrfs.tree, tfrfs.cli; "
+    code = ("import sys, tfrfs.view.tree, tfrfs.cli; "
             "assert not {'mfusepy', 'fuse'} & set(sys.modules), 'the FUSE binding was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -12,7 +12,7 @@ from typing import Iterator
 
 import pytest
 
-from tfrfs.canmount import user_allow_other
+from tfrfs.fuse.canmount import user_allow_other
 from tfrfs.sample import write_sample
 
 from conftest import REPO, is_mounted, run_tfrfs

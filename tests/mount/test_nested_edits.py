@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from tfrfs import proto, tfrecord
+from tfrfs.format import proto
+from tfrfs.format import tfrecord
 
 from conftest import run_tfrfs
 

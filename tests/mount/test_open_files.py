@@ -11,7 +11,7 @@ must be the model's. A commit (every descriptor closed, then ``tfrfs commit``) m
 bytes in the shard as the feature's value; both files are then made again.
 
 The model is a bytearray per file and imports no tfrfs code; the shard is built and read back with
-the TFRecord framing and message definitions (``tfrfs.tfrecord``, ``tfrfs.proto``), as the other
+the TFRecord framing and message definitions (``tfrfs.format.tfrecord``, ``tfrfs.format.proto``), as the other
 mount tests do.
 """
 
@@ -29,7 +29,8 @@ import pytest
 from hypothesis import event, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from tfrfs import proto, tfrecord
+from tfrfs.format import proto
+from tfrfs.format import tfrecord
 
 from conftest import force_unmount, is_mounted, run_tfrfs
 from support.machines import machine_settings

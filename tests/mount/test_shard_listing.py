@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tfrfs import tfrecord
+from tfrfs.format import tfrecord
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
 from test_index import example, write_shard  # noqa: E402

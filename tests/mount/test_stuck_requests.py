@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from support.daemons import daemon_pid, wait_gone
-from tfrfs import proto
+from tfrfs.format import proto
 
 from conftest import force_unmount, run_tfrfs
 

@@ -2,7 +2,7 @@
 
 The model renders what the mount must show from the contract alone (SPEC 3.1 key -> path, 3.2
 value -> file, 4 SequenceExample, 7 writing; README "Editing (--rw)" where the SPEC is silent).
-It imports no tfrfs code that renders, names or edits: only ``tfrfs.proto``'s message
+It imports no tfrfs code that renders, names or edits: only ``tfrfs.format.proto``'s message
 definitions, to build the shards and parse the committed ones. Framing is written and read here,
 with the masked CRC32C of the TFRecord format.
 
@@ -57,7 +57,7 @@ from hypothesis import event, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from PIL import Image
 
-from tfrfs import proto   # message definitions only
+from tfrfs.format import proto  # message definitions only
 
 from conftest import force_unmount, is_mounted, run_tfrfs
 from support.machines import machine_settings

@@ -29,7 +29,9 @@ from typing import Any, Union
 import pytest
 from PIL import Image
 
-from tfrfs import codec, proto, tfrecord
+from tfrfs.format import codec
+from tfrfs.format import proto
+from tfrfs.format import tfrecord
 from tfrfs.sample import write_sample
 
 from conftest import is_mounted, run_tfrfs

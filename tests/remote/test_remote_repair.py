@@ -16,7 +16,7 @@ import pytest
 from remote_support import request_path, show
 from support import jobdata
 from tfrfs import cli as tfrfs_cli
-from tfrfs import durable
+from tfrfs.storage import durable
 
 pytestmark = pytest.mark.mount
 
@@ -96,7 +96,7 @@ def test_a_bucket_is_repaired_as_a_local_copy_is(s3, tfrfs_mount, tmp_path: Path
 
 
 def _records(path: Path) -> list[bytes]:
-    from tfrfs import tfrecord
+    from tfrfs.format import tfrecord
     return list(tfrecord.iter_records(path))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 
-from tfrfs.readers import ShardReader
+from tfrfs.storage.readers import ShardReader
 
 
 class PlainReader(ShardReader):

@@ -188,11 +188,11 @@ def test_a_write_that_fails_while_shipping_is_one_line_and_exit_1(where: dict[st
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """The disk fills up after the check, while the index files are written: the work failed
     (exit 1), said in one line."""
-    import tfrfs.sources
+    import tfrfs.dataset.sources
 
     def full(*args: object, **kw: object) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    monkeypatch.setattr(tfrfs.sources, "ship_indexes", full)
+    monkeypatch.setattr(tfrfs.dataset.sources, "ship_indexes", full)
     out = tmp_path / "out"
     status = main(["index", where["SAMPLE"], "--out-dir", str(out), "--workers", "1",
                    "--cache-dir", str(tmp_path / "cache")])

@@ -1,4 +1,4 @@
-"""Unit and property tests of tfrfs.codec (SPEC 3.2, 3.3, 4, 7)."""
+"""Unit and property tests of tfrfs.format.codec (SPEC 3.2, 3.3, 4, 7)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from tfrfs import codec, errors, jsontext, proto
-from tfrfs.codec import DirView, FileView, Shape, Value
+from tfrfs.format import codec
+from tfrfs import errors
+from tfrfs.format import jsontext
+from tfrfs.format import proto
+from tfrfs.format.codec import DirView, FileView, Shape, Value
 
 JPEG = b"\xff\xd8\xff\xe0" + b"\x00" * 20
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 20

@@ -15,10 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from tfrfs import cli, index, proto, tfds, tfrecord
+from tfrfs import cli
+from tfrfs.index import shard_index as index
+from tfrfs.format import proto
+from tfrfs.index import tfds_info as tfds
+from tfrfs.format import tfrecord
 from tfrfs.errors import UsageError
-from tfrfs.sources import open_source
-from tfrfs.staging import Staging
+from tfrfs.dataset.sources import open_source
+from tfrfs.edit.journal import Staging
 
 
 def example(i: int) -> bytes:
@@ -141,7 +145,7 @@ def test_repair_refuses_staged_edits_a_writable_mount_and_urls(tmp_path: Path) -
         assert cli.main(["repair", str(tmp_path)]) == 2   # mounted writable (the lock is held)
     finally:
         staging.release()
-    from tfrfs.repair import check_repairable
+    from tfrfs.jobs.repair import check_repairable
     check_repairable(open_source(str(tmp_path)))          # lock released: allowed
     assert cli.main(["repair", "http://127.0.0.1:9/x.tfrecord"]) == 2
     assert (tmp_path / "d.tfrecord").read_bytes() == damaged_bytes()

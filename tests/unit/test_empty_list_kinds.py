@@ -9,10 +9,11 @@ import itertools
 import sys
 from pathlib import Path
 
-from tfrfs import proto, tfrecord
-from tfrfs.records import RecordStore
-from tfrfs.readers import default_readers
-from tfrfs import index
+from tfrfs.format import proto
+from tfrfs.format import tfrecord
+from tfrfs.view.records import RecordStore
+from tfrfs.storage.readers import default_readers
+from tfrfs.index import shard_index as index
 
 from inprocess import Session
 

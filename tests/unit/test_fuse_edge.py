@@ -10,9 +10,9 @@ from typing import Any, Generator
 
 import pytest
 
-from tfrfs import fuse_ops
+from tfrfs.fuse import operations as fuse_ops
 from tfrfs.errors import DataLoss, NoAttr, NotFound, ReadOnly
-from tfrfs.fuse_ops import _Edge, errno_of
+from tfrfs.fuse.operations import _Edge, errno_of
 
 FuseOSError = fuse_ops.fuse.FuseOSError
 

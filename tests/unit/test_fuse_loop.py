@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tfrfs import fuse_loop
+from tfrfs.fuse import loop as fuse_loop
 
 
-@pytest.mark.parametrize("module", ["tfrfs.tree", "tfrfs.fuse_loop"])
+@pytest.mark.parametrize("module", ["tfrfs.view.tree", "tfrfs.fuse.loop"])
 def test_never_imports_the_binding(module: str) -> None:
     code = (f"import sys, {module}; "
             "assert not {'mfusepy', 'fuse'} & set(sys.modules), 'the FUSE binding was imported'")

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tfrfs import index, proto, tfrecord
+from tfrfs.index import shard_index as index
+from tfrfs.format import proto
+from tfrfs.format import tfrecord
 from tfrfs.errors import UsageError
 
 
@@ -138,7 +140,7 @@ def test_index_memory_is_eight_bytes_a_record(tmp_path: Path) -> None:
 
 
 def _scans(source: Path, cache: Path, index_dir: str | None = None) -> tuple[int, list]:
-    from tfrfs.sources import index_source, open_source
+    from tfrfs.dataset.sources import index_source, open_source
     src = open_source(str(source), cache_dir=cache)
     try:
         indexes, built = index_source(src, index_dir=index_dir)
@@ -148,8 +150,8 @@ def _scans(source: Path, cache: Path, index_dir: str | None = None) -> tuple[int
 
 
 def test_index_files_beside_a_shard_save_the_scan_and_are_shown_as_plain_files(tmp_path: Path) -> None:
-    from tfrfs import loaderidx
-    from tfrfs.sources import index_source, open_source, ship_indexes
+    from tfrfs.index import loader_files as loaderidx
+    from tfrfs.dataset.sources import index_source, open_source, ship_indexes
     data = tmp_path / "data"
     data.mkdir()
     write_shard(data / "a.tfrecord", [example(x=i) for i in range(50)])

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from tfrfs import idxfile, index
+from tfrfs.index import idxfile
+from tfrfs.index import shard_index as index
 from tfrfs.errors import DataLoss
-from tfrfs.indexmemory import IndexMemory
-from tfrfs.records import RecordStore
-from tfrfs.readers import default_readers
+from tfrfs.index.memory import IndexMemory
+from tfrfs.view.records import RecordStore
+from tfrfs.storage.readers import default_readers
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_index import example, write_shard  # noqa: E402

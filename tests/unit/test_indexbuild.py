@@ -19,8 +19,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfrfs import index, indexbuild, proto, salvage, shardschema
-from tfrfs.index import IndexCache, ShardIndex
+from tfrfs.index import shard_index as index
+from tfrfs.index import build as indexbuild
+from tfrfs.format import proto
+from tfrfs.format import salvage
+from tfrfs.index import shardschema
+from tfrfs.index.shard_index import IndexCache, ShardIndex
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_salvage import _frame, _mcrc  # noqa: E402   (the framing written by hand, not by tfrfs)

@@ -1,4 +1,4 @@
-"""The runners of ``tfrfs.jobs`` (SPEC 8): results in job order, a job's own exception raised in
+"""The runners of ``tfrfs.jobs.runner`` (SPEC 8): results in job order, a job's own exception raised in
 the caller, and a pool worker killed mid-job: its jobs run again and the results are the same."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from support import jobdata
-from tfrfs import jobs
+from tfrfs.jobs import runner as jobs
 
 
 @pytest.mark.parametrize("make", [jobs.InProcess, lambda: jobs.LocalPool(2)], ids=["in-process", "pool"])

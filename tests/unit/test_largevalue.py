@@ -1,4 +1,4 @@
-"""A large value staged through a stand-in (``tfrfs.largevalue``): the record staged is byte for byte
+"""A large value staged through a stand-in (``tfrfs.edit.largevalue``): the record staged is byte for byte
 the one ``SerializeToString(deterministic=True)`` gives with the value in place, and the digest of
 its feature is the one ``pins`` computes, whatever the record's shape and the value's size."""
 
@@ -13,11 +13,12 @@ from typing import Any, Iterator
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tfrfs import largevalue, proto
-from tfrfs.edit import _judged_whole
+from tfrfs.edit import largevalue
+from tfrfs.format import proto
+from tfrfs.edit.feature_files import _judged_whole
 from tfrfs.errors import Invalid
-from tfrfs.mutate import Target, apply
-from tfrfs.pins import feature_digest
+from tfrfs.edit.mutate import Target, apply
+from tfrfs.view.pins import feature_digest
 
 
 def _none(key: str, section: str) -> tuple[str | None, bool]:

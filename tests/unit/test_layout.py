@@ -20,7 +20,7 @@ def test_runtime_modules_do_not_import_the_sample() -> None:
             "print(' '.join(sorted(m for m in sys.modules if m.startswith('tfrfs.sample'))))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert {"tfrfs.cli", "tfrfs.cli.mounting", "tfrfs.fuse_ops", "tfrfs.readers.local"} <= set(modules)
+    assert {"tfrfs.cli", "tfrfs.cli.mounting", "tfrfs.fuse.operations", "tfrfs.storage.local_reader"} <= set(modules)
     assert proc.stdout.strip() == ""
 
 

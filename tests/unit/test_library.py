@@ -16,7 +16,10 @@ from pathlib import Path
 import pytest
 
 import tfrfs
-from tfrfs import cli, codec, proto, tfrecord
+from tfrfs import cli
+from tfrfs.format import codec
+from tfrfs.format import proto
+from tfrfs.format import tfrecord
 from tfrfs.errors import DamagedRecord, DataLoss, UsageError
 
 
@@ -190,7 +193,7 @@ def test_a_dataset_with_a_manifest_opens_from_it(dataset: Path, tmp_path: Path) 
 
 def test_import_tfrfs_stays_cheap() -> None:
     code = ("import sys, tfrfs\n"
-            "print(sorted(m for m in ('tfrfs.library', 'tfrfs.records', 'google.protobuf', 'ray') if m in sys.modules))\n"
+            "print(sorted(m for m in ('tfrfs.library', 'tfrfs.view.records', 'google.protobuf', 'ray') if m in sys.modules))\n"
             "print(callable(tfrfs.open), 'tfrfs.library' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
     assert out[0] == "[]"

@@ -13,8 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import REALDATA
-from tfrfs import loaderidx, salvage, tfrecord
-from tfrfs.loaderidx import LoaderIndexError
+from tfrfs.index import loader_files as loaderidx
+from tfrfs.format import salvage
+from tfrfs.format import tfrecord
+from tfrfs.index.loader_files import LoaderIndexError
 
 
 def shard_bytes(records: list[bytes]) -> bytes:

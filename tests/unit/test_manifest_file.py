@@ -11,10 +11,11 @@ from pathlib import Path
 import crc32c
 import pytest
 
-from tfrfs import idxfile, manifest
+from tfrfs.index import idxfile
+from tfrfs.index import manifest
 from tfrfs.cli.parser import main
-from tfrfs.mount import open_mount
-from tfrfs.sources import index_source, open_source
+from tfrfs.dataset.assembly import open_mount
+from tfrfs.dataset.sources import index_source, open_source
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_index import example, write_shard  # noqa: E402

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tfrfs import proto, tfrecord
+from tfrfs.format import proto
+from tfrfs.format import tfrecord
 from tfrfs.sample import write_sample
 
 from conftest import REPO, run_tfrfs

@@ -1,4 +1,4 @@
-"""tfrfs.mounttab over a mount table written by the test (no mount needed)."""
+"""tfrfs.fuse.mounttab over a mount table written by the test (no mount needed)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import pytest
 
-from tfrfs import mounttab
+from tfrfs.fuse import mounttab
 
 
 def _table(path: Path, *mounts: tuple[str, str, str]) -> Path:

@@ -1,4 +1,4 @@
-"""Changes to a record message (``tfrfs.mutate``), without a disk or a mount: what content written
+"""Changes to a record message (``tfrfs.edit.mutate``), without a disk or a mount: what content written
 to a feature file does to the record (SPEC 7), checked on the message protobuf itself."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import io
 import pytest
 from PIL import Image
 
-from tfrfs import proto
+from tfrfs.format import proto
 from tfrfs.errors import Invalid
-from tfrfs.mutate import Target, apply, item_count, remove
-from tfrfs.nodes import Loc
+from tfrfs.edit.mutate import Target, apply, item_count, remove
+from tfrfs.view.nodes import Loc
 
 
 def _none(key: str, section: str) -> tuple[str | None, bool]:

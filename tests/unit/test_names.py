@@ -1,4 +1,4 @@
-"""Unit and property tests of tfrfs.names (SPEC 3.1)."""
+"""Unit and property tests of tfrfs.format.names (SPEC 3.1)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from tfrfs import errors, names
-from tfrfs.names import NAME_MAX
+from tfrfs import errors
+from tfrfs.format import names
+from tfrfs.format.names import NAME_MAX
 
 
 def h8(text: str) -> str:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-from tfrfs import proto
+from tfrfs.format import proto
 from tfrfs.errors import Invalid
-from tfrfs.mutate import Target, apply, put, remove, take
-from tfrfs.nodes import DataFile, Dir, Loc
-from tfrfs.pins import NamePin, feature_digest, pin_from_shown
-from tfrfs.render import Options, render
+from tfrfs.edit.mutate import Target, apply, put, remove, take
+from tfrfs.view.nodes import DataFile, Dir, Loc
+from tfrfs.view.pins import NamePin, feature_digest, pin_from_shown
+from tfrfs.view.render import Options, render
 
 SEQUENCE = Options("sequence", True, 0, report_shown=True)
 EXAMPLE = Options("example", True, 0, report_shown=True)

@@ -1,5 +1,5 @@
-"""tfrfs.options: each -o item sorted to where it goes (no mount needed), and the checks of
-tfrfs.canmount that need no second user."""
+"""tfrfs.fuse.options: each -o item sorted to where it goes (no mount needed), and the checks of
+tfrfs.fuse.canmount that need no second user."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tfrfs import canmount, options
+from tfrfs.fuse import canmount
+from tfrfs.fuse import options
 from tfrfs.cli import build_parser
 from tfrfs.errors import UsageError
 

@@ -1,4 +1,4 @@
-"""Names kept stable until a commit (``tfrfs.pins``) and how the renderer honours them: pure
+"""Names kept stable until a commit (``tfrfs.view.pins``) and how the renderer honours them: pure
 functions of messages and pins, no disk, no mount.
 
 The expected names are written out by hand from SPEC 3.1/3.2/3.3 and README's "Names inside a
@@ -11,10 +11,10 @@ import io
 
 from PIL import Image
 
-from tfrfs import proto
-from tfrfs.nodes import DataFile, Dir
-from tfrfs.pins import NamePin, Shown, apply_pinned_paths, feature_digest, pin_from_shown, value_digest
-from tfrfs.render import Options, render
+from tfrfs.format import proto
+from tfrfs.view.nodes import DataFile, Dir
+from tfrfs.view.pins import NamePin, Shown, apply_pinned_paths, feature_digest, pin_from_shown, value_digest
+from tfrfs.view.render import Options, render
 
 EXAMPLE = Options("example", True, 0, report_shown=True)
 SEQUENCE = Options("sequence", True, 0, report_shown=True)

@@ -14,9 +14,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tfrfs
-from tfrfs import codec, proto, raysink, raysource, tfrecord
+from tfrfs.format import codec
+from tfrfs.format import proto
+from tfrfs.ray import sink as raysink
+from tfrfs.ray import source as raysource
+from tfrfs.format import tfrecord
 from tfrfs.errors import Invalid
-from tfrfs.index import detect_kind
+from tfrfs.index.shard_index import detect_kind
 
 pa = pytest.importorskip("pyarrow")
 

@@ -16,12 +16,15 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tfrfs import proto, readahead, records, tfrecord
-from tfrfs.mount import open_mount
-from tfrfs.readers.local import LocalReaders
+from tfrfs.format import proto
+from tfrfs.storage import readahead
+from tfrfs.view import records
+from tfrfs.format import tfrecord
+from tfrfs.dataset.assembly import open_mount
+from tfrfs.storage.local_reader import LocalReaders
 from tfrfs.errors import DataLoss
-from tfrfs.readahead import MAX_AHEAD, ReadAhead
-from tfrfs.tree import Tree, as_bytes
+from tfrfs.storage.readahead import MAX_AHEAD, ReadAhead
+from tfrfs.view.tree import Tree, as_bytes
 
 
 def _write(path: Path, records: list[bytes]) -> list[tuple[int, int]]:

@@ -1,4 +1,4 @@
-"""One test suite every shard reader passes (the seam of ``tfrfs.readers``).
+"""One test suite every shard reader passes (the seam of ``tfrfs.storage.readers``).
 
 Each reader is checked for what the layers above rely on: size and identity, ``pread`` of any
 range (short only at the end), records with their checksums checked, large records lent by
@@ -13,11 +13,11 @@ from typing import Callable, Iterator
 
 import pytest
 
-from tfrfs import tfrecord
+from tfrfs.format import tfrecord
 from tfrfs.errors import DataLoss
-from tfrfs.readers import READER_ENV, ReaderClass, Readers, ShardReader, default_readers
-from tfrfs.readers.local import LocalReaders
-from tfrfs.tree import as_bytes
+from tfrfs.storage.readers import READER_ENV, ReaderClass, Readers, ShardReader, default_readers
+from tfrfs.storage.local_reader import LocalReaders
+from tfrfs.view.tree import as_bytes
 
 from support.plain_reader import PlainReader
 
@@ -36,8 +36,8 @@ class OverHTTP:
         pytest.importorskip("fsspec")
         pytest.importorskip("aiohttp")
         from support.servers import RangeHTTPServer
-        from tfrfs.readers.remote import RemoteReaders
-        from tfrfs.remote import Store
+        from tfrfs.storage.remote_reader import RemoteReaders
+        from tfrfs.storage.fsspec_store import Store
         self.root = root
         self.server = RangeHTTPServer(root)
         self.server.start()

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tfrfs import idxfile
+from tfrfs.index import idxfile
 from tfrfs.errors import UsageError
-from tfrfs.readers.remote import BlockCache
-from tfrfs.remote import Store, cache_key, is_url, object_info, parse_options
+from tfrfs.storage.remote_reader import BlockCache
+from tfrfs.storage.fsspec_store import Store, cache_key, is_url, object_info, parse_options
 
 
 def test_index_file_round_trip_is_four_bytes_a_record() -> None:

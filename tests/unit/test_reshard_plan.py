@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tfrfs.errors import UsageError
-from tfrfs.reshardplan import (Order, Permutation, check_template, cut_by_count, cut_by_size, prefix_of,
-                               shard_name, stem)
+from tfrfs.jobs.reshardplan import Order, Permutation, check_template, cut_by_count, cut_by_size, prefix_of, shard_name, stem
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7, 64, 1000, 4097])

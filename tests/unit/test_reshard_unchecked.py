@@ -6,7 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import REPO, run_tfrfs
-from tfrfs import idxfile, manifest, proto, tfrecord
+from tfrfs.index import idxfile
+from tfrfs.index import manifest
+from tfrfs.format import proto
+from tfrfs.format import tfrecord
 
 
 def _record(i: int) -> bytes:

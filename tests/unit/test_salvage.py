@@ -18,7 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfrfs import salvage, tfrecord
+from tfrfs.format import salvage
+from tfrfs.format import tfrecord
 
 
 def _mcrc(b: bytes) -> int:

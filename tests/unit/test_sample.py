@@ -11,9 +11,9 @@ from typing import cast
 import pytest
 from PIL import Image
 
-from tfrfs import proto
+from tfrfs.format import proto
 from tfrfs.sample import CLASS_ID, main, write_sample
-from tfrfs.tfrecord import iter_records
+from tfrfs.format.tfrecord import iter_records
 
 OD_SHARDS = {
     "train/train-00000-of-00002.tfrecord": 12,

@@ -16,10 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inprocess import Session
-from tfrfs import codec, idxfile, proto, shardschema
-from tfrfs.index import IndexCache, discover
-from tfrfs.mount import open_mount
-from tfrfs.tfrecord import frame
+from tfrfs.format import codec
+from tfrfs.index import idxfile
+from tfrfs.format import proto
+from tfrfs.index import shardschema
+from tfrfs.index.shard_index import IndexCache, discover
+from tfrfs.dataset.assembly import open_mount
+from tfrfs.format.tfrecord import frame
 
 PNG = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4"
        b"\x89\x00\x00\x00\rIDATx\x9cc\xf8\x0f\x00\x00\x01\x01\x00\x05\x18\xd8N\x00\x00\x00\x00IEND\xaeB`\x82")

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from support import jobdata
-from tfrfs import shardjobs, verify
-from tfrfs.index import IndexCache
-from tfrfs.sources import open_source
+from tfrfs.jobs import shard_work as shardjobs
+from tfrfs.jobs import verify
+from tfrfs.index.shard_index import IndexCache
+from tfrfs.dataset.sources import open_source
 
 
 @pytest.fixture(scope="module")

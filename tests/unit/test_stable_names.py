@@ -16,8 +16,10 @@ from typing import Any, Iterator
 import pytest
 from PIL import Image
 
-from tfrfs import codec, proto, tfrecord
-from tfrfs.nodes import DataFile
+from tfrfs.format import codec
+from tfrfs.format import proto
+from tfrfs.format import tfrecord
+from tfrfs.view.nodes import DataFile
 
 from inprocess import Session
 

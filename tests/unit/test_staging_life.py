@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tfrfs import proto, tfrecord
+from tfrfs.format import proto
+from tfrfs.format import tfrecord
 from tfrfs.errors import Busy, UsageError
-from tfrfs.index import STAGING_DIR
-from tfrfs.mount import discard, open_mount, staged_in
-from tfrfs.staging import Staging
+from tfrfs.index.shard_index import STAGING_DIR
+from tfrfs.dataset.assembly import discard, open_mount, staged_in
+from tfrfs.edit.journal import Staging
 
 from inprocess import Session
 
@@ -189,8 +190,8 @@ def test_status_keeps_the_last_refused_writes(src: Path, tmp_path: Path) -> None
 
 
 def test_commit_source_opens_the_source_writable(src: Path, tmp_path: Path) -> None:
-    from tfrfs.mount import commit_source
-    from tfrfs.sources import index_source, open_source
+    from tfrfs.dataset.assembly import commit_source
+    from tfrfs.dataset.sources import index_source, open_source
     s = session(src, tmp_path)
     s.write("/a.tfrecord/000001/label.json", b"[7]")
     s.close()
@@ -202,7 +203,7 @@ def test_commit_source_opens_the_source_writable(src: Path, tmp_path: Path) -> N
 
 
 def test_open_mount_of_an_empty_folder(tmp_path: Path) -> None:
-    from tfrfs.sources import open_source
+    from tfrfs.dataset.sources import open_source
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(UsageError, match="no TFRecord shard"):
@@ -237,7 +238,7 @@ def test_a_tidy_cut_short_leaves_a_journal_the_next_mount_reuses(left: str, src:
 
 
 def test_mount_records_of_dead_daemons_are_pruned(tmp_path: Path) -> None:
-    from tfrfs import mountrecord
+    from tfrfs.fuse import mountrecord
     dead = _dead_pid()
     old = mountrecord.MountRecord(str(tmp_path / "old"), "/src", "/src", True, dead)
     mountrecord.write(old, base=tmp_path)

@@ -17,10 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from tfrfs import durable, proto, tfds, tfrecord
-from tfrfs.index import ShardFile, ShardIndex
-from tfrfs.repack import TMP_PREFIX
-from tfrfs.tfds import ShardFigures as F
+from tfrfs.storage import durable
+from tfrfs.format import proto
+from tfrfs.index import tfds_info as tfds
+from tfrfs.format import tfrecord
+from tfrfs.index.shard_index import ShardFile, ShardIndex
+from tfrfs.edit.repack import TMP_PREFIX
+from tfrfs.index.tfds_info import ShardFigures as F
 
 from inprocess import Session
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfrfs import tfrecord
+from tfrfs.format import tfrecord
 from tfrfs.errors import DataLoss
 
 

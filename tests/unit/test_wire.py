@@ -1,4 +1,4 @@
-"""Unit and property tests of tfrfs.wire: finding an Example's features in its bytes.
+"""Unit and property tests of tfrfs.format.wire: finding an Example's features in its bytes.
 
 What the module finds must agree with protobuf's own parse whenever it finds anything; when
 the encoding is not the usual one it must say so (None), never guess.
@@ -9,7 +9,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfrfs import proto, wire
+from tfrfs.format import proto
+from tfrfs.format import wire
 
 floats32 = st.floats(width=32, allow_nan=False)
 feature_values = st.one_of(

@@ -4,6 +4,6 @@ Exit status: 0 success, 1 the command ran and found problems (or failed at
 its work), 2 bad usage or bad input.
 """
 
-from .parser import build_parser, main
+from tfrfs.cli.parser import build_parser, main
 
 __all__ = ["build_parser", "main"]

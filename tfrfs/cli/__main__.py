@@ -1,5 +1,5 @@
 import sys
 
-from .parser import main
+from tfrfs.cli.parser import main
 
 sys.exit(main())

@@ -15,15 +15,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .. import mounttab
-from ..errors import UsageError
-from ..index import IndexCache, ShardIndex, default_cache_dir
-from ..remote import is_url, parse_options
-from ..indexmemory import IndexMemory
-from ..sources import Source, index_source, open_source
+from tfrfs.fuse import mounttab
+from tfrfs.errors import UsageError
+from tfrfs.index.shard_index import IndexCache, ShardIndex, default_cache_dir
+from tfrfs.storage.fsspec_store import is_url, parse_options
+from tfrfs.index.memory import IndexMemory
+from tfrfs.dataset.sources import Source, index_source, open_source
 
 if TYPE_CHECKING:
-    from .. import jobs
+    from tfrfs.jobs import runner as jobs
 
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
@@ -97,7 +97,7 @@ def open_dataset(args: argparse.Namespace, *, quiet: bool = False,
     try:
         budget = getattr(args, "index_memory", None)
         if runner is not None:
-            from ..sources import index_with
+            from tfrfs.dataset.sources import index_with
             indexes, cache = index_with(src, runner, None if quiet else report, schema,
                                         getattr(args, "index_dir", None), IndexMemory(budget) if budget is not None else None)
         else:
@@ -180,7 +180,7 @@ def check_ray(address: str) -> None:
     """That ``--ray ADDRESS`` (``auto``: $RAY_ADDRESS when set) names a Ray cluster that answers:
     Ray itself waits a minute or more for one that does not. ``auto`` without $RAY_ADDRESS
     starts a cluster here, which needs no check. Raises UsageError."""
-    from ..jobs import RAY_ENV
+    from tfrfs.jobs.runner import RAY_ENV
     given = f"--ray {address}" if address and address != "auto" else ""
     if not given:
         address = os.environ.get(RAY_ENV) or ""
@@ -244,5 +244,5 @@ def _processes(text: str) -> int:
 
 def runner_of(args: argparse.Namespace) -> "jobs.Runner":
     """The runner the command's ``--ray`` / ``--workers`` ask for."""
-    from .. import jobs
+    from tfrfs.jobs import runner as jobs
     return jobs.runner(getattr(args, "ray", None), getattr(args, "workers", None))

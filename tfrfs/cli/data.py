@@ -11,9 +11,9 @@ import sys
 import time
 from typing import Any, Callable, Sequence
 
-from ..errors import TfrfsError, UsageError
-from ..remote import is_url
-from .common import EXIT_OK, EXIT_PROBLEMS, Progress, open_args, open_dataset, runner_of
+from tfrfs.errors import TfrfsError, UsageError
+from tfrfs.storage.fsspec_store import is_url
+from tfrfs.cli.common import EXIT_OK, EXIT_PROBLEMS, Progress, open_args, open_dataset, runner_of
 
 
 def _job_progress(what: str, shards: int) -> Callable[[int, int, int, int], None]:
@@ -35,7 +35,7 @@ def _problem_line(shard: str, p: Any) -> str:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from ..verify import verify_source
+    from tfrfs.jobs.verify import verify_source
     src = open_args(args)
     try:
         shards = src.discovery.shards
@@ -60,8 +60,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_repair(args: argparse.Namespace) -> int:
-    from ..repair import repair_source
-    from ..tfrecord import OVERHEAD
+    from tfrfs.jobs.repair import repair_source
+    from tfrfs.format.tfrecord import OVERHEAD
     src = open_args(args)
     failed = repaired = 0
     stack = contextlib.ExitStack()
@@ -110,7 +110,7 @@ def _schema_progress(schema: Any) -> None:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from ..mount import open_mount
+    from tfrfs.dataset.assembly import open_mount
     with runner_of(args) as runner:
         src, indexes, cache = open_dataset(args, runner=runner, schema=True)
         m = open_mount(src, records=args.records, decode_raw=not args.no_decode_raw, indexed=(indexes, cache))
@@ -169,7 +169,7 @@ def _check_beside(source: str) -> None:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from ..sources import ship_indexes, write_manifest
+    from tfrfs.dataset.sources import ship_indexes, write_manifest
     started = time.monotonic()
     write = args.beside or args.out_dir or args.format == "dali"
     if write and not args.out_dir:
@@ -220,8 +220,8 @@ def cmd_index(args: argparse.Namespace) -> int:
 def _read_schema(src: Any, indexes: list, cache: Any, runner: Any) -> dict:
     """Every shard's part of the schema, into its index (so into the files shipped beside it); the
     dataset's schema summary (SPEC 5)."""
-    from ..records import RecordStore
-    from ..schema import Schema
+    from tfrfs.view.records import RecordStore
+    from tfrfs.view.schema import Schema
     store = RecordStore(indexes, src.readers)
     try:
         schema = Schema(store, cache.save)
@@ -236,8 +236,8 @@ def _read_schema(src: Any, indexes: list, cache: Any, runner: Any) -> dict:
 def _read_tallies(runner: Any, src: Any, schema: Any) -> None:
     """The shards' parts of ``schema`` that are not known yet, read as shard jobs on ``runner``
     and kept as the schema keeps what it reads itself (with the shard's index, in the cache)."""
-    from ..jobs import Where
-    from ..indexbuild import read_tallies
+    from tfrfs.jobs.runner import Where
+    from tfrfs.index.build import read_tallies
     store = schema.store
 
     def keep(n: int, idx: Any, tally: Any) -> None:

@@ -16,12 +16,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import canmount, mounttab, options
-from ..errors import TfrfsError, UsageError
-from ..index import default_cache_dir, named_like_shard
-from ..remote import is_url
-from .common import (EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, FSTYPE, Progress, _check_folder,
-                     check_options, open_dataset)
+from tfrfs.fuse import canmount
+from tfrfs.fuse import mounttab
+from tfrfs.fuse import options
+from tfrfs.errors import TfrfsError, UsageError
+from tfrfs.index.shard_index import default_cache_dir, named_like_shard
+from tfrfs.storage.fsspec_store import is_url
+from tfrfs.cli.common import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, FSTYPE, Progress, _check_folder, check_options, open_dataset
 
 
 MOUNT_WAIT_S = 120.0
@@ -113,7 +114,7 @@ def cmd_mount(args: argparse.Namespace) -> int:
     _raise_fd_limit()
     # The FUSE adapter loads while the shards are found (a remote source waits on the network).
     import threading
-    threading.Thread(target=_preload, args=("tfrfs.fuse_ops",), daemon=True).start()
+    threading.Thread(target=_preload, args=("tfrfs.fuse.operations",), daemon=True).start()
     report = Report(args.report_fd)
     try:
         m = _open_for_mount(args, report)
@@ -134,7 +135,7 @@ def cmd_mount(args: argparse.Namespace) -> int:
         log.info("mounting %s at %s (%d shards, %d records, %s)", args.source, args.mountpoint, len(indexes),
                  sum(i.count for i in indexes), "read-write" if args.rw else "read-only")
         try:
-            from .. import fuse_ops
+            from tfrfs.fuse import operations as fuse_ops
         except ImportError as exc:
             log.error("cannot mount: %s", exc)
             return EXIT_PROBLEMS
@@ -161,8 +162,8 @@ def _preload(module: str) -> None:
 def _open_for_mount(args: argparse.Namespace, report: Report) -> Any:
     """The daemon's mount: SOURCE found and indexed, with progress sent to the command that
     started it (or shown on stderr with -f)."""
-    from ..errors import Busy
-    from ..mount import open_mount
+    from tfrfs.errors import Busy
+    from tfrfs.dataset.assembly import open_mount
     if args.report_fd is None:
         src, indexes, cache = open_dataset(args)
     else:
@@ -363,7 +364,7 @@ def _warn_staged(args: argparse.Namespace) -> None:
     logs it too; with -f that line is on the terminal already)."""
     if args.rw or args.foreground or is_url(args.source):
         return
-    from ..mount import staged_in
+    from tfrfs.dataset.assembly import staged_in
     try:
         pending = staged_in(args.source)
     except TfrfsError:

@@ -8,13 +8,14 @@ import os
 import sys
 from typing import NoReturn, Sequence
 
-from .. import __version__, options
-from ..errors import TfrfsError, UsageError
-from ..index import named_like_shard
-from .common import EXIT_PROBLEMS, EXIT_USAGE, RAY_ADDRESS, add_run_options, check_options
-from .data import cmd_index, cmd_inspect, cmd_repair, cmd_verify
-from .mounting import POLL_US, cmd_mount
-from .staged import cmd_commit, cmd_discard, cmd_status, cmd_umount
+from tfrfs import __version__
+from tfrfs.fuse import options
+from tfrfs.errors import TfrfsError, UsageError
+from tfrfs.index.shard_index import named_like_shard
+from tfrfs.cli.common import EXIT_PROBLEMS, EXIT_USAGE, RAY_ADDRESS, add_run_options, check_options
+from tfrfs.cli.data import cmd_index, cmd_inspect, cmd_repair, cmd_verify
+from tfrfs.cli.mounting import POLL_US, cmd_mount
+from tfrfs.cli.staged import cmd_commit, cmd_discard, cmd_status, cmd_umount
 
 
 class _Parser(argparse.ArgumentParser):
@@ -242,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_index)
 
     # reshard: its grammar lives with the command (cli/reshard.py)
-    from .reshard import add_reshard
+    from tfrfs.cli.reshard import add_reshard
     add_reshard(sub, lambda q: _add_source_options(q, index_dir=False), _positive_size)
     return parser
 

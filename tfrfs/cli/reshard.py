@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .common import EXIT_OK, EXIT_PROBLEMS, Progress, open_dataset, runner_of
+from tfrfs.cli.common import EXIT_OK, EXIT_PROBLEMS, Progress, open_dataset, runner_of
 
 COMPRESSIONS = {"none": "NONE", "gzip": "GZIP", "zlib": "ZLIB"}
 
@@ -34,7 +34,7 @@ def _seed(text: str) -> int:
 
 def add_reshard(sub: Any, source_options: Any, size: Any) -> None:
     """The ``reshard`` subcommand's grammar."""
-    from .common import add_run_options
+    from tfrfs.cli.common import add_run_options
     p = sub.add_parser(
         "reshard", help="copy SOURCE's records into new shards in DEST (a folder or bucket prefix)",
         description="Copy every record of SOURCE, byte for byte, into new shards in DEST: --shards N of "
@@ -94,13 +94,13 @@ class _Jobs(Sequence):
 
 
 def cmd_reshard(args: argparse.Namespace) -> int:
-    from .. import publish
-    from ..errors import UsageError
-    from ..jobs import Where
-    from ..publish import Dest
-    from ..remote import is_url, parse_options
-    from ..reshard import Tasks, copy_shard, make_plan, manifest_body, new_info, order_problems, sizes
-    from ..reshardplan import check_template
+    from tfrfs.jobs import publish
+    from tfrfs.errors import UsageError
+    from tfrfs.jobs.runner import Where
+    from tfrfs.jobs.publish import Dest
+    from tfrfs.storage.fsspec_store import is_url, parse_options
+    from tfrfs.jobs.reshard import Tasks, copy_shard, make_plan, manifest_body, new_info, order_problems, sizes
+    from tfrfs.jobs.reshardplan import check_template
     if args.name is not None:
         # Which fields a name may use is known once SOURCE is (a TFDS dataset's or not): make_plan
         # checks that; what no SOURCE takes is refused before SOURCE is indexed.
@@ -181,8 +181,8 @@ def _check_local_dest(given: str, root: str) -> None:
     """What publishing would refuse of a local DEST only after SOURCE was indexed, refused now:
     DEST a file, DEST's parent missing or not writable, DEST a folder holding something other than
     a finished reshard (which may be this very one, done already). Raises UsageError."""
-    from ..errors import UsageError
-    from ..publish import MANIFEST
+    from tfrfs.errors import UsageError
+    from tfrfs.jobs.publish import MANIFEST
     if os.path.lexists(root) and not os.path.isdir(root):
         raise UsageError(f"{given}: DEST is a file; give a folder that does not exist yet (or is empty)")
     parent = os.path.dirname(root)
@@ -208,8 +208,8 @@ def _check_local_dest(given: str, root: str) -> None:
 def _check_counts(plan: Any, bodies: list[dict], dest: Any) -> None:
     """That each new shard holds the records planned for it (dropped ones counted). A shard that
     does not is written again by the next run."""
-    from .. import publish
-    from ..errors import DataLoss
+    from tfrfs.jobs import publish
+    from tfrfs.errors import DataLoss
     expected = [hi - lo for g in plan.groups for lo, hi in g.cuts]
     for body, count in zip(bodies, expected):
         if body["count"] + len(body.get("dropped", ())) != count:

@@ -12,10 +12,10 @@ import sys
 import time
 from typing import Any, Callable
 
-from .. import mounttab
-from ..errors import TfrfsError, UsageError
-from ..remote import is_url
-from .common import EXIT_OK, EXIT_PROBLEMS, FSTYPE, Progress, open_dataset, runner_of
+from tfrfs.fuse import mounttab
+from tfrfs.errors import TfrfsError, UsageError
+from tfrfs.storage.fsspec_store import is_url
+from tfrfs.cli.common import EXIT_OK, EXIT_PROBLEMS, FSTYPE, Progress, open_dataset, runner_of
 
 
 def _fusermount() -> str:
@@ -78,7 +78,7 @@ def cmd_umount(args: argparse.Namespace) -> int:
 
 
 def _wait_gone(pid: int, seconds: float) -> None:
-    from ..mountrecord import alive
+    from tfrfs.fuse.mountrecord import alive
     deadline = time.monotonic() + seconds
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -130,7 +130,7 @@ def _daemon_state(mnt: str, wait: float = 5.0) -> str:
     a hung daemon's mount would keep a stat waiting."""
     import errno as _errno
     import threading
-    from .. import mountrecord
+    from tfrfs.fuse import mountrecord
     answer: list[str] = []
 
     def ask() -> None:
@@ -152,7 +152,7 @@ def _daemon_state(mnt: str, wait: float = 5.0) -> str:
 def _busy_with(mnt: str) -> str | None:
     """What the daemon at ``mnt`` has been busy with for long, as its request watcher noted it
     (read without asking the mount: a daemon busy with one request answers no other)."""
-    from .. import mountrecord
+    from tfrfs.fuse import mountrecord
     busy = mountrecord.read_busy(mnt)
     if busy is None:
         return None
@@ -165,9 +165,9 @@ def _source_of(mnt: str) -> str | None:
     """The source mounted at ``mnt``: from the note its daemon left (see ``mountrecord``), else from
     the file system's name in the mount table when that is a local folder whose staging lock names
     this mount point."""
-    from .. import mountrecord
-    from ..mount import source_root
-    from ..staging import Staging
+    from tfrfs.fuse import mountrecord
+    from tfrfs.dataset.assembly import source_root
+    from tfrfs.edit.journal import Staging
     record = mountrecord.read(mnt)
     if record is not None:
         return record.source
@@ -183,7 +183,7 @@ def _source_of(mnt: str) -> str | None:
 
 
 def _staged_summary(source: str) -> str:
-    from ..mount import staged_in
+    from tfrfs.dataset.assembly import staged_in
     try:
         pending = staged_in(source)
     except TfrfsError:
@@ -255,8 +255,8 @@ def cmd_commit(args: argparse.Namespace) -> int:
 
 def _commit_source(args: argparse.Namespace) -> int:
     """tfrfs commit SOURCE: a source that is not mounted (after a crash, or a stop by a signal)."""
-    from ..mount import commit_source, staged_in, writable_holder
-    from ..repack import CommitFailed
+    from tfrfs.dataset.assembly import commit_source, staged_in, writable_holder
+    from tfrfs.edit.repack import CommitFailed
     source = args.target
     if is_url(source):
         raise UsageError(f"{source}: a remote source is read-only: nothing is ever staged for it")
@@ -285,7 +285,7 @@ def _commit_source(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from ..mount import PendingShard, staged_in
+    from tfrfs.dataset.assembly import PendingShard, staged_in
     target = args.target
     if mounttab.fstype_at(target) == FSTYPE:
         state = _daemon_state(target)
@@ -309,7 +309,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(busy)
         info = _mount_status(target)
         if info is None:
-            from .. import mountrecord
+            from tfrfs.fuse import mountrecord
             print(f"{target}: read-only mount, nothing staged by it")
             record = mountrecord.read(target)
             if record is not None and not is_url(record.source):
@@ -329,8 +329,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             for r in rejected:
                 print(f"  {time.strftime('%H:%M:%S', time.localtime(r['time']))}  {r['path']}: {r['reason']}")
         return EXIT_OK
-    from ..mount import source_root, writable_holder
-    from ..staging import Staging
+    from tfrfs.dataset.assembly import source_root, writable_holder
+    from tfrfs.edit.journal import Staging
     pending = list(staged_in(target))
     holder = Staging(source_root(target)).lock.holder() if not is_url(target) else {}
     where = holder.get("mountpoint")
@@ -353,7 +353,7 @@ def _print_pending(pending: list) -> None:
 
 
 def cmd_discard(args: argparse.Namespace) -> int:
-    from ..mount import discard
+    from tfrfs.dataset.assembly import discard
     result = discard(args.source)
     print(f"discarded the staged edits of {result.shards} shard(s)")
     return EXIT_OK

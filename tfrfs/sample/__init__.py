@@ -20,7 +20,7 @@ Not part of the mounted file system: no module of tfrfs itself imports this pack
 drawing code stays out of the daemon. ``draw`` holds the pictures, ``dataset`` the shards.
 """
 
-from .dataset import main, write_sample
-from .draw import CLASS_ID, CLASSES, Box, draw_digit, draw_scene
+from tfrfs.sample.dataset import main, write_sample
+from tfrfs.sample.draw import CLASS_ID, CLASSES, Box, draw_digit, draw_scene
 
 __all__ = ["CLASSES", "CLASS_ID", "Box", "draw_digit", "draw_scene", "main", "write_sample"]

@@ -1,5 +1,5 @@
 """``python -m tfrfs.sample DEST``: write the sample dataset to a new or empty folder."""
 
-from .dataset import main
+from tfrfs.sample.dataset import main
 
 raise SystemExit(main())

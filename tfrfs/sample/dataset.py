@@ -15,9 +15,9 @@ from typing import Any, Iterable, Sequence
 
 from PIL import Image, ImageDraw
 
-from .. import proto
-from ..tfrecord import GZIP, NONE, StreamWriter
-from .draw import CLASS_ID, CLASSES, DRAWERS, Box, draw_background, draw_digit, draw_scene, encode, place_object
+from tfrfs.format import proto
+from tfrfs.format.tfrecord import GZIP, NONE, StreamWriter
+from tfrfs.sample.draw import CLASS_ID, CLASSES, DRAWERS, Box, draw_background, draw_digit, draw_scene, encode, place_object
 
 SEED = 1729
 

@@ -1,0 +1,431 @@
+"""The dataset manifest (SPEC 1.2): one small file at a dataset's root, ``.tfrfs-manifest``.
+
+``tfrfs index SOURCE --beside`` writes it with the shipped indexes: every shard's path relative
+to the root, size, identity, compression, record kind and count (and what indexing found wrong:
+problems, records that do not parse, gaps), its index file's size and checksum, the plain files
+and folders with their sizes and times, and the schema summary of SPEC 5. A read-only mount of a
+folder or bucket holding one starts from it: no listing, no request per shard, until a record of
+a shard is looked up (``IndexCache.from_manifest``).
+
+A local folder is compared with the manifest when it is first visited (``FolderCheck``): one
+listing of that folder and a ``stat`` of each file in it. What differs (a shard added, deleted,
+or of another size or identity; a plain file or folder added or gone) is shown as it is, indexed
+as usual, and reported once in the log and ``.tfrfs/errors``. A bucket's manifest is taken as
+its listing (no LIST request at all): a shard changed since is caught by the checks every index
+and record get (the sampled headers, the checksums).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import posixpath
+import stat
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+import crc32c
+
+from tfrfs.index import idxfile
+from tfrfs.format import tfrecord
+from tfrfs.index.shard_index import HIDDEN_DIRS, INDEX_SUFFIXES, TMP_PREFIX, Discovery, IndexCache, ShardFile, ShardIndex, SourceFiles, local_identity, shipped_names, sniff_file
+from tfrfs.view.nodes import Dir, PlainFile, ShardDir
+
+if TYPE_CHECKING:
+    from tfrfs.storage.places import Place
+    from tfrfs.view.tree import Tree
+
+log = logging.getLogger("tfrfs")
+
+NAME = ".tfrfs-manifest"
+VERSION = 1
+
+
+class ManifestError(ValueError):
+    """Not a manifest of this version, or damaged."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One shard as the manifest names it."""
+
+    path: str            # relative to the dataset's root, "/"-separated
+    size: int
+    identity: str
+    mtime_ns: int
+    compression: str
+    kind: str
+    count: int
+    summary: dict        # the index header's fields a mount needs before the offsets (problems, bad, gaps, ...)
+    index: dict | None   # {"file": NAME.tfrfs-idx, "size": N, "crc32c": N}, or None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    shards: tuple[Entry, ...]
+    files: tuple[tuple[str, int, int], ...]     # plain files: (path, size, mtime_ns)
+    dirs: tuple[tuple[str, int], ...]           # folders: (path, mtime_ns); "" is the root
+    schema: dict | None
+
+    def entry(self, relpath: str) -> Entry | None:
+        for e in self.shards:
+            if e.path == relpath:
+                return e
+        return None
+
+
+# --- writing ------------------------------------------------------------------------
+
+def build(discovery: Discovery, indexes: list[ShardIndex], cache: IndexCache,
+          shipped: dict[str, tuple[int, int]], schema: dict | None) -> bytes:
+    """The manifest of a dataset whose shards are ``indexes``; ``shipped``: (size, CRC-32C) of the
+    index file each shard got beside it, by relative path."""
+    files = discovery.access
+    shards = [shard_json(idx, cache, shipped.get(idx.shard.relpath)) for idx in indexes]
+    plain = {}
+    for rel in discovery.plain_files:
+        size, mtime_ns = files.plain_stat(rel)
+        plain[rel] = {"path": _posix(rel), "size": size, "mtime_ns": mtime_ns}
+    for rel, (size, _) in shipped.items():
+        # The index files just written beside the shards are shown as plain files too (SPEC 1).
+        rel += idxfile.SUFFIX
+        try:
+            mtime_ns = os.stat(os.path.join(discovery.root, rel)).st_mtime_ns if not discovery.remote else \
+                time.time_ns()
+        except OSError:
+            continue
+        plain[rel] = {"path": _posix(rel), "size": size, "mtime_ns": mtime_ns}
+    dirs = [{"path": _posix(rel), "mtime_ns": files.dir_mtime_ns(rel)} for rel in discovery.dirs]
+    body = {"tfrfs_manifest": VERSION, "shards": shards, "files": [plain[rel] for rel in sorted(plain)], "dirs": dirs,
+            "schema": schema}
+    return (json.dumps(body, separators=(",", ":"), sort_keys=True) + "\n").encode()
+
+
+def shard_json(idx: ShardIndex, cache: IndexCache, written: tuple[int, int] | None) -> dict:
+    """A shard's entry; ``written``: (size, CRC-32C) of its index file beside it, if any."""
+    shard = idx.shard
+    meta = cache.meta(idx)
+    return {
+        "path": _posix(shard.relpath), "size": shard.size, "identity": shard.identity,
+        "mtime_ns": shard.mtime_ns, "compression": shard.compression, "kind": idx.detected_kind,
+        "count": idx.count, "stream_size": meta["stream_size"], "problems": meta["problems"],
+        "bad": meta["bad"], "gaps": meta["gaps"],
+        "index": None if written is None else {"file": posixpath.basename(_posix(shard.relpath)) + idxfile.SUFFIX,
+                                               "size": written[0], "crc32c": written[1]},
+    }
+
+
+def _posix(rel: str) -> str:
+    return rel.replace(os.sep, "/")
+
+
+def follow(root: str, cache: IndexCache, written: list[ShardIndex], removed: list[str],
+           schema: dict | None, place: "Place | None" = None) -> list[str]:
+    """After a commit or repair wrote shards anew (``written``, indexed) or removed them (by
+    relative path): the index file beside each (where it had one, or the dataset has a manifest)
+    and the dataset's manifest (where it has one) follow, each replaced whole, after the shards
+    (in a local folder: temporary file, fsync, rename; in a bucket: one PUT; ``place``, the local
+    folder ``root`` by default). A crash between leaves an index file or manifest of the old
+    shard, which its size and identity tell apart: it is ignored (and reported) until the next
+    ``tfrfs index --beside``. ``schema``: the new schema summary, None when not known.
+    Returns what was done or could not be, one line each."""
+    from tfrfs.storage.places import LocalPlace
+    place = place if place is not None else LocalPlace(root)
+    where = place.join(NAME)
+    has_manifest = place.stat(where) is not None
+    notes: list[str] = []
+    shipped: dict[str, tuple[int, int]] = {}
+    for idx in written:
+        beside = idx.shard.path + idxfile.SUFFIX
+        if not (has_manifest or place.stat(beside) is not None):
+            continue
+        try:
+            data = cache.shipped_bytes(idx)
+            place.write(beside, data)
+            shipped[idx.shard.relpath] = (len(data), crc32c.crc32c(data))
+        except OSError as exc:
+            notes.append(f"{idx.shard.relpath}{idxfile.SUFFIX}: not written anew ({exc.strerror or exc}): "
+                         "it is ignored, as of another version of the shard, until tfrfs index --beside")
+    for rel in removed:
+        stale = place.join(rel + idxfile.SUFFIX)
+        if place.stat(stale) is not None:
+            try:
+                place.unlink(stale)
+            except OSError as exc:   # harmless: an index file is never a shard
+                notes.append(f"{rel}{idxfile.SUFFIX}: the index of the removed shard stays ({exc.strerror or exc})")
+    if not has_manifest:
+        return notes
+    try:
+        body = json.loads(place.read(where))
+        entries = {e["path"]: e for e in body["shards"]}
+        plain = {e["path"]: e for e in body["files"]}
+        for rel in removed:
+            entries.pop(_posix(rel), None)
+            plain.pop(_posix(rel + idxfile.SUFFIX), None)
+        # A shard an earlier commit or repair replaced or removed before it could get here (a
+        # crash between): its entry follows now too.
+        done = {_posix(i.shard.relpath) for i in written} | {_posix(r) for r in removed}
+        for rel, e in list(entries.items()):
+            if rel in done:
+                continue
+            seen = place.stat(place.join(_rel(rel)))
+            if seen is None:
+                del entries[rel]
+                plain.pop(rel + idxfile.SUFFIX, None)
+                stale = place.join(_rel(rel) + idxfile.SUFFIX)
+                if place.stat(stale) is not None:
+                    place.unlink(stale)
+                continue
+            size, identity, mtime_ns = seen
+            if (size, identity) != (e.get("size"), e.get("identity")):
+                shard = ShardFile(path=place.join(_rel(rel)), relpath=_rel(rel), compression=e["compression"],
+                                  size=size, mtime_ns=mtime_ns, identity=identity)
+                idx, _ = cache.get(shard)
+                data = cache.shipped_bytes(idx)
+                place.write(shard.path + idxfile.SUFFIX, data)
+                shipped[shard.relpath] = (len(data), crc32c.crc32c(data))
+                written = [*written, idx]
+        if not written and len(entries) == len(body["shards"]):
+            return notes   # nothing to follow
+        for idx in written:
+            rel = _posix(idx.shard.relpath)
+            entries[rel] = shard_json(idx, cache, shipped.get(idx.shard.relpath))
+            if idx.shard.relpath in shipped:
+                got = place.stat(idx.shard.path + idxfile.SUFFIX)
+                if got is None:
+                    raise FileNotFoundError(idx.shard.path + idxfile.SUFFIX)
+                plain[rel + idxfile.SUFFIX] = {"path": rel + idxfile.SUFFIX, "size": got[0], "mtime_ns": got[2]}
+        body["shards"] = [entries[k] for k in sorted(entries)]
+        body["files"] = [plain[k] for k in sorted(plain)]
+        body["schema"] = schema
+        place.write(where, (json.dumps(body, separators=(",", ":"), sort_keys=True) + "\n").encode())
+        notes.append(f"{NAME}: updated for {len(written) + len(removed)} shard(s)"
+                     if written or removed else f"{NAME}: updated")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        notes.append(f"{NAME}: not updated ({exc}): a mount reports the shards that differ from it; "
+                     "tfrfs index --beside writes it anew")
+    return notes
+
+
+# --- reading ------------------------------------------------------------------------
+
+def parse(data: bytes) -> Manifest:
+    """Raises ManifestError."""
+    try:
+        body = json.loads(data)
+        if not isinstance(body, dict) or body.get("tfrfs_manifest") != VERSION:
+            raise ManifestError(f"manifest version {body.get('tfrfs_manifest') if isinstance(body, dict) else '?'}, "
+                                f"not {VERSION}")
+        shards = tuple(Entry(path=_rel(s["path"]), size=int(s["size"]), identity=str(s["identity"]),
+                             mtime_ns=int(s["mtime_ns"]), compression=str(s["compression"]), kind=str(s["kind"]),
+                             count=int(s["count"]),
+                             summary={k: s[k] for k in ("stream_size", "problems", "bad", "gaps")},
+                             index=s.get("index"))
+                       for s in body["shards"])
+        files = tuple((_rel(f["path"]), int(f["size"]), int(f["mtime_ns"])) for f in body["files"])
+        dirs = tuple((_rel(d["path"]) if d["path"] else "", int(d["mtime_ns"])) for d in body["dirs"])
+    except ManifestError:
+        raise
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ManifestError(f"damaged manifest: {exc}") from exc
+    if compressions := {e.compression for e in shards} - {tfrecord.NONE, tfrecord.GZIP, tfrecord.ZLIB}:
+        raise ManifestError(f"damaged manifest: unknown compression {sorted(compressions)}")
+    return Manifest(shards, files, dirs, body.get("schema"))
+
+
+def _rel(path: Any) -> str:
+    """A relative path of the manifest, refused if it would leave the dataset's folder."""
+    if not isinstance(path, str) or not path or path.startswith("/") or \
+            any(part in ("", ".", "..") for part in path.split("/")):
+        raise ManifestError(f"damaged manifest: bad path {path!r}")
+    return path.replace("/", os.sep)
+
+
+class ManifestFiles(SourceFiles):
+    """A local dataset's plain files and folder times, as its manifest gives them (no stat)."""
+
+    def __init__(self, root: str, manifest: Manifest) -> None:
+        super().__init__(root)
+        self._files = {rel: (size, mtime) for rel, size, mtime in manifest.files}
+        self._dirs = dict(manifest.dirs)
+
+    def dir_mtime_ns(self, rel: str) -> int:
+        got = self._dirs.get(rel)
+        return got if got is not None else super().dir_mtime_ns(rel)
+
+    def plain_stat(self, rel: str) -> tuple[int, int]:
+        got = self._files.get(rel)
+        return got if got is not None else super().plain_stat(rel)
+
+
+def shard_file(root: str, entry: Entry, join: Callable[[str, str], str] = os.path.join) -> ShardFile:
+    path = join(root, entry.path if join is os.path.join else entry.path.replace(os.sep, "/"))
+    shipped = (path + idxfile.SUFFIX,) if entry.index else ()
+    return ShardFile(path=path, relpath=entry.path, compression=entry.compression, size=entry.size,
+                     mtime_ns=entry.mtime_ns, identity=entry.identity, shipped=shipped)
+
+
+def local_discovery(root: str, manifest: Manifest) -> Discovery:
+    """What a local dataset holds, as its manifest says (nothing listed, nothing opened)."""
+    root = os.path.abspath(root)
+    return Discovery(root=root, shards=tuple(shard_file(root, e) for e in manifest.shards),
+                     plain_files=tuple(rel for rel, _, _ in manifest.files),
+                     dirs=tuple(rel for rel, _ in manifest.dirs) or ("",), mirrors_dir=True,
+                     files=ManifestFiles(root, manifest))
+
+
+def read_local(root: str) -> Manifest | None:
+    """The manifest of a local folder, or None when it has none (or one that cannot be used:
+    then the folder is listed as usual, and the log says why)."""
+    path = os.path.join(root, NAME)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        log.warning("%s: cannot read it (%s): the folder is listed instead", path, exc.strerror)
+        return None
+    try:
+        return parse(data)
+    except ManifestError as exc:
+        log.warning("%s: %s: the folder is listed instead", path, exc)
+        return None
+
+
+# --- a local folder compared with the manifest ----------------------------------------
+
+class FolderCheck:
+    """Compares each folder of a local dataset mounted from its manifest with what is on disk,
+    when the folder is first visited, and makes the mount show what is there."""
+
+    def __init__(self, tree: Tree, cache: IndexCache) -> None:
+        self.tree = tree
+        self.cache = cache
+        self.root = tree.discovery.root
+
+    def __call__(self, rel: str) -> None:
+        tree = self.tree
+        folder = tree.dirs.get(rel)
+        if folder is None:
+            return
+        where = os.path.join(self.root, rel)
+        try:
+            with os.scandir(where) as it:
+                entries = {e.name: e for e in it}
+        except OSError as exc:
+            self._report(rel, f"folder named by the manifest cannot be listed ({exc.strerror}): shown as the "
+                              "manifest says")
+            return
+        shards = {name: node.shard for name, node in folder.children.items() if isinstance(node, ShardDir)}
+        shown = dict(folder.children)
+        for name, entry in sorted(entries.items()):
+            child_rel = os.path.join(rel, name)
+            if name in HIDDEN_DIRS or name.startswith(TMP_PREFIX) or (not rel and name == NAME):
+                continue
+            try:
+                st = entry.stat()
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                if name not in shown:
+                    self._new_folder(child_rel)
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            if name in shards:
+                self._shard_seen(shards.pop(name), child_rel, st)
+            elif isinstance(shown.get(name), PlainFile):
+                node = shown[name]
+                assert isinstance(node, PlainFile)
+                if (node.size, node.mtime_ns) != (st.st_size, st.st_mtime_ns):
+                    folder.children[name] = PlainFile(child_rel, st.st_size, st.st_mtime_ns)
+            elif name not in shown:
+                self._new_file(child_rel, entries, st)
+        for name, n in shards.items():
+            if name in folder.children:
+                tree.hide_shard(n)
+                self._report(os.path.join(rel, name), "named by the manifest but not on disk: not shown")
+        for name, node in shown.items():
+            if isinstance(node, PlainFile) and name not in entries:
+                folder.children.pop(name, None)
+                self._report(os.path.join(rel, name), "named by the manifest but not on disk: not shown")
+            elif isinstance(node, Dir) and name not in entries:
+                folder.children.pop(name, None)
+                self._report(os.path.join(rel, name), "folder named by the manifest but not on disk: not shown")
+
+    def _shard_seen(self, n: int, rel: str, st: os.stat_result) -> None:
+        old = self.tree.store.shards[n].shard
+        if (old.size, old.identity) == (st.st_size, local_identity(st)):
+            return
+        how = f"size {st.st_size}, the manifest says {old.size}" if st.st_size != old.size else \
+            "changed since the manifest was written (another modification time)"
+        shard = self._judge(rel, st)
+        if shard is None:
+            self.tree.hide_shard(n)
+            self._report(rel, f"{how}, and no longer a shard: not shown")
+            return
+        self._report(rel, f"{how}: indexed again")
+        idx, _ = self.cache.get(shard)
+        self.tree.replace_shard(n, idx)
+
+    def _new_file(self, rel: str, entries: dict, st: os.stat_result) -> None:
+        folder = self.tree.dirs[os.path.dirname(rel)]
+        shard = None if rel.endswith(INDEX_SUFFIXES) else self._judge(rel, st, beside=set(entries))
+        if shard is None:
+            folder.children[os.path.basename(rel)] = PlainFile(rel, st.st_size, st.st_mtime_ns)
+            if not rel.endswith(INDEX_SUFFIXES):
+                self._report(rel, "a file not in the manifest: shown as it is")
+            return
+        self._report(rel, "a shard not in the manifest: indexed and shown")
+        idx, _ = self.cache.get(shard)
+        self.tree.add_shard(idx, idx.detected_kind)
+
+    def _new_folder(self, rel: str) -> None:
+        """A folder the manifest does not name: found and indexed as a folder without one is."""
+        from tfrfs.index.shard_index import discover
+        try:
+            found = discover(os.path.join(self.root, rel), empty_ok=True)
+        except Exception as exc:  # noqa: BLE001 - a folder that cannot be read is left out
+            self._report(rel, f"a folder not in the manifest cannot be read ({exc}): not shown")
+            return
+        self._report(rel, "a folder not in the manifest: shown as it is")
+        tree = self.tree
+        for sub in found.dirs:
+            full = os.path.join(rel, sub) if sub else rel
+            parent = tree.dirs[os.path.dirname(full)]
+            node = Dir(mtime_ns=SourceFiles(self.root).dir_mtime_ns(full))
+            parent.children[os.path.basename(full)] = node
+            tree.dirs[full] = node
+        for sub in found.plain_files:
+            full = os.path.join(rel, sub)
+            size, mtime_ns = SourceFiles(self.root).plain_stat(full)
+            tree.dirs[os.path.dirname(full)].children[os.path.basename(full)] = PlainFile(full, size, mtime_ns)
+        for s in found.shards:
+            shard = ShardFile(path=s.path, relpath=os.path.join(rel, s.relpath), compression=s.compression,
+                              size=s.size, mtime_ns=s.mtime_ns, identity=s.identity, shipped=s.shipped)
+            idx, _ = self.cache.get(shard)
+            tree.add_shard(idx, idx.detected_kind)
+
+    def _judge(self, rel: str, st: os.stat_result, beside: set[str] | None = None) -> ShardFile | None:
+        path = os.path.join(self.root, rel)
+        try:
+            comp = sniff_file(path)
+        except OSError:
+            return None
+        if comp is None:
+            return None
+        folder, name = os.path.split(path)
+        if beside is None:
+            try:
+                beside = set(os.listdir(folder))
+            except OSError:
+                beside = set()
+        return ShardFile(path=path, relpath=rel, compression=comp, size=st.st_size, mtime_ns=st.st_mtime_ns,
+                         identity=local_identity(st),
+                         shipped=tuple(os.path.join(folder, n) for n in shipped_names(name, beside)))
+
+    def _report(self, rel: str, what: str) -> None:
+        self.tree.errors.add(rel, None, None, f"differs from {NAME}: {what}")   # and logged

@@ -1,0 +1,882 @@
+"""Shard discovery and the compact record index.
+
+A shard's index is the header offset of every record (plus the end of the
+last one) in an ``array('Q')``: 8 bytes a record in memory, 4 in its file
+(``idxfile``). It is found from record headers alone and persisted in a cache
+directory, keyed by the shard's absolute path or URL and validated against its
+size and identity, so mounting an already-indexed dataset only reads the cache;
+an index file shipped beside a shard that matches it saves the scan too.
+GZIP and ZLIB shards are decompressed once into the cache, because a deflate
+stream cannot be read at an offset; offsets then refer to that plain stream,
+as SPEC 5 asks.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob as _glob
+import hashlib
+import logging
+import os
+import re
+import stat
+import struct
+import tempfile
+import threading
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterable, Iterator
+
+from tfrfs.index import idxfile
+from tfrfs.format import proto
+from tfrfs.format import salvage
+from tfrfs.format import tfrecord
+from tfrfs.errors import DataLoss, UsageError
+from tfrfs.index.memory import IndexMemory
+from tfrfs.storage.readers import Readers, ShardReader, default_readers
+from tfrfs.index.shardschema import Tally
+from tfrfs.format.tfrecord import Problem
+
+log = logging.getLogger("tfrfs")
+
+STAGING_DIR = ".tfrfs-staging"
+SNIFF_BYTES = 4096
+KIND_SAMPLE = 16
+RECORD_KINDS = ("example", "sequence", "raw")
+DAMAGED_DIR = ".tfrfs-damaged"        # repair's copies of damaged shards (SPEC 6), never shown
+TMP_PREFIX = ".tfrfs-commit-"         # files being written beside the shards (commit, repair), never shown
+HIDDEN_DIRS = (STAGING_DIR, DAMAGED_DIR)
+# SPEC 1, "named like a shard": after a final .gz/.gzip/.zlib, a TFRecord suffix (maybe followed
+# by - and digits, as TFDS names its shards), or -NNNNN-of-NNNNN.
+_SHARD_NAME = re.compile(r"(?:\.(?:tfrecords?|tfrec|records?)(?:-\d+(?:-of-\d+)?)?|-\d+-of-\d+)"
+                         r"(?:\.gz|\.gzip|\.zlib)?\Z", re.ASCII)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tfrfs"
+
+
+INDEX_SUFFIXES = (".tfrfs-idx", ".idx", ".tfindex", ".index")   # index files are never shards (SPEC 1)
+
+
+def named_like_shard(name: str) -> bool:
+    """SPEC 1: whether a file is called like a shard (then it is one even when damaged)."""
+    if name.endswith(INDEX_SUFFIXES):
+        return False
+    return _SHARD_NAME.search(name) is not None
+
+
+@dataclass(frozen=True)
+class ShardFile:
+    """A file found to be a shard: where it is and how it is compressed."""
+
+    path: str          # absolute path of the shard file
+    relpath: str       # path relative to SOURCE (what users and errors see)
+    compression: str
+    size: int
+    mtime_ns: int
+    identity: str = ""                 # what an index of it is validated against (with the size)
+    shipped: tuple[str, ...] = ()      # index files found beside it (paths or URLs), best first
+
+
+class SourceFiles:
+    """The files of a local SOURCE other than the shards' records: plain files, folders' times,
+    index files beside shards. A remote source has its own (``sources.RemoteFiles``)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def dir_mtime_ns(self, rel: str) -> int:
+        try:
+            return os.stat(os.path.join(self.root, rel)).st_mtime_ns
+        except OSError:
+            return 0
+
+    def plain_stat(self, rel: str) -> tuple[int, int]:
+        """(size, mtime_ns) of a plain file."""
+        st = os.stat(os.path.join(self.root, rel))
+        return st.st_size, st.st_mtime_ns
+
+    def plain_path(self, rel: str) -> str:
+        """A local file with the plain file's bytes."""
+        return os.path.join(self.root, rel)
+
+    def read_bytes(self, path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
+    def read_head(self, path: str, size: int) -> bytes:
+        """The first ``size`` bytes of a file (fewer when it is shorter)."""
+        with open(path, "rb") as f:
+            return f.read(size)
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Write a whole file atomically (temporary file, fsync, rename), readable as any file
+        the user makes (0666 less the umask): index files and the manifest are for everyone who
+        reads the dataset."""
+        from tfrfs.storage import durable
+        durable.write_file(path, data, mode=0o666 & ~_umask())
+
+    def open_stream(self, path: str) -> BinaryIO:
+        return open(path, "rb")
+
+    def local_folder(self) -> str:
+        """A local folder whose file system's figures ``statfs`` reports."""
+        return self.root
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """What a SOURCE holds: shards, plain files and folders, all relative to ``root``."""
+
+    root: str                      # folder the relative paths start from
+    shards: tuple[ShardFile, ...]
+    plain_files: tuple[str, ...]   # relative paths of non-shard regular files
+    dirs: tuple[str, ...]          # relative paths of mirrored sub-folders ("" is the root)
+    mirrors_dir: bool              # SOURCE is a folder (new shards may be made in it)
+    files: SourceFiles | None = None   # None: the local files under ``root``
+    remote: bool = False
+
+    @property
+    def access(self) -> SourceFiles:
+        return self.files if self.files is not None else SourceFiles(self.root)
+
+
+def sniff_file(path: str, *, named_as_source: bool = False) -> str | None:
+    """The compression of the shard at ``path``, or None when it is not a shard."""
+    with open(path, "rb") as f:
+        head = f.read(SNIFF_BYTES)
+    return judge_head(head, os.path.basename(path), named_as_source=named_as_source,
+                      stream=lambda: open(path, "rb"))
+
+
+def judge_head(head: bytes, name: str, *, named_as_source: bool,
+               stream: Callable[[], BinaryIO]) -> str | None:
+    """SPEC 1: the compression of the file that starts with ``head`` (its first ``SNIFF_BYTES``)
+    and is called ``name``, or None when it is not a shard; ``stream`` opens the whole file, for
+    the rare compressed file whose first bytes inflate to nothing."""
+    named = named_as_source or named_like_shard(name)
+    if not head:
+        return tfrecord.NONE if named else None
+    comp = tfrecord.sniff(head)
+    if comp is None:
+        # SPEC 1: a file named like a shard whose first header fails is a damaged shard.
+        return damaged_compression(head, name) if named_like_shard(name) else None
+    if comp in (tfrecord.GZIP, tfrecord.ZLIB) and not named and not tfrecord.inflates_to_a_record(head, comp):
+        # A compressed stream of zero records is an empty shard: judge it by name like an empty
+        # file. Only when its first bytes inflate to nothing is the rest read to tell.
+        if _decompresses_empty(stream, comp):
+            return None
+    return comp
+
+
+def damaged_compression(head: bytes, name: str) -> str:
+    """How a damaged shard (its first header fails, plain and inflated) is compressed: as its name
+    says (``.gz``/``.gzip``, ``.zlib``), else GZIP (the gzip magic first) or ZLIB when its first
+    bytes (``head``) start such a stream: inflating them gives at least one byte, or fails on
+    none of them (a stream cut short). Else NONE. (A plain shard may start with two bytes that make a zlib header: 78 01
+    is a 376-byte first record. zlib refuses the zero bytes of its length at once.)"""
+    import io
+    import zlib
+    lower = name.lower()
+    if lower.endswith((".gz", ".gzip")):
+        return tfrecord.GZIP
+    if lower.endswith(".zlib"):
+        return tfrecord.ZLIB
+    for comp, wbits in ((tfrecord.GZIP, 16 + zlib.MAX_WBITS), (tfrecord.ZLIB, zlib.MAX_WBITS)):
+        if comp == tfrecord.GZIP and head[:2] != b"\x1f\x8b":
+            continue
+        try:
+            zlib.decompressobj(wbits).decompress(head)
+            return comp
+        except zlib.error:
+            out = io.BytesIO()
+            salvage.inflate(io.BytesIO(head), out, comp)
+            if out.tell():
+                return comp
+    return tfrecord.NONE
+
+
+def _decompresses_empty(stream: Callable[[], BinaryIO], comp: str) -> bool:
+    """Whether a GZIP/ZLIB file inflates to nothing; stops at the first byte it yields."""
+    import zlib
+    wbits = 16 + zlib.MAX_WBITS if comp == tfrecord.GZIP else zlib.MAX_WBITS
+    d = zlib.decompressobj(wbits)
+    with stream() as f:
+        while block := f.read(1 << 16):
+            try:
+                if d.decompress(block, 1):
+                    return False
+            except zlib.error:
+                return False   # damaged: it is judged (and reported) when indexed
+            if d.eof:
+                break
+    return True
+
+
+def _shard_file(path: str, relpath: str, comp: str, beside: Iterable[str] | None = None) -> ShardFile:
+    """A local shard; ``beside``: the names of the files in its folder (listed when None)."""
+    st = os.stat(path)
+    folder, name = os.path.split(os.path.abspath(path))
+    if beside is None:
+        try:
+            beside = os.listdir(folder)
+        except OSError:
+            beside = ()
+    return ShardFile(path=os.path.abspath(path), relpath=relpath, compression=comp, size=st.st_size,
+                     mtime_ns=st.st_mtime_ns, identity=local_identity(st),
+                     shipped=tuple(os.path.join(folder, n) for n in shipped_names(name, set(beside))))
+
+
+def local_identity(st: os.stat_result) -> str:
+    return f"mtime:{st.st_mtime_ns}:{st.st_size}"
+
+
+def shipped_names(shard_name: str, present: set[str]) -> list[str]:
+    """Index files for ``shard_name`` among the names ``present`` beside it, best first: tfrfs's
+    own, then the common loaders' text indexes."""
+    from tfrfs.index import loader_files as loaderidx
+    wanted = [shard_name + idxfile.SUFFIX, *loaderidx.candidate_names(shard_name)]
+    return [n for n in wanted if n in present]
+
+
+def discover(source: str, *, empty_ok: bool = False) -> Discovery:
+    """Find the shards of SOURCE (a shard file, a folder, or a glob). Raises UsageError, also for a
+    folder without shards unless ``empty_ok`` (a --rw mount, where a dataset can be made)."""
+    try:
+        os.stat(source)
+    except PermissionError as exc:   # a folder above it is closed: never "no such file"
+        raise UsageError(f"{source}: {exc.strerror} (a folder above it cannot be entered)") from None
+    except OSError:
+        pass   # missing, or a glob
+    if os.path.isdir(source):
+        return _discover_dir(source, empty_ok)
+    if os.path.exists(source):
+        return _discover_files([source], named=True)
+    if any(ch in source for ch in "*?["):
+        matches = sorted(p for p in _glob.glob(source, recursive=True) if os.path.isfile(p))
+        if not matches:
+            raise UsageError(f"no file matches {source!r}")
+        return _discover_files(matches, named=False)
+    raise UsageError(f"{source}: no such file or directory")
+
+
+def _discover_files(paths: list[str], *, named: bool) -> Discovery:
+    shards = []
+    seen: set[str] = set()
+    for p in paths:
+        if not os.path.isfile(p):
+            raise UsageError(f"{p}: not a regular file")
+        try:
+            comp = sniff_file(p, named_as_source=named)
+        except OSError as exc:
+            raise UsageError(f"{p}: cannot read: {exc.strerror}") from exc
+        if comp is None and named and _holds_a_sound_record(p):
+            comp = tfrecord.NONE    # a damaged shard given by name (SPEC 1)
+        if comp is None:
+            if named:
+                raise UsageError(f"{p}: not a TFRecord file (no record in it has valid checksums, "
+                                 "plain or after GZIP/ZLIB decompression)")
+            continue
+        name = os.path.basename(p)
+        base, n = name, 2
+        while name in seen:  # two globbed files of one name from different folders
+            name = f"{base}~{n}"
+            n += 1
+        seen.add(name)
+        shards.append(_shard_file(p, name, comp))
+    if not shards:
+        raise UsageError(f"no TFRecord shard among {len(paths)} matching files")
+    root = os.path.dirname(os.path.abspath(paths[0]))
+    return Discovery(root=root, shards=tuple(shards), plain_files=(), dirs=("",), mirrors_dir=False)
+
+
+def _holds_a_sound_record(path: str) -> bool:
+    from tfrfs.format import salvage
+    with open(path, "rb") as f:
+        fd = f.fileno()
+        return salvage.find_sound(lambda n, off: os.pread(fd, n, off), os.fstat(fd).st_size, 0) is not None
+
+
+def _discover_dir(source: str, empty_ok: bool = False) -> Discovery:
+    root = os.path.abspath(source)
+    shards: list[ShardFile] = []
+    plain: list[str] = []
+    dirs: list[str] = [""]
+    if not os.access(root, os.R_OK | os.X_OK):
+        raise UsageError(f"{source}: permission denied")
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in HIDDEN_DIRS)
+        rel_dir = os.path.relpath(dirpath, root)
+        rel_dir = "" if rel_dir == "." else rel_dir
+        for d in dirnames:
+            dirs.append(os.path.join(rel_dir, d))
+        for name in sorted(filenames):
+            if name.startswith(TMP_PREFIX):
+                continue   # a commit's temporary file (see repack)
+            full = os.path.join(dirpath, name)
+            rel = os.path.join(rel_dir, name)
+            try:
+                if not stat.S_ISREG(os.stat(full).st_mode):
+                    continue
+                comp = None if name.endswith(INDEX_SUFFIXES) else sniff_file(full)
+            except OSError:
+                continue  # unreadable files are left out of the mirror
+            if comp is None:
+                plain.append(rel)
+            else:
+                shards.append(_shard_file(full, rel, comp, filenames))
+    if not shards and not empty_ok:
+        raise UsageError(f"{source}: no TFRecord shard in this folder")
+    return Discovery(root=root, shards=tuple(shards), plain_files=tuple(plain), dirs=tuple(dirs),
+                     mirrors_dir=True)
+
+
+# --- the index ---------------------------------------------------------------
+
+class ShardIndex:
+    """Record offsets of one shard, and what was learned about it while indexing.
+
+    The offsets are either held (an index just built) or loaded when first needed through
+    ``loader`` (a map of the shard's index file) and then held within ``memory``'s budget, which
+    may drop them again (SPEC 1.2): ``count`` and the rest of what indexing learned are known
+    without them. ``tally`` may be loaded late too (``header``: the index file's header).
+    """
+
+    def __init__(self, shard: ShardFile, data_path: str, offsets: idxfile.Offsets | None, detected_kind: str,
+                 problems: list[Problem] | None = None, bad: set[int] | None = None,
+                 notes: list[str] | None = None, ends: dict[int, int] | None = None, tally: Tally | None = None,
+                 *, count: int | None = None, loader: Callable[[], idxfile.Offsets] | None = None,
+                 header: Callable[[], Tally | None] | None = None, memory: IndexMemory | None = None,
+                 checked: tuple[int, ...] | None = None) -> None:
+        if offsets is None and (loader is None or count is None):
+            raise ValueError("an index without offsets needs their count and a loader")
+        self.shard = shard
+        self.data_path = data_path                 # plain stream to read records from
+        self.detected_kind = detected_kind
+        self.problems: list[Problem] = problems if problems is not None else []
+        self.bad: set[int] = bad if bad is not None else set()   # records known not to parse or verify
+        self.notes: list[str] = notes if notes is not None else []   # index files ignored (not persisted)
+        # Where a record ends when damage follows it (SPEC 6): the next record starts at
+        # ``offsets[index + 1]``, after the gap. One entry per gap, none in a sound shard.
+        self.ends: dict[int, int] = ends if ends is not None else {}
+        self._count: int = len(offsets) - 1 if offsets is not None else (count or 0)
+        self.origin: str | None = None   # the index file beside the shard it came from, if any
+        self._offsets = offsets
+        self._loader = loader
+        self._memory = memory if loader is not None else None
+        self._lock = threading.Lock()
+        # What the records hold (the schema's part of this shard), once read: kept in the index file.
+        self._tally = tally
+        self._header = header if tally is None else None
+        # When every record's data checksum was checked while indexing: the records whose
+        # checksum failed (so a copy need not check them again: ``tfrfs reshard``). None: not checked.
+        self.checked = checked
+
+    def __repr__(self) -> str:
+        return f"ShardIndex({self.shard.relpath!r}, {self._count} records, {self.detected_kind})"
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    @property
+    def offsets(self) -> idxfile.Offsets:
+        """Header offsets of every record, plus the end of the last one (loaded if need be)."""
+        held = self._offsets
+        if held is not None:
+            if self._memory is not None:
+                self._memory.used(self)
+            return held
+        with self._lock:
+            held = self._offsets
+            if held is None:
+                assert self._loader is not None
+                held = self._loader()
+                if len(held) != self._count + 1:
+                    raise DataLoss(f"{self.shard.relpath}: its index now holds {len(held) - 1} records, "
+                                   f"{self._count} when it was mounted")
+                self._offsets = held
+        if self._memory is not None:
+            self._memory.hold(self, len(held) * held.itemsize)
+        return held
+
+    def peek_offsets(self) -> idxfile.Offsets:
+        """The offsets, loaded if need be but not held (for a caller that keeps them itself)."""
+        held = self._offsets
+        if held is not None:
+            return held
+        assert self._loader is not None
+        return self._loader()
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the offsets are in memory now."""
+        return self._offsets is not None
+
+    def drop_offsets(self) -> None:
+        """Let the offsets go (they are loaded again when next needed); kept when they cannot be."""
+        if self._loader is not None:
+            self._offsets = None
+            if self._memory is not None:
+                self._memory.forget(self)
+
+    def release(self) -> None:
+        """This index is no longer served (its shard was written anew): its memory is freed."""
+        if self._memory is not None:
+            self._memory.forget(self)
+
+    @property
+    def tally(self) -> Tally | None:
+        if self._header is not None:
+            read, self._header = self._header, None
+            try:
+                self._tally = read()
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log.debug("%s: the schema kept in its index is not read: %s", self.shard.relpath, exc)
+        return self._tally
+
+    @tally.setter
+    def tally(self, value: Tally | None) -> None:
+        self._header = None
+        self._tally = value
+
+    def span(self, index: int) -> tuple[int, int]:
+        """(header offset, data length) of record ``index``."""
+        offsets = self.offsets
+        start = offsets[index]
+        end = self.ends.get(index) if self.ends else None
+        return start, (offsets[index + 1] if end is None else end) - start - tfrecord.OVERHEAD
+
+    def runs(self, indexes: Iterable[int]) -> Iterator[tuple[int, int]]:
+        """Byte ranges [start, end) holding the framed records ``indexes`` (ascending), adjacent
+        records in one range: what a copy of them reads."""
+        offsets = self.offsets
+        ends = self.ends
+        start = end = 0
+        open_run = False
+        for i in indexes:
+            s = offsets[i]
+            stop = ends.get(i) if ends else None
+            e = offsets[i + 1] if stop is None else stop
+            if open_run and s != end:
+                yield start, end
+                open_run = False
+            if not open_run:
+                start, open_run = s, True
+            end = e
+        if open_run:
+            yield start, end
+
+
+def _cache_key(shard: ShardFile) -> str:
+    return hashlib.sha256(shard.path.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
+def parse_problem(data: bytes, kind: str) -> str | None:
+    """Why ``data`` does not parse as a record of ``kind``, or None when it does."""
+    if kind == "raw":
+        return None
+    cls = proto.SequenceExample if kind == "sequence" else proto.Example
+    try:
+        cls.FromString(data)
+    except Exception as exc:  # noqa: BLE001 - protobuf raises several types
+        return f"record does not parse as {cls.__name__}: {exc or type(exc).__name__}"
+    return None
+
+
+def detect_kind(records: Iterable[bytes]) -> str:
+    """SPEC 2: the record kind of a shard, from its non-empty records whose checksums hold.
+
+    Only the first ``KIND_SAMPLE`` such records are looked at, so that
+    indexing never reads a whole shard.
+    """
+    kind = "example"
+    for n, data in enumerate(records):
+        if n >= KIND_SAMPLE:
+            break
+        try:
+            # Not kept: one parsed copy at a time beside the bytes (a record may be 2 GiB).
+            lists = proto.SequenceExample.FromString(data).HasField("feature_lists")
+        except Exception:  # noqa: BLE001
+            return "raw"
+        if lists:
+            kind = "sequence"
+        elif parse_problem(data, "example"):
+            return "raw"
+    return kind
+
+
+def _sample_records(reader: ShardReader, idx: ShardIndex) -> Iterator[bytes]:
+    """Non-empty records with sound checksums, from the start; bad ones are noted on the way."""
+    problems, bad = idx.problems, idx.bad
+    for i in range(idx.count):
+        start, length = idx.span(i)
+        if length == 0:
+            continue
+        try:
+            yield reader.record(start, length)
+        except DataLoss as exc:
+            problems.append(Problem(start, str(exc), i))
+            # Still listed as a folder if it parses (its reads fail with EIO); else shown as .bin.
+            data = reader.record(start, length, verify=False)
+            if parse_problem(data, "example") and parse_problem(data, "sequence"):
+                bad.add(i)
+
+
+class IndexCache:
+    """Shard indexes: loaded from the local cache (keyed by the shard's path or URL, validated
+    against its size and identity), else from an index file shipped beside it (``shipped``) when
+    that matches, else built from the shard's headers. Built and shipped ones are saved to the
+    cache. Shards are read through ``readers``; other files (shipped indexes, compressed streams)
+    through ``files``."""
+
+    def __init__(self, cache_dir: Path | str | None = None, readers: Readers | None = None,
+                 files: SourceFiles | None = None, index_dir: str | None = None,
+                 memory: IndexMemory | None = None) -> None:
+        self.dir = Path(cache_dir) if cache_dir else default_cache_dir()
+        self.readers = readers or default_readers()
+        self.files = files or SourceFiles("/")
+        self.index_dir = index_dir
+        self.memory = memory or IndexMemory()   # offsets held at once, of every index this gives
+        self.scans = 0       # shards indexed from their headers (not from a cache or shipped index)
+
+    def _paths(self, shard: ShardFile) -> tuple[Path, Path]:
+        key = _cache_key(shard)
+        return self.dir / "index" / f"{key}.idx", self.dir / "streams" / f"{key}.raw"
+
+    def load(self, shard: ShardFile) -> ShardIndex | None:
+        """The cached index of ``shard`` when it matches: its header is read now, its offsets
+        when first needed."""
+        idx_path, _ = self._paths(shard)
+        try:
+            meta = idxfile.read_header(str(idx_path))
+        except (OSError, idxfile.IndexFileError):
+            return None
+        if meta.get("path") != shard.path or not _matches(meta, shard):
+            return None
+        return self._from_meta(shard, meta, None, self._cached_offsets(shard, str(idx_path), meta))
+
+    def _cached_offsets(self, shard: ShardFile, path: str, meta: dict) -> Callable[[], idxfile.Offsets]:
+        """How the offsets of a cached index are loaded (again): the file mapped; should it have
+        gone or changed, the shard is indexed again."""
+        def load() -> idxfile.Offsets:
+            try:
+                got, offsets = idxfile.map_file(path)
+                if got.get("crc") == meta.get("crc") and _matches(got, shard):
+                    return offsets
+                reason = "it was replaced"
+            except (OSError, idxfile.IndexFileError) as exc:
+                reason = str(exc)
+            log.warning("%s: its cached index cannot be read again (%s): the shard is indexed again",
+                        shard.relpath, reason)
+            idx = self.build(shard)
+            self.save(idx)
+            return idx.offsets
+        return load
+
+    def _from_meta(self, shard: ShardFile, meta: dict, offsets: idxfile.Offsets | None,
+                   loader: Callable[[], idxfile.Offsets] | None = None) -> ShardIndex | None:
+        data_path = shard.path
+        if shard.compression != tfrecord.NONE:
+            _, raw_path = self._paths(shard)
+            data_path = str(raw_path)
+            try:
+                if os.path.getsize(raw_path) != meta["stream_size"]:
+                    return None
+            except OSError:
+                defer = getattr(self.readers, "defer", None)
+                if defer is None:
+                    return None
+                # A remote shard: fetched and inflated when one of its records is first read.
+                defer(data_path, meta["stream_size"], lambda: self._decompress(shard))
+        try:
+            problems = [Problem.from_fields(p) for p in meta["problems"]]
+            ends = {int(i): int(end) for i, end in meta["gaps"]}
+            return ShardIndex(shard, data_path, offsets, meta["kind"], problems, set(meta["bad"]), ends=ends,
+                              count=int(meta["count"]), loader=loader, memory=self.memory,
+                              header=functools.partial(_tally_of, meta) if "schema" in meta else None,
+                              checked=tuple(int(i) for i in meta["checked"]) if "checked" in meta else None)
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def meta(self, idx: ShardIndex) -> dict:
+        return {
+            "shard": os.path.basename(idx.shard.relpath), "size": idx.shard.size, "identity": idx.shard.identity,
+            "compression": idx.shard.compression, "kind": idx.detected_kind,
+            "stream_size": idx.shard.size if idx.shard.compression == tfrecord.NONE else
+            os.path.getsize(idx.data_path),
+            "problems": [p.fields() for p in idx.problems],
+            "bad": sorted(idx.bad),
+            "gaps": sorted(idx.ends.items()),
+            **({"schema": idx.tally.to_json()} if idx.tally is not None and idx.tally.kind == idx.detected_kind
+               else {}),
+            **({"checked": list(idx.checked)} if idx.checked is not None else {}),
+        }
+
+    def save(self, idx: ShardIndex) -> None:
+        try:
+            self.save_bytes(idx.shard, self.entry_bytes(idx))
+        except OSError:
+            pass   # as ``save_bytes``: the stream of a compressed shard is gone from the cache
+
+    def entry_bytes(self, idx: ShardIndex) -> bytes:
+        """The cache entry of ``idx``, as ``save`` writes it (a shard job sends these back)."""
+        return idxfile.dump(dict(self.meta(idx), path=idx.shard.path), idx.offsets)
+
+    def save_bytes(self, shard: ShardFile, data: bytes) -> None:
+        """Write ``data`` (``entry_bytes``) as the cache entry of ``shard``."""
+        idx_path, _ = self._paths(shard)
+        try:
+            idx_path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=idx_path.parent, prefix=".tmp-")
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, idx_path)
+        except OSError:
+            # The cache only saves time; a mount works without it.
+            pass
+
+    def shipped_bytes(self, idx: ShardIndex) -> bytes:
+        """The ``NAME.tfrfs-idx`` file to ship beside the shard."""
+        return idxfile.dump(self.meta(idx), idx.offsets)
+
+    # -- a dataset's manifest (SPEC 1.2) --------------------------------------------
+
+    def from_manifest(self, shard: ShardFile, kind: str, count: int, summary: dict) -> ShardIndex:
+        """The index of a shard as the dataset's manifest gives it: nothing is read now. Its
+        offsets come, when first needed, from the cache or the index file beside it (checked
+        against the shard as any shipped index is), or else from a scan; its tally from the
+        header of either."""
+        data_path = shard.path if shard.compression == tfrecord.NONE else str(self._paths(shard)[1])
+
+        def offsets() -> idxfile.Offsets:
+            idx, _ = self.get(shard)   # a local NAME.tfrfs-idx that matches is mapped in place
+            if (idx.count, idx.detected_kind, idx.ends, idx.bad) != (count, kind, ends, lazy.bad):
+                # The shard is not what the manifest says, though its size and identity are (a
+                # copy that kept both): what the shard holds wins (a count that differs is refused
+                # by the caller: the records are listed already).
+                log.warning("%s: differs from the manifest though its size and time match: %d records as %s "
+                            "(the manifest: %d as %s); tfrfs index --beside writes it anew",
+                            shard.relpath, idx.count, idx.detected_kind, count, kind)
+                lazy.detected_kind, lazy.ends, lazy.bad = idx.detected_kind, idx.ends, lazy.bad | idx.bad
+                lazy.problems.extend(idx.problems)
+            return idx.peek_offsets()
+        problems = [Problem.from_fields(p) for p in summary["problems"]]
+        ends = {int(i): int(end) for i, end in summary["gaps"]}
+        lazy = ShardIndex(shard, data_path, None, kind, problems, set(summary["bad"]), ends=ends, count=count,
+                          loader=offsets, memory=self.memory,
+                          header=functools.partial(self._shipped_tally, shard, kind))
+        return lazy
+
+    def _shipped_tally(self, shard: ShardFile, kind: str) -> Tally | None:
+        """A shard's tally from the header of its cached or shipped index, or None."""
+        cached = self.load(shard)
+        if cached is not None:
+            return cached.tally
+        for path, files in self._candidates(shard):
+            if not path.endswith(idxfile.SUFFIX):
+                continue
+            try:
+                meta = _header_of(files, path)
+            except (OSError, idxfile.IndexFileError):
+                continue
+            if _matches(meta, shard) and meta.get("kind") == kind and "schema" in meta:
+                return _tally_of(meta)
+        return None
+
+    # -- shipped indexes -------------------------------------------------------------
+
+    def _candidates(self, shard: ShardFile) -> list[tuple[str, SourceFiles]]:
+        """Index files that may be the shard's, and what reads each: beside the shard (through
+        the source), then in ``index_dir`` (a local folder)."""
+        found = [(path, self.files) for path in shard.shipped]
+        if self.index_dir:
+            # As ``tfrfs index --out-dir`` writes them: the source's folders mirrored, or flat.
+            local = SourceFiles(self.index_dir)
+            name = os.path.basename(shard.relpath)
+            for folder in dict.fromkeys((os.path.join(self.index_dir, os.path.dirname(shard.relpath)),
+                                         self.index_dir)):
+                try:
+                    present = set(os.listdir(folder))
+                except OSError:
+                    continue
+                found += [(os.path.join(folder, n), local) for n in shipped_names(name, present)]
+        return found
+
+    def from_shipped(self, shard: ShardFile) -> tuple[ShardIndex | None, list[str]]:
+        """The index of an index file beside the shard (or in ``index_dir``) that matches it, and
+        why the others found were ignored."""
+        from tfrfs.index import loader_files as loaderidx
+        ignored: list[str] = []
+        for path, files in self._candidates(shard):
+            try:
+                data = files.read_bytes(path)
+            except OSError as exc:
+                ignored.append(f"index file {path} ignored: cannot read it: {exc}")
+                continue
+            try:
+                if data.startswith(idxfile.MAGIC):
+                    meta, offsets = idxfile.load(data)
+                    if not _matches(meta, shard):
+                        ignored.append(f"index file {path} ignored: it is of another version of the shard "
+                                       f"(size {meta.get('size')}, {meta.get('identity')}; the shard: "
+                                       f"size {shard.size}, {shard.identity})")
+                        continue
+                    idx = self._shipped_stream(shard, meta, offsets)
+                elif shard.compression == tfrecord.NONE:
+                    idx = self._from_loader(shard, loaderidx.parse(data, stream_size=shard.size))
+                else:
+                    ignored.append(f"index file {path} ignored: an OFFSET LENGTH index is of an uncompressed "
+                                   f"shard, this one is {shard.compression}")
+                    continue
+            except (ValueError, OSError) as exc:
+                ignored.append(f"index file {path} ignored: it does not fit the shard: {exc}")
+                continue
+            if idx is not None:
+                log.info("%s: using the index file %s", shard.relpath, path)
+                idx.origin = path
+                return idx, ignored
+        return None, ignored
+
+    def _shipped_stream(self, shard: ShardFile, meta: dict, offsets: array) -> ShardIndex | None:
+        if shard.compression != tfrecord.NONE and not hasattr(self.readers, "defer"):
+            self._decompress(shard)   # the offsets are of the plain stream
+        idx = self._from_meta(shard, meta, offsets)
+        # (A compressed shard's sample is checked when its stream is made: see readers.remote.)
+        if idx is not None and shard.compression == tfrecord.NONE and not self.sample_holds(idx.data_path, offsets,
+                                                                                            idx.ends):
+            raise ValueError("a record header at an indexed offset does not check")
+        return idx
+
+    def _from_loader(self, shard: ShardFile, offsets: array) -> ShardIndex:
+        if not self.sample_holds(shard.path, offsets, {}):
+            raise ValueError("a record header at an indexed offset does not check")
+        idx = ShardIndex(shard, shard.path, offsets, "example")
+        reader = self.readers.open(shard.path)
+        try:
+            idx.detected_kind = detect_kind(_sample_records(reader, idx))
+        finally:
+            reader.close()
+        return idx
+
+    def sample_holds(self, data_path: str, offsets: idxfile.Offsets, ends: dict[int, int]) -> bool:
+        """Whether the headers of a few indexed records (the first, one in the middle, the last)
+        check and give the indexed lengths: an index of another version of the shard, with the
+        same size and count, is caught here (SPEC 1.2). In a bucket each costs a request: the
+        last record's alone is checked there (the others are checked as they are read)."""
+        count = len(offsets) - 1
+        if count <= 0:
+            return True
+        reader = self.readers.open(data_path)
+        try:
+            for i in sorted({count - 1} if "://" in data_path else {0, count // 2, count - 1}):
+                start = offsets[i]
+                end = ends.get(i, offsets[i + 1])
+                if tfrecord.parse_header(reader.pread(tfrecord.HEADER, start)) != end - start - tfrecord.OVERHEAD:
+                    return False
+            return True
+        finally:
+            reader.close()
+
+    # -- building ----------------------------------------------------------------------
+
+    def _decompress(self, shard: ShardFile) -> tuple[str, Problem | None]:
+        """Inflate a GZIP/ZLIB shard into the cache: (the stream's path, the problem that ended it)."""
+        _, raw_path = self._paths(shard)
+        raw_path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=raw_path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as out, self.files.open_stream(shard.path) as src:
+                problem = salvage.inflate(src, out, shard.compression)
+            os.replace(tmp, raw_path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        return str(raw_path), problem
+
+    def build(self, shard: ShardFile) -> ShardIndex:
+        """Index ``shard`` from its headers (decompressing it into the cache first if needed)."""
+        data_path = shard.path
+        stream_problem = None
+        self.scans += 1
+        if shard.compression != tfrecord.NONE:
+            data_path, stream_problem = self._decompress(shard)
+        reader = self.readers.open(data_path)
+        try:
+            walk = salvage.Walk(reader.pread, reader.size)
+            offsets = walk.offsets()
+            offsets.append(walk.end if walk.count else 0)
+            idx = ShardIndex(shard, data_path, offsets, "example",
+                             salvage.merge_stream_problem(stream_problem, walk), ends=walk.ends)
+            idx.detected_kind = detect_kind(_sample_records(reader, idx))
+        finally:
+            reader.close()
+        idx.problems.sort(key=lambda p: p.offset)
+        return idx
+
+    def get(self, shard: ShardFile) -> tuple[ShardIndex, bool]:
+        """The index of ``shard`` and whether it came from the cache or a shipped index file.
+        One built or taken from a shipped file is saved to the cache and served from there: its
+        offsets are then loaded only when needed."""
+        idx = self.load(shard)
+        if idx is not None:
+            return idx, True
+        shipped, ignored = self.from_shipped(shard)
+        for note in ignored:
+            log.warning("%s: %s", shard.relpath, note)
+        if shipped is not None and shipped.origin and shipped.origin.endswith(idxfile.SUFFIX) and \
+                "://" not in shipped.origin and shard.compression == tfrecord.NONE:
+            # A local NAME.tfrfs-idx that matches: read in place when needed, not copied.
+            meta = idxfile.read_header(shipped.origin)
+            lazy = self._from_meta(shard, meta, None, self._cached_offsets(shard, shipped.origin, meta))
+            if lazy is not None:
+                lazy.origin = shipped.origin
+                lazy.notes.extend(ignored)
+                return lazy, True
+        idx = shipped if shipped is not None else self.build(shard)
+        self.save(idx)
+        lazy = self.load(shard)
+        if lazy is not None:
+            lazy.tally = idx.tally
+            idx = lazy
+        idx.notes.extend(ignored)
+        return idx, shipped is not None
+
+
+def _header_of(files: SourceFiles, path: str) -> dict:
+    """An index file's header, from its first bytes. Raises IndexFileError, OSError."""
+    head = files.read_head(path, 1 << 16)
+    try:
+        return idxfile.header(head)[0]
+    except idxfile.IndexFileError:
+        if len(head) < len(idxfile.MAGIC) + 4 or not head.startswith(idxfile.MAGIC):
+            raise
+        (hlen,) = struct.unpack_from("<I", head, len(idxfile.MAGIC))
+        return idxfile.header(files.read_head(path, len(idxfile.MAGIC) + 4 + hlen))[0]
+
+
+def _tally_of(meta: dict) -> Tally | None:
+    """The tally an index file's header keeps, if it is of the records as they are indexed."""
+    tally = Tally.from_json(meta["schema"])
+    return tally if tally is not None and tally.kind == meta.get("kind") else None
+
+
+def _matches(meta: dict, shard: ShardFile) -> bool:
+    return (meta.get("size") == shard.size and meta.get("identity") == shard.identity
+            and meta.get("compression") == shard.compression)
+
+
+# (shards done, shards in all, records so far, bytes of the shards done, bytes in all)
+IndexProgress = Callable[[int, int, int, int, int], None]

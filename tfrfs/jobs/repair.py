@@ -1,0 +1,320 @@
+"""``tfrfs repair`` (SPEC 6): rewrite each damaged shard with every record that can be saved.
+
+A shard is damaged when bytes of it are lost to a reader: a gap (a bad header, garbage, zeros),
+a record whose data checksum fails, a cut-short end, a damaged compressed stream. Its records
+whose checksums hold are written, in order and byte for byte (a sound record's framing is the
+one ``frame`` gives), into a new file beside it with the shard's compression, by the commit's
+crash-safe path: temporary file, fsync, read back and checked, then the original is linked into
+``.tfrfs-damaged/NAME`` and the new file renamed over it, and the folder fsynced. A crash at any
+point leaves the shard old or new, whole. Records that do not parse but whose checksums hold
+are the user's data and are kept. A TFDS ``dataset_info.json`` beside the shard follows.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, BinaryIO, Iterator
+
+from tfrfs.storage import durable
+from tfrfs.index import idxfile
+from tfrfs.jobs import runner as jobs
+from tfrfs.format import salvage
+from tfrfs.jobs import shard_work as shardjobs
+from tfrfs.index import tfds_info as tfds
+from tfrfs.format import tfrecord
+from tfrfs.errors import UsageError
+from tfrfs.index.shard_index import DAMAGED_DIR, ShardFile
+from tfrfs.storage.fsspec_store import is_url
+from tfrfs.edit.repack import TMP_PREFIX, _FaultedFile, check_new_shard
+from tfrfs.dataset.sources import Source
+from tfrfs.edit.journal import Staging
+from tfrfs.jobs.verify import Progress, ShardReport, verify_source
+
+if TYPE_CHECKING:
+    from tfrfs.storage.places import Place
+
+log = logging.getLogger("tfrfs")
+
+BUCKETS = ("s3", "gcs")   # stores repair writes to (fsspec protocols)
+
+
+@dataclass
+class Repaired:
+    """What repair did to one damaged shard (or would do, in a dry run)."""
+
+    shard: ShardFile
+    report: ShardReport                   # what verify found before
+    kept: int = 0
+    kept_bytes: int = 0                   # the kept records' data
+    dropped_records: list[tuple[int, int, int]] = field(default_factory=list)   # (index, offset, length)
+    dropped_ranges: list[tuple[int, int]] = field(default_factory=list)   # [start, end) of the stream
+    compressed_tail: tuple[int, int] | None = None   # [start, end) of the file that does not inflate
+    backup: str | None = None
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None              # it could not be repaired: why
+    written: str | None = None            # the repaired copy, checked, not yet renamed into place
+    written_size: int = 0                 # its bytes
+
+
+def check_repairable(source: Source) -> None:
+    """Refuse a web server (read-only), a source mounted writable, and shards with staged edits
+    (their record numbers would change under the edits). A bucket is never mounted writable: it
+    has no staged edits. Raises UsageError."""
+    if source.store is not None:
+        if source.store.protocol not in BUCKETS:
+            raise UsageError(f"{source.name}: a web server is read-only: copy the damaged shards to a "
+                             "local folder or a bucket and repair them there")
+        return
+    staging = Staging(source.discovery.root)
+    if staging.lock.is_locked():
+        raise UsageError(f"{source.name} is mounted writable: unmount it first")
+    if staging.exists():
+        staged = set(staging.load())
+        hit = sorted(staged & {s.relpath for s in source.discovery.shards})
+        if hit:
+            raise UsageError(f"{hit[0]} has staged edits: commit or discard them first "
+                             f"(tfrfs status {source.name})")
+
+
+def repair_source(source: Source, *, backup: bool = True, dry_run: bool = False,
+                  progress: "Progress | None" = None, runner: "jobs.Runner | None" = None) -> Iterator[Repaired]:
+    """Verify every shard and repair each damaged one; yields one result per damaged shard.
+
+    Checking and rewriting run as shard jobs on ``runner`` (this process by default): a job
+    writes a damaged shard's sound records into a temporary file beside it, fsynced and checked
+    (a local source: its file system is the one this process and the jobs share), or into a
+    temporary object beside it in a bucket, checked (``bucketrepair``). Here, in shard order, the
+    original is kept, the new file renamed (the new object copied) over it, and the TFDS
+    metadata updated, as one process did it; the index files beside the shards and the manifest
+    follow last."""
+    from tfrfs.jobs import bucketrepair
+    check_repairable(source)
+    runner = runner or jobs.InProcess()
+    where = jobs.Where.of(source)
+    bucket = bucketrepair.place_of(source) if source.remote else None
+    if not dry_run:
+        if bucket is not None:
+            bucketrepair.clear_leftovers(source, bucket)
+        else:
+            for folder in {os.path.dirname(s.path) for s in source.discovery.shards}:
+                _clear_leftovers(folder)
+    reports = list(verify_source(source, None, progress, runner))
+    # What each sound (or repaired) shard holds, by folder: a TFDS dataset_info.json there follows.
+    figures: dict[str, dict[str, tfds.ShardFigures]] = {}
+    repaired: list[ShardFile] = []
+    for r in reports:
+        if not r.damaged:
+            figures.setdefault(os.path.dirname(r.shard.path), {})[os.path.basename(r.shard.path)] = \
+                tfds.ShardFigures(r.records, r.data_bytes)
+    damaged = [(where, report, dry_run) for report in reports if report.damaged]
+    try:
+        for result in shardjobs.gather(runner, repair_job, damaged):
+            if result.error is None and not dry_run:
+                try:
+                    if bucket is not None:
+                        bucketrepair.put_in_place(bucket, result, backup=backup)
+                    else:
+                        _put_in_place(result, backup=backup)
+                except OSError as exc:
+                    result.error = _why(exc)
+            if result.error is None and not dry_run:
+                repaired.append(result.shard)
+                folder, name = os.path.split(result.shard.path)
+                figures.setdefault(folder, {})[name] = tfds.ShardFigures(result.kept, result.kept_bytes)
+                result.notes += tfds.update(folder, figures[folder], place=bucket)
+            yield result
+    finally:
+        if not dry_run:   # what a failed or stopped run left (renamed ones are gone)
+            done = {s.path for s in repaired}
+            for _, report, _ in damaged:
+                if bucket is not None:
+                    if report.shard.path not in done:
+                        bucketrepair.drop_quietly(bucket, _tmp_path(report.shard))
+                else:
+                    _unlink_quietly(_tmp_path(report.shard))
+    if not dry_run:
+        # Also where an earlier repair stopped between the shard and its metadata.
+        for folder, shards in figures.items():
+            for note in tfds.update(folder, shards, place=bucket):
+                log.info("%s", note)
+        _follow_manifest(source, repaired, bucket)
+
+
+def _why(exc: OSError) -> str:
+    return f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
+
+
+def _follow_manifest(source: Source, repaired: list[ShardFile], place: "Place | None" = None) -> None:
+    """The repaired shards' index files beside them and the dataset's manifest follow them
+    (SPEC 1.2), where the dataset has them: the new shards are indexed for that. With a
+    manifest, also when nothing was repaired now: an earlier repair may have stopped between a
+    shard and its manifest entry."""
+    from tfrfs.index import manifest
+    from tfrfs.index.shard_index import IndexCache
+    from tfrfs.storage.places import LocalPlace
+    root = source.discovery.root
+    place = place if place is not None else LocalPlace(root)
+    if not (place.stat(place.join(manifest.NAME)) is not None or
+            any(place.stat(s.path + idxfile.SUFFIX) is not None for s in repaired)):
+        return
+    cache = IndexCache(source.cache_dir, source.readers, source.discovery.access)
+    written = []
+    for old in repaired:
+        seen = place.stat(old.path)
+        if seen is None:
+            continue
+        size, identity, mtime_ns = seen
+        shard = ShardFile(path=old.path, relpath=old.relpath, compression=old.compression, size=size,
+                          mtime_ns=mtime_ns, identity=identity)
+        written.append(cache.get(shard)[0])
+    for note in manifest.follow(root, cache, written, [], None, place):
+        log.info("%s", note)
+
+
+def _tmp_path(shard: ShardFile) -> str:
+    """Where a shard's repaired copy is written: one name per shard, so a job that runs again
+    (its worker was lost) writes over what the lost one left."""
+    folder, name = os.path.split(shard.path)
+    return os.path.join(folder, f"{TMP_PREFIX}repair-{name}")
+
+
+def rewrite(where: "jobs.Where", report: ShardReport, dry_run: bool) -> Repaired:
+    """A shard job: the sound records of the damaged shard ``report`` is of, in order, into its
+    temporary file (``_tmp_path``), fsynced and read back, or in a bucket into its temporary
+    object, checked; nothing is renamed. ``error`` says why it could not be written."""
+    result = Repaired(report.shard, report)
+    try:
+        if dry_run:
+            _copy_sound(where, result, None)
+        elif is_url(report.shard.path):
+            from tfrfs.jobs import bucketrepair
+            bucketrepair.write_repaired(where, result, _tmp_path(report.shard), _copy_sound)
+        else:
+            _write_repaired(where, result)
+    except OSError as exc:
+        result.error = _why(exc)
+    return result
+
+
+def _copy_sound(where: "jobs.Where", result: Repaired, out: BinaryIO | None) -> None:
+    """Walk the shard's plain stream (a compressed shard inflated as far as it goes, into a
+    temporary file) and write its sound records to ``out`` with the shard's compression, a
+    record at a time; count what is kept and what is dropped."""
+    shard = result.shard
+    with shardjobs.plain_stream(where, shard) as (pread, size, problem):
+        if problem is not None and problem.compressed_offset is not None:
+            result.compressed_tail = (problem.compressed_offset, shard.size)
+        writer = tfrecord.StreamWriter(out if out is not None else _Discard(), shard.compression)  # type: ignore[arg-type]
+        walk = salvage.Walk(pread, size, with_data=True)
+        for index, (offset, length, data) in enumerate(walk):
+            assert data is not None
+            if walk.ok:
+                writer.write(data)
+                result.kept += 1
+                result.kept_bytes += length
+            else:
+                result.dropped_records.append((index, offset, length))
+        writer.close()
+        result.dropped_ranges = [(p.offset, p.offset + (p.skipped or 0)) for p in walk.problems]
+
+
+def _write_repaired(where: "jobs.Where", result: Repaired) -> None:
+    shard = result.shard
+    tmp = _tmp_path(shard)
+    mode = os.stat(shard.path).st_mode & 0o7777
+    try:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "wb") as out:
+            os.fchmod(out.fileno(), mode)
+            _copy_sound(where, result, _FaultedFile(out, tmp))  # type: ignore[arg-type]
+            out.flush()
+            durable.fsync(out.fileno(), tmp)
+            result.written_size = os.fstat(out.fileno()).st_size
+        check_new_shard(tmp, shard.compression, result.kept, range(result.kept))
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+    result.written = tmp
+
+
+def _put_in_place(result: Repaired, *, backup: bool) -> None:
+    """Keep the original (unless not ``backup``), rename the repaired copy over it, fsync the
+    folder: the shard is old or new, whole, at every moment."""
+    shard = result.shard
+    assert result.written is not None
+    folder = os.path.dirname(shard.path)
+    if backup:
+        result.backup = _keep_original(shard.path)
+    durable.rename(result.written, shard.path)
+    durable.fsync_dir(folder)
+    log.info("%s: repaired: %d records kept, %d dropped", shard.relpath, result.kept,
+             len(result.dropped_records))
+
+
+class _Discard:
+    def write(self, data: bytes | memoryview) -> int:
+        return len(data)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _same_bytes(a: str, b: str) -> bool:
+    import filecmp
+    try:
+        return os.path.samefile(a, b) or filecmp.cmp(a, b, shallow=False)
+    except OSError:
+        return False
+
+
+def _clear_leftovers(folder: str) -> None:
+    """Temporary shard files of a repair or commit that stopped before its rename: never needed
+    again (no writable mount holds the source: see ``check_repairable``)."""
+    for name in os.listdir(folder):
+        if name.startswith(TMP_PREFIX):
+            try:
+                durable.unlink(os.path.join(folder, name))
+            except OSError:
+                pass
+
+
+def _keep_original(target: str) -> str:
+    """Keep the damaged shard as ``.tfrfs-damaged/NAME`` in its folder (``NAME~2``... when taken):
+    a hard link, so that the shard's own name never stops holding a whole file."""
+    folder, name = os.path.split(target)
+    keep_dir = os.path.join(folder, DAMAGED_DIR)
+    os.makedirs(keep_dir, exist_ok=True)
+    dest, n = os.path.join(keep_dir, name), 2
+    while os.path.lexists(dest):
+        if _same_bytes(target, dest):
+            return dest    # kept by a repair that stopped before it replaced the shard
+        dest, n = os.path.join(keep_dir, f"{name}~{n}"), n + 1
+    try:
+        os.link(target, dest)
+    except OSError:
+        # A file system without hard links: a copy, whole under its name or not there at all.
+        fd, tmp = durable.mkstemp(keep_dir)
+        os.close(fd)
+        try:
+            shutil.copy2(target, tmp)
+            with open(tmp, "rb") as f:
+                durable.fsync(f.fileno(), tmp)
+            durable.rename(tmp, dest)
+        except BaseException:
+            _unlink_quietly(tmp)
+            raise
+    durable.fsync_dir(keep_dir)
+    durable.fsync_dir(folder)
+    return dest
+
+
+def repair_job(where: jobs.Where, report: ShardReport, dry_run: bool) -> Any:
+    """``repair.rewrite``: the damaged shard's sound records into a temporary file beside it, or
+    a temporary object beside it in a bucket (the caller puts it in place)."""
+    return rewrite(where, report, dry_run)

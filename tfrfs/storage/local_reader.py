@@ -1,0 +1,154 @@
+"""Shards on the local disk, read through descriptors opened once, with the local fast paths.
+
+- ``serve`` answers with the shard's descriptor and a position, so libfuse copies a large image
+  from the shard's page cache into the reply in C (``read_buf``), without passing through Python.
+- ``borrow`` reads a large record into a reused buffer; when a shard's large records are read in
+  order (from the second in a row on), the next ones are read and checked on worker threads
+  (``readahead``, past the page cache) while the current one is served, and their images are then
+  served from those buffers while they are among the last ``KEPT`` taken.
+
+A mount reads each shard through the descriptor it opened at start, so a shard file that another
+process replaces never mixes this mount's offsets with the new file's bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+
+from tfrfs.format import tfrecord
+from tfrfs.storage.readahead import MAX_AHEAD, ReadAhead, Record
+from tfrfs.storage.readers import Borrowed, Prepare, Served, ShardReader, Spans
+
+KEPT = 2                      # records read ahead kept in memory to serve their images from
+_SCRATCH_MAX = 64 << 20       # the buffer large records are read into is kept up to this size
+
+
+class LocalReaders:
+    """Opens local shard files; its readers share one read-ahead pool and the buffers it fills."""
+
+    name = "local"
+
+    def __init__(self) -> None:
+        self.ahead = ReadAhead()
+        self._lock = threading.Lock()
+        # Records read ahead whose images are served from memory: reader, header offset -> record,
+        # the last KEPT taken, in the order taken.
+        self._kept: OrderedDict[tuple[LocalReader, int], Record] = OrderedDict()
+        self._scratch = threading.local()   # .buf: the buffer a large record is read into
+
+    def open(self, path: str) -> "LocalReader":
+        return LocalReader(path, self)
+
+    def close(self) -> None:
+        with self._lock:
+            self._kept.clear()
+        self.ahead.close()
+
+    def keep(self, reader: "LocalReader", offset: int, record: Record) -> None:
+        with self._lock:
+            self._kept[(reader, offset)] = record
+            while len(self._kept) > KEPT:
+                self.ahead.give_back(self._kept.popitem(last=False)[1])
+
+    def kept(self, reader: "LocalReader", pos: int, size: int) -> memoryview | None:
+        """``size`` bytes at ``pos`` of ``reader``'s stream, if they lie in a record kept in memory."""
+        with self._lock:
+            for (owner, offset), record in self._kept.items():
+                start = offset + tfrecord.HEADER
+                if owner is reader and start <= pos < start + record.length:
+                    at = record.start + pos - start
+                    return memoryview(record.buf)[at:at + size]
+        return None
+
+    def scratch(self, size: int) -> bytearray:
+        buf = getattr(self._scratch, "buf", None)
+        if buf is None or len(buf) < size:
+            buf = bytearray(size)
+            if len(buf) <= _SCRATCH_MAX:
+                self._scratch.buf = buf
+        return buf
+
+
+class LocalReader(ShardReader):
+    """One local file (a shard, or the decompressed stream of a GZIP/ZLIB shard)."""
+
+    def __init__(self, path: str, shared: LocalReaders | None = None) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_RDONLY)
+        st = os.fstat(self.fd)
+        self.size = st.st_size
+        self.identity = f"{st.st_size}:{st.st_mtime_ns}"
+        self._shared = shared or LocalReaders()
+        self._last_borrowed: int | None = None
+
+    def pread(self, size: int, offset: int) -> bytes:
+        return os.pread(self.fd, size, offset)
+
+    def fileno(self) -> int | None:
+        return self.fd
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def record(self, offset: int, length: int, *, verify: bool = True) -> bytes:
+        return tfrecord.read_record(self.fd, offset, length, verify=verify)
+
+    def serve(self, offset: int, size: int) -> Served:
+        if size <= 0:
+            return b""
+        held = self._shared.kept(self, offset, size)
+        if held is not None:
+            return held   # read past the page cache: from the shard it would come from the disk again
+        return self.fd, offset, size
+
+    def borrow(self, index: int, offset: int, length: int, *, following: Spans | None = None,
+               prepare: Prepare | None = None) -> Borrowed:
+        ahead = self._shared.ahead.take((self, index))
+        if ahead is None:
+            buf = self._shared.scratch(length + tfrecord.FOOTER)
+            data = tfrecord.read_record_into(self.fd, offset, length, buf)
+            self._read_ahead(index, False, following, prepare)
+            return Borrowed(data, None, lambda keep: data.release())
+        self._read_ahead(index, True, following, prepare)
+        record = ahead
+
+        def done(keep: bool) -> None:
+            if keep:
+                self._shared.keep(self, offset, record)
+            else:
+                self._shared.ahead.give_back(record)
+        return Borrowed(record.data(), record.prepared, done)
+
+    def _read_ahead(self, index: int, was_ahead: bool, following: Spans | None, prepare: Prepare | None) -> None:
+        """Start reading the records after ``index`` (as many as ``MAX_AHEAD``) when the shard's
+        large records are being read in order (this one was read ahead, or follows the last one)."""
+        previous, self._last_borrowed = self._last_borrowed, index
+        if following is None or not (was_ahead or previous == index - 1):
+            return
+        for nxt in range(index + 1, index + 1 + MAX_AHEAD):
+            span = following(nxt)
+            if span is None:
+                return
+            offset, length = span
+            job = None if prepare is None else _Preparing(prepare, nxt, offset)
+            self._shared.ahead.start((self, nxt), self.fd, offset, length, job)
+
+
+class _Preparing:
+    """``prepare`` for one record, in the form the read-ahead workers call."""
+
+    __slots__ = ("prepare", "index", "offset")
+
+    def __init__(self, prepare: Prepare, index: int, offset: int) -> None:
+        self.prepare, self.index, self.offset = prepare, index, offset
+
+    def __call__(self, record: Record) -> tuple[object]:
+        data = record.data()
+        try:
+            return (self.prepare(self.index, self.offset, data),)
+        finally:
+            data.release()

@@ -1,0 +1,393 @@
+"""The record store: every record's bytes and view, by (shard, record), over the shard readers.
+
+It owns what is true of records while mounted: which bytes a record holds now (staged in a
+writable mount, else the shard's), the bounded caches of record views and ``.bin`` contents, the
+names pinned by changes (``pins``), and what was found wrong while reading (reported once, and
+remembered in the index so the next mount lists a record that does not parse as ``.bin``).
+Views come from the pure renderer (``render``); bytes come through the shard readers.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections import OrderedDict
+from typing import Any, Callable, Generic, Hashable, Sequence, TypeVar, overload
+
+from tfrfs.format import proto
+from tfrfs.format import tfrecord
+from tfrfs.errors import DataLoss, Unreachable
+from tfrfs.index.shard_index import ShardIndex
+from tfrfs.view.nodes import Dir, InShard, RecordId
+from tfrfs.view.pins import NamePin, pin_from_shown
+from tfrfs.view.problems import ErrorLog
+from tfrfs.storage.readers import Readers, Served, ShardReader
+from tfrfs.view.render import IN_SHARD_MIN, Options, RecordView, render, render_in_shard
+from tfrfs.edit.journal import ShardChanges, Staging
+from tfrfs.format.tfrecord import Problem
+
+DEFAULT_CACHE_BYTES = 256 << 20
+_BIN_CACHE_BYTES = 32 << 20   # recent .bin records, read by path in 128 KiB pieces
+
+
+class RecordStore:
+    """Records of one mount (or one command), shard by shard; thread-safe."""
+
+    def __init__(self, indexes: list[ShardIndex], readers: Readers, *, records: str | None = None,
+                 decode_raw: bool = True, writable: bool = False, staging: Staging | None = None,
+                 errors: ErrorLog | None = None, on_bad: Callable[[ShardIndex], None] | None = None,
+                 cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        self.shards = indexes
+        self.records_override = records
+        self.kinds = _Kinds(self)   # each shard's record kind, as its index says (or --records)
+        self.decode_raw = decode_raw
+        self.writable = writable
+        self.staging = staging
+        self.errors = errors or ErrorLog()
+        self.on_bad = on_bad   # persists a newly found unparsable record, so the next mount lists it right
+        self.on_view: Callable[[Dir, int, RecordId], None] | None = None   # adds the user's scratch entries
+        self._readers_factory = readers
+        # Opened when a record of the shard is first read: a mount of ten thousand shards opens
+        # only those it reads.
+        self._readers: list[ShardReader | None] = [None] * len(indexes)
+        self._opening = threading.Lock()
+        self._lock = threading.RLock()
+        self._views: CostLRU[tuple[int, RecordId], RecordView] = CostLRU(cache_bytes, lambda v: v.cost)
+        self._bins: CostLRU[tuple[int, RecordId], tuple[bytes, str | None]] = \
+            CostLRU(_BIN_CACHE_BYTES, lambda got: len(got[0]))
+        self._pins: dict[tuple[int, RecordId], NamePin] = {}   # names kept until a commit
+
+    # -- shards --------------------------------------------------------------
+
+    def reader(self, shard: int) -> ShardReader | None:
+        """Shard ``shard``'s reader (None for a shard of no record), opened when first asked for."""
+        reader = self._readers[shard]
+        if reader is None and self.shards[shard].count:
+            with self._opening:
+                reader = self._readers[shard]
+                if reader is None:
+                    reader = self._readers[shard] = self._readers_factory.open(self.shards[shard].data_path)
+        return reader
+
+    def relpath(self, shard: int) -> str:
+        return self.shards[shard].shard.relpath
+
+    def shard_number(self, relpath: str) -> int | None:
+        for n, idx in enumerate(self.shards):
+            if idx.shard.relpath == relpath:
+                return n
+        return None
+
+    def add_shard(self, idx: ShardIndex, kind: str) -> int:
+        """A shard that is not among the source's files yet (a new shard of a writable mount)."""
+        idx.detected_kind = kind
+        self.shards.append(idx)
+        self._readers.append(None)
+        return len(self.shards) - 1
+
+    def replace_shard(self, shard: int, idx: ShardIndex) -> None:
+        """Read shard ``shard`` from a new file and index (after a commit): records are renumbered."""
+        with self._opening:
+            old = self._readers[shard]
+            self._readers[shard] = None
+        if old is not None:
+            old.close()
+        self.shards[shard].release()
+        self.shards[shard] = idx
+        self.forget_shard(shard)
+
+    def forget_shard(self, shard: int) -> None:
+        with self._lock:
+            self._views.drop_where(lambda key: key[0] == shard)
+            self._bins.drop_where(lambda key: key[0] == shard)
+            for key in [k for k in self._pins if k[0] == shard]:
+                del self._pins[key]
+
+    def changes(self, shard: int) -> ShardChanges | None:
+        if self.staging is None:
+            return None
+        return self.staging.shards.get(self.relpath(shard))
+
+    def options(self, shard: int) -> Options:
+        return Options(self.kinds[shard], self.decode_raw, self.shards[shard].shard.mtime_ns,
+                       report_shown=self.writable)
+
+    # -- bytes ---------------------------------------------------------------
+
+    def original(self, shard: int, index: int) -> tuple[bytes, str | None]:
+        """An original record's bytes, and why they cannot be trusted (data checksum), if so."""
+        idx = self.shards[shard]
+        offset, length = idx.span(index)
+        reader = self.reader(shard)
+        assert reader is not None
+        try:
+            return reader.record(offset, length), None
+        except Unreachable as exc:
+            self._unreachable(shard, index, offset, exc)
+            raise
+        except DataLoss as exc:
+            self.errors.add(idx.shard.relpath, index, offset, str(exc))
+            try:
+                return reader.record(offset, length, verify=False), str(exc)
+            except DataLoss:
+                return b"", str(exc)
+
+    def record_bytes(self, shard: int, rid: RecordId) -> tuple[bytes, str | None]:
+        """A record's current bytes: staged if it was edited or added, else the original."""
+        ch = self.changes(shard)
+        if ch is not None and self.staging is not None:
+            if isinstance(rid, str):
+                return self.staging.get_added(ch, rid), None
+            if rid in ch.edited:
+                return self.staging.get_edit(ch, rid), None
+        assert isinstance(rid, int)
+        return self.original(shard, rid)
+
+    def parse(self, shard: int, data: bytes) -> Any:
+        cls = proto.SequenceExample if self.kinds[shard] == "sequence" else proto.Example
+        return cls.FromString(data)
+
+    def message(self, shard: int, rid: RecordId) -> Any:
+        """The record's current content as a mutable message (writable mounts)."""
+        data, damaged = self.record_bytes(shard, rid)
+        if damaged:
+            raise DataLoss(damaged)
+        return self.parse(shard, data)
+
+    def bin_content(self, shard: int, rid: RecordId) -> tuple[bytes, str | None]:
+        """``record_bytes``, kept for a while: a ``.bin`` record is read by path in pieces."""
+        key = (shard, rid)
+        with self._lock:
+            hit = self._bins.get(key)
+        if hit is not None:
+            return hit
+        got = self.record_bytes(shard, rid)
+        with self._lock:
+            self._bins.put(key, got)
+        return got
+
+    def is_bad(self, shard: int, index: int) -> bool:
+        """Whether record ``index`` does not parse (rendering it now if that is not yet known)."""
+        idx = self.shards[shard]
+        if index in idx.bad:
+            return True
+        self.view(shard, index)
+        return index in idx.bad
+
+    def serve(self, where: InShard, size: int, offset: int) -> Served:
+        """``size`` bytes at ``offset`` of an image left in its shard."""
+        reader = self.reader(where.shard)
+        assert reader is not None
+        try:
+            return reader.serve(where.offset + offset, max(0, min(size, where.length - offset)))
+        except Unreachable as exc:
+            self._unreachable(where.shard, None, where.offset + offset, exc)
+            raise
+
+    def _unreachable(self, shard: int, index: int | None, offset: int, exc: Unreachable) -> None:
+        """Report a read that failed for want of the store (a remote shard): the read fails with
+        EIO, the record is not marked bad, and a later read may succeed."""
+        self.errors.add(self.shards[shard].shard.relpath, index, offset, str(exc))
+
+    # -- views ---------------------------------------------------------------
+
+    def view(self, shard: int, rid: RecordId) -> RecordView:
+        key = (shard, rid)
+        with self._lock:
+            hit = self._views.get(key)
+            if hit is not None:
+                return hit
+            pin = self._pins.get(key)
+        view = None if self.writable else self._view_in_shard(shard, rid)
+        if view is None:
+            data, damaged = self.record_bytes(shard, rid)
+            view = render(data, self.options(shard), damaged=damaged, pin=pin, made=isinstance(rid, str))
+            if view.failure is not None:
+                self._unparsable(shard, rid, view.failure, report=damaged is None)
+        if pin is not None:
+            # Only what still makes a difference is kept: the rest the rules show alike, and the
+            # next change takes its pin from what is shown.
+            with self._lock:
+                if view.pin is not None:
+                    self._pins[key] = view.pin
+                else:
+                    self._pins.pop(key, None)
+        if self.on_view is not None:
+            self.on_view(view.root, shard, rid)
+        with self._lock:
+            self._views.put(key, view)
+        return view
+
+    def _unparsable(self, shard: int, rid: RecordId, reason: str, *, report: bool = True) -> None:
+        """A record found not to parse: shown as ``.bin`` from now on, and reported (unless its
+        data checksum failed: that is reported already, and explains it)."""
+        idx = self.shards[shard]
+        if not isinstance(rid, int) or rid in idx.bad:
+            return
+        offset, _ = idx.span(rid)
+        if report:
+            self.errors.add(idx.shard.relpath, rid, offset, reason)
+        ch = self.changes(shard)
+        if not (ch is not None and rid in ch.edited):
+            idx.bad.add(rid)
+            if report:
+                idx.problems.append(Problem(offset, reason, rid))
+            if self.on_bad is not None:
+                self.on_bad(idx)
+
+    def _view_in_shard(self, shard: int, rid: RecordId) -> RecordView | None:
+        """A large Example's view with its large images left in the shard (read-only mounts), or
+        None when the record is not such a record or is damaged (then ``render`` reports it)."""
+        if not isinstance(rid, int) or self.kinds[shard] != "example":
+            return None
+        idx = self.shards[shard]
+        offset, length = idx.span(rid)
+        reader = self.reader(shard)
+        if length < IN_SHARD_MIN or reader is None or rid in idx.bad:
+            return None
+        try:
+            lent = reader.borrow(rid, offset, length, following=functools.partial(self._large_span, shard),
+                                 prepare=functools.partial(self._prepare, shard))
+        except Unreachable as exc:
+            self._unreachable(shard, rid, offset, exc)
+            raise
+        except DataLoss:
+            return None
+        view = None
+        try:
+            if lent.prepared is not None:
+                view = lent.prepared[0]   # rendered on a read-ahead worker
+            else:
+                view = render_in_shard(lent.data, self.options(shard), shard=shard,
+                                       data_offset=offset + tfrecord.HEADER)
+        finally:
+            lent.done(view is not None)
+        return view
+
+    def _large_span(self, shard: int, index: int) -> tuple[int, int] | None:
+        """Where record ``index`` is, if it is one to read ahead for ``_view_in_shard``."""
+        idx = self.shards[shard]
+        if index >= idx.count or index in idx.bad:
+            return None
+        span = idx.span(index)
+        return span if span[1] >= IN_SHARD_MIN else None
+
+    def _prepare(self, shard: int, index: int, offset: int, data: memoryview) -> RecordView | None:
+        # On a read-ahead worker: read-only mounts change nothing it reads, and pin no names.
+        return render_in_shard(data, self.options(shard), shard=shard, data_offset=offset + tfrecord.HEADER)
+
+    def invalidate(self, shard: int, rid: RecordId) -> None:
+        with self._lock:
+            self._views.pop((shard, rid))
+            self._bins.pop((shard, rid))
+
+    # -- pinned names (writable mounts) --------------------------------------------
+
+    def names_shown(self, shard: int, rid: RecordId) -> NamePin:
+        """How the record's features are shown now, with their values' digests: the pin a change
+        to the record starts from."""
+        view = self.view(shard, rid)
+        data, damaged = self.record_bytes(shard, rid)
+        if damaged or not view.shown:
+            return NamePin()
+        try:
+            message = self.parse(shard, data)
+        except Exception:  # noqa: BLE001 - a record that does not parse shows no features to keep
+            return NamePin()
+        return pin_from_shown(view.shown, message)
+
+    def pin_names(self, shard: int, rid: RecordId, pin: NamePin, *, build: bool = True) -> None:
+        """Show the record (whose staged content just changed) with the names of ``pin`` where they
+        hold. ``build=False`` leaves rendering it to the next lookup (a large record: the writer
+        still holds its content, and a second copy of it is not worth a smaller pin)."""
+        with self._lock:
+            self._pins[(shard, rid)] = pin
+        self.invalidate(shard, rid)
+        if not build:
+            return
+        try:
+            # Rendered now, so the pin shrinks at once to what it changes (memory stays small when
+            # a script edits many records), instead of at the record's next lookup.
+            self.view(shard, rid)
+        except OSError:
+            pass   # the next lookup reports it
+
+    def unpin(self, shard: int, rid: RecordId) -> None:
+        """Forget the names kept for a record (deleted, or its name given to another record)."""
+        with self._lock:
+            self._pins.pop((shard, rid), None)
+
+    def close(self, *, factory: bool = True) -> None:
+        """Close the shards' readers, and (``factory``) what opened them."""
+        if factory:
+            self._readers_factory.close()
+        for n, reader in enumerate(self._readers):
+            if reader is not None:
+                reader.close()
+                self._readers[n] = None
+        with self._lock:
+            self._bins.drop_where(lambda key: True)
+            self._views.drop_where(lambda key: True)
+
+
+class _Kinds(Sequence[str]):
+    """The record kind of each shard of a store: ``--records``, else what its index says (which
+    may learn better when a shard's offsets are first loaded, see ``IndexCache.from_manifest``)."""
+
+    def __init__(self, store: RecordStore) -> None:
+        self._store = store
+
+    @overload
+    def __getitem__(self, n: int) -> str: ...
+    @overload
+    def __getitem__(self, n: slice) -> Sequence[str]: ...
+
+    def __getitem__(self, n: int | slice) -> str | Sequence[str]:
+        if isinstance(n, slice):
+            return [self[i] for i in range(len(self))[n]]
+        # The shard is looked up even when --records answers: past the last one it raises
+        # IndexError, which is how iteration (``set(kinds)``) knows where to stop.
+        detected = self._store.shards[n].detected_kind
+        return self._store.records_override or detected
+
+    def __len__(self) -> int:
+        return len(self._store.shards)
+
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class CostLRU(Generic[K, V]):
+    """Least recently used entries dropped first, once their costs add up past ``budget`` (the
+    last entry put always stays). Not thread-safe: the store holds its lock around every call."""
+
+    def __init__(self, budget: int, cost: Callable[[V], int]) -> None:
+        self.budget = budget
+        self._cost = cost
+        self._entries: OrderedDict[K, V] = OrderedDict()
+        self.total = 0
+
+    def get(self, key: K) -> V | None:
+        value = self._entries.get(key)
+        if value is not None:
+            self._entries.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        self.pop(key)
+        self._entries[key] = value
+        self.total += self._cost(value)
+        while self.total > self.budget and len(self._entries) > 1:
+            _, old = self._entries.popitem(last=False)
+            self.total -= self._cost(old)
+
+    def pop(self, key: K) -> None:
+        value = self._entries.pop(key, None)
+        if value is not None:
+            self.total -= self._cost(value)
+
+    def drop_where(self, doomed: Callable[[K], bool]) -> None:
+        for key in [k for k in self._entries if doomed(k)]:
+            self.pop(key)
+

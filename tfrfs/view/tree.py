@@ -1,0 +1,447 @@
+"""The namespace of a mount: path -> node, and what each node lists, holds and says.
+
+This module knows nothing of FUSE. ``Tree.lookup`` resolves a path to a node once; ``stat``,
+``names``, ``entries``, ``open``, ``serve`` and ``xattrs`` answer for that node. The mirror of
+SOURCE (folders, plain files, shard folders) is built at start; shard folders are listed from the
+index alone; what is inside a record folder is the record store's view of that record, to which
+a writable mount adds the user's own folders and scratch files (real files under the staging
+folder).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from collections import OrderedDict
+from typing import Callable, Iterator, Mapping
+
+from tfrfs.format import names
+from tfrfs.errors import DataLoss, IsADir, NameTooLong, NotADir, NotFound
+from tfrfs.index.shard_index import Discovery, ShardIndex
+from tfrfs.view.nodes import DataFile, Dir, InShard, MetaFile, Node, PlainFile, ReadHandle, RecordBin, RecordDir, RecordId, ScratchFile, ShardDir, Stat, is_dir, record_name_width
+from tfrfs.storage.readers import Served
+from tfrfs.view.records import RecordStore
+from tfrfs.view.schema import Schema
+
+META = ".tfrfs"       # the hidden metadata folder at the root
+_PLAIN_FDS = 64       # plain files kept open for reads by path
+
+
+class Tree:
+    """Every path's node, listing, content and xattrs."""
+
+    def __init__(self, discovery: Discovery, store: RecordStore, schema: Schema | None = None) -> None:
+        self.discovery = discovery
+        self.store = store
+        self.schema = schema or Schema(store)
+        self.errors = store.errors
+        self.writable = store.writable
+        self._plain_fds: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
+        self.meta = Dir(mtime_ns=0)
+        self.dirs: dict[str, Dir] = {}
+        # Folders shown as a manifest says, to compare with the disk when first visited (SPEC 1.2).
+        self._unchecked: dict[int, str] = {}
+        self._check: Callable[[str], None] | None = None
+        self._checking = threading.RLock()
+        self.root = self._build_static()
+        for idx in store.shards:
+            for p in idx.problems:
+                f = p.fields()
+                self.errors.add(idx.shard.relpath, f.pop("index"), f.pop("offset"), f.pop("reason"), **f)
+            for note in idx.notes:
+                self.errors.add(idx.shard.relpath, None, None, note)
+        self.meta.children["schema.json"] = MetaFile("schema.json", self.schema.as_json)
+        self.meta.children["errors"] = MetaFile("errors", self.errors.render)
+        if store.staging is not None:
+            store.on_view = self._add_scratch_entries
+
+    # -- the mirror of SOURCE ------------------------------------------------------
+
+    def _build_static(self) -> Dir:
+        d = self.discovery
+        files = d.access
+        root_mtime = files.dir_mtime_ns("")
+        root = Dir(mtime_ns=root_mtime)
+        self.meta.mtime_ns = root_mtime
+        self.dirs = {"": root}
+        for rel in d.dirs:
+            if rel:
+                parent = self.dirs[os.path.dirname(rel)]
+                sub = Dir(mtime_ns=files.dir_mtime_ns(rel))
+                parent.children[os.path.basename(rel)] = sub
+                self.dirs[rel] = sub
+        for rel in d.plain_files:
+            size, mtime_ns = files.plain_stat(rel)
+            self.dirs[os.path.dirname(rel)].children[os.path.basename(rel)] = PlainFile(rel, size, mtime_ns)
+        for n in range(len(self.store.shards)):
+            self.show_shard(n)
+        return root
+
+    def show_shard(self, n: int) -> None:
+        """Show shard ``n``'s folder where its path says (again, after it was hidden)."""
+        idx = self.store.shards[n]
+        rel = idx.shard.relpath
+        parent = self.dirs.get(os.path.dirname(rel), self.dirs[""])
+        parent.children[os.path.basename(rel)] = ShardDir(n, idx.shard.mtime_ns)
+
+    def hide_shard(self, n: int) -> None:
+        rel = self.store.relpath(n)
+        parent = self.dirs.get(os.path.dirname(rel), self.dirs[""])
+        parent.children.pop(os.path.basename(rel), None)
+        self.store.forget_shard(n)
+
+    def add_shard(self, idx: ShardIndex, kind: str) -> int:
+        """Show a shard that is not among the source's files yet (a new shard of a writable mount)."""
+        n = self.store.add_shard(idx, kind)
+        self.show_shard(n)
+        return n
+
+    def replace_shard(self, n: int, idx: ShardIndex) -> None:
+        """Serve shard ``n`` from a new file and index (after a commit): records are renumbered."""
+        self.store.replace_shard(n, idx)
+        self.show_shard(n)
+        self.schema.forget()
+
+    def check_folders(self, check: Callable[[str], None]) -> None:
+        """Every mirrored folder is shown as a manifest says until first visited: then
+        ``check(relpath)`` compares it with the disk (and may change what it holds)."""
+        self._check = check
+        self._unchecked = {id(d): rel for rel, d in self.dirs.items()}
+
+    def _settle(self, node: Node) -> None:
+        """Compare a folder with the disk before its first use (see ``check_folders``)."""
+        if not self._unchecked or id(node) not in self._unchecked:
+            return
+        with self._checking:
+            rel = self._unchecked.pop(id(node), None)
+            if rel is not None and self._check is not None and self.dirs.get(rel) is node:
+                self._check(rel)
+
+    def is_source_folder(self, node: Node) -> bool:
+        """A folder that mirrors one of SOURCE's folders (new shards can be made in it)."""
+        return self.discovery.mirrors_dir and any(node is d for d in self.dirs.values())
+
+    # -- lookup --------------------------------------------------------------------
+
+    def lookup(self, path: str) -> Node:
+        """The node at ``path`` ("/" separated, from the mount's root)."""
+        node: Node = self.root
+        if path in ("/", ""):
+            return node
+        comps = path.strip("/").split("/")
+        if comps[0] == META:
+            # Reachable by name but never listed, so cp -r, rsync and find leave it alone
+            # (and ls -lR does not make schema.json parse the whole dataset).
+            node = self.meta
+            comps = comps[1:]
+        for comp in comps:
+            node = self.child(node, comp)
+        return node
+
+    def locate(self, path: str) -> tuple[Node, RecordDir | None, tuple[str, ...]]:
+        """The node at ``path``, the record folder it is in (if any) and its path inside that record."""
+        comps = [c for c in path.strip("/").split("/") if c]
+        node: Node = self.root
+        record: RecordDir | None = None
+        inner: list[str] = []
+        if comps and comps[0] == META:
+            node, comps = self.meta, comps[1:]
+        for comp in comps:
+            node = self.child(node, comp)
+            if record is not None:
+                inner.append(comp)
+            elif isinstance(node, RecordDir):
+                record = node
+        return node, record, tuple(inner)
+
+    def child(self, node: Node, name: str) -> Node:
+        if len(name.encode("utf-8", "surrogateescape")) > names.NAME_MAX:
+            raise NameTooLong(f"{name[:40]}...: name longer than {names.NAME_MAX} bytes")
+        if isinstance(node, Dir):
+            self._settle(node)
+            try:
+                return node.children[name]
+            except KeyError:
+                pass
+            # A name a feature file was written through, now shown under another (pins.keep_written)
+            alias = node.aliases.get(name) if node.aliases else None
+            if alias is None:
+                raise NotFound(name)
+            return alias
+        if isinstance(node, ShardDir):
+            return self._record_entry(node, name)
+        if isinstance(node, RecordDir):
+            return self.child(self.record_root(node), name)
+        raise NotADir(name)
+
+    def record_root(self, record: RecordDir) -> Dir:
+        """The folder a record folder shows: its features (and the user's own entries). Raises
+        DataLoss (EIO) for a record whose data checksum fails: its names cannot be trusted."""
+        view = self.store.view(record.shard, record.rid)
+        if view.damaged:
+            raise DataLoss(view.damaged)
+        return view.root
+
+    def is_damaged(self, record: RecordDir) -> bool:
+        return self.store.view(record.shard, record.rid).damaged is not None
+
+    def _record_entry(self, node: ShardDir, name: str) -> Node:
+        store = self.store
+        raw_shard = store.kinds[node.shard] == "raw"
+        ch = store.changes(node.shard)
+        if ch is not None and name in ch.added:
+            if raw_shard:
+                raise NotFound(name)
+            return RecordDir(node.shard, name, node.mtime_ns)
+        idx = store.shards[node.shard]
+        stem, dot, ext = name.partition(".")
+        if (dot and ext != "bin") or not stem.isdigit() or not stem.isascii():
+            raise NotFound(name)
+        i = int(stem)
+        if len(stem) != record_name_width(idx.count) or i >= idx.count or (ch is not None and i in ch.deleted):
+            raise NotFound(name)
+        if raw_shard or (dot and store.is_bad(node.shard, i)):
+            if not dot:
+                raise NotFound(name)
+            size = len(store.record_bytes(node.shard, i)[0]) if ch is not None and i in ch.edited else idx.span(i)[1]
+            # A read of an empty file never reaches the daemon: an empty record's checksum (four
+            # bytes to read) is checked here, so that its damage is seen.
+            damaged = store.record_bytes(node.shard, i)[1] if size == 0 else None
+            return RecordBin(node.shard, i, size, node.mtime_ns, damaged)
+        if dot:
+            raise NotFound(name)
+        # A record found not to parse only now was listed as a folder (listings come from the
+        # index alone): its folder stays reachable, empty, and later listings show NNNNNN.bin.
+        return RecordDir(node.shard, i, node.mtime_ns)
+
+    # -- stat / list ---------------------------------------------------------------
+
+    def stat(self, node: Node) -> Stat:
+        if isinstance(node, DataFile):
+            return Stat(False, len(node.data), node.mtime_ns)
+        if isinstance(node, Dir):
+            self._settle(node)
+            return Stat(True, 0, node.mtime_ns, 2 + sum(1 for c in node.children.values() if is_dir(c)))
+        if isinstance(node, RecordBin) and node.damaged:
+            raise DataLoss(node.damaged)
+        if isinstance(node, (RecordBin, PlainFile)):
+            return Stat(False, node.size, node.mtime_ns)
+        if isinstance(node, (ShardDir, RecordDir)):
+            # 1 ("unknown"): counting subfolders would parse records, and ls -l or find on a shard
+            # folder must not parse every record.
+            return Stat(True, 0, node.mtime_ns, 1)
+        if isinstance(node, MetaFile):
+            return Stat(False, len(node.render()), self.meta.mtime_ns)
+        if isinstance(node, ScratchFile):
+            st = os.stat(node.path)
+            return Stat(False, st.st_size, st.st_mtime_ns)
+        raise NotFound(str(node))
+
+    def names(self, node: Node) -> Iterator[tuple[str, bool]]:
+        """(name, is_dir) of every entry of a folder node."""
+        if isinstance(node, ShardDir):
+            return ((name, folder) for _, name, folder in self._shard_names(node.shard))
+        if isinstance(node, RecordDir):
+            node = self.record_root(node)
+        if isinstance(node, Dir):
+            self._settle(node)
+            return iter([(n, is_dir(c)) for n, c in node.children.items()])
+        raise NotADir("not a folder")
+
+    def entries(self, node: Node, start: int = 0) -> Iterator[tuple[int, str, Node]]:
+        """(position, name, node) of a folder's entries from position ``start`` on.
+
+        The names and order are ``names``'. Positions grow, stay the same while the folder does
+        and may skip (a shard folder's are its record numbers), so a listing can resume at any
+        of them. Each node is cheap to ``stat``: a shard folder's come from its index, unparsed.
+        """
+        if isinstance(node, RecordDir):
+            node = self.record_root(node)
+        if isinstance(node, Dir):
+            self._settle(node)
+            rest = itertools.islice(node.children.items(), start, None)
+            return ((pos, name, child) for pos, (name, child) in enumerate(rest, start))
+        if isinstance(node, ShardDir):
+            shard_dir = node
+            return ((pos, name, self._record_entry(shard_dir, name))
+                    for pos, name, _ in self._shard_names(shard_dir.shard, start))
+        raise NotADir("not a folder")
+
+    def shard_listing(self, node: ShardDir, start: int = 0) -> Iterator[tuple[int, str, bool, int]]:
+        """(position, name, is_dir, size) of a read-only mount's shard folder's entries, what
+        ``entries`` gives without a node each: a record folder's size is 0, a ``.bin``'s its
+        record's length. A listing of millions of records is made as it is read."""
+        assert not self.writable
+        idx = self.store.shards[node.shard]
+        for pos, name, folder in self._shard_names(node.shard, start):
+            yield pos, name, folder, 0 if folder else idx.span(pos)[1]
+
+    def record_names(self, node: ShardDir) -> Iterator[tuple[RecordId, str, bool]]:
+        """(record id, name, is_dir) of a shard folder's entries, in ``names``' order: an
+        original record's id is its index, an added record's its name."""
+        count = self.store.shards[node.shard].count
+        return ((pos if pos < count else name, name, folder) for pos, name, folder in self._shard_names(node.shard))
+
+    def _shard_names(self, shard: int, start: int = 0) -> Iterator[tuple[int, str, bool]]:
+        """(position, name, is_dir) of a shard folder's entries: record i at position i,
+        records added in --rw after the last one."""
+        store = self.store
+        idx = store.shards[shard]
+        width = record_name_width(idx.count)
+        raw = store.kinds[shard] == "raw"
+        ch = store.changes(shard)
+        deleted = ch.deleted if ch is not None else ()
+        bad = idx.bad
+        for i in range(start, idx.count):
+            if i in deleted:
+                continue
+            if raw or i in bad:
+                yield i, f"{i:0{width}d}.bin", False
+            else:
+                yield i, f"{i:0{width}d}", True
+        if ch is not None and not raw:
+            for j, name in enumerate(ch.added_names()):
+                if idx.count + j >= start:
+                    yield idx.count + j, name, True
+
+    # -- content -------------------------------------------------------------------
+
+    def open(self, node: Node) -> ReadHandle:
+        """A handle to read ``node``; a file of a record whose data checksum fails raises
+        DataLoss (EIO) at once."""
+        if isinstance(node, DataFile) and node.damaged:
+            raise DataLoss(node.damaged)
+        if isinstance(node, DataFile):
+            if isinstance(node.data, InShard):
+                return ReadHandle(as_bytes(self.store.serve(node.data, node.data.length, 0)), damaged=node.damaged)
+            return ReadHandle(node.data, damaged=node.damaged)
+        if isinstance(node, RecordBin):
+            data, damaged = self.store.record_bytes(node.shard, node.rid)
+            if damaged:
+                raise DataLoss(damaged)
+            return ReadHandle(data)
+        if isinstance(node, PlainFile):
+            return ReadHandle(fd=os.open(self.discovery.access.plain_path(node.path), os.O_RDONLY))
+        if isinstance(node, ScratchFile):
+            return ReadHandle(fd=os.open(node.path, os.O_RDONLY))
+        if isinstance(node, MetaFile):
+            return ReadHandle(node.render())
+        raise IsADir("is a folder")
+
+    def serve(self, node: Node, size: int, offset: int) -> Served:
+        """``size`` bytes of a file at ``offset``, with no open handle (read-only mounts).
+
+        A read-only mount answers reads by path (the kernel is told that open is not
+        implemented, which saves an open and a release per file), so what a handle would hold
+        is kept here instead: recent ``.bin`` records (in the store) and plain files'
+        descriptors. Nothing changes under a read-only mount, so neither needs invalidating.
+        Large images and plain files are answered with where their bytes lie (see ``Served``).
+        """
+        assert not self.writable, "a writable mount reads through handles"
+        if isinstance(node, DataFile):
+            if node.damaged:
+                raise DataLoss(node.damaged)
+            if isinstance(node.data, InShard):
+                return self.store.serve(node.data, size, offset)
+            return node.data[offset:offset + size]
+        if isinstance(node, RecordBin):
+            data, damaged = self.store.bin_content(node.shard, node.rid)
+            if damaged:
+                raise DataLoss(damaged)
+            return data[offset:offset + size]
+        if isinstance(node, PlainFile):
+            return self._plain_fd(node.path), offset, max(0, min(size, node.size - offset))
+        if isinstance(node, MetaFile):
+            return node.render()[offset:offset + size]
+        raise IsADir("is a folder")   # scratch files exist only in writable mounts
+
+    def read(self, node: Node, size: int, offset: int) -> bytes:
+        """``serve``, as bytes."""
+        return as_bytes(self.serve(node, size, offset))
+
+    def _plain_fd(self, path: str) -> int:
+        """A descriptor of the plain file at ``path`` (relative to SOURCE), kept open for reads."""
+        with self._lock:
+            fd = self._plain_fds.get(path)
+            if fd is not None:
+                self._plain_fds.move_to_end(path)
+                return fd
+        local = self.discovery.access.plain_path(path)   # a remote one is fetched on first use
+        fd = os.open(local, os.O_RDONLY)
+        with self._lock:
+            if path in self._plain_fds:   # opened meanwhile by another read
+                os.close(fd)
+                return self._plain_fds[path]
+            self._plain_fds[path] = fd
+            while len(self._plain_fds) > _PLAIN_FDS:
+                os.close(self._plain_fds.popitem(last=False)[1])
+            return fd
+
+    def xattrs(self, node: Node) -> Mapping[str, bytes]:
+        if isinstance(node, (Dir, DataFile)):
+            return node.xattrs
+        if isinstance(node, (RecordDir, RecordBin)):
+            return self._record_xattrs(node.shard, node.rid)
+        if isinstance(node, ShardDir):
+            idx = self.store.shards[node.shard]
+            return {"user.tfrfs.shard": idx.shard.relpath.encode(),
+                    "user.tfrfs.count": str(idx.count).encode(),
+                    "user.tfrfs.records": self.store.kinds[node.shard].encode(),
+                    "user.tfrfs.compression": idx.shard.compression.encode()}
+        return {}
+
+    def _record_xattrs(self, shard: int, rid: RecordId) -> dict[str, bytes]:
+        idx = self.store.shards[shard]
+        out = {"user.tfrfs.shard": idx.shard.relpath.encode()}
+        if isinstance(rid, int):
+            offset, length = idx.span(rid)
+            out.update({"user.tfrfs.index": str(rid).encode(), "user.tfrfs.offset": str(offset).encode(),
+                        "user.tfrfs.length": str(length).encode()})
+        return out
+
+    # -- the user's own entries in records (writable mounts) ---------------------------
+
+    def scratch_root(self, shard: int, rid: RecordId) -> str:
+        """The real folder that holds the user's own folders and scratch files of a record."""
+        staging = self.store.staging
+        assert staging is not None
+        tag = f"#{rid}" if isinstance(rid, int) else f"+{rid}"
+        return str(staging.scratch_dir(self.store.relpath(shard), tag))
+
+    def _add_scratch_entries(self, root: Dir, shard: int, rid: RecordId) -> None:
+        _merge_scratch(root, self.scratch_root(shard, rid))
+
+    def close(self) -> None:
+        self.schema.close()   # before the readers it may be reading through
+        self.store.close()
+        with self._lock:
+            for fd in self._plain_fds.values():
+                os.close(fd)
+            self._plain_fds.clear()
+
+
+def as_bytes(served: Served) -> bytes:
+    if isinstance(served, tuple):
+        fd, pos, count = served
+        return os.pread(fd, count, pos) if count else b""
+    return bytes(served)
+
+
+def _merge_scratch(root: Dir, real: str) -> None:
+    """Show the user's own folders and scratch files of a record beside its features."""
+    try:
+        entries = list(os.scandir(real))
+    except FileNotFoundError:
+        return
+    root.scratch = real
+    for e in entries:
+        if e.is_dir(follow_symlinks=False):
+            sub = root.children.get(e.name)
+            if not isinstance(sub, Dir):
+                sub = Dir(mtime_ns=root.mtime_ns)
+                root.children[e.name] = sub
+            _merge_scratch(sub, e.path)
+        elif e.name not in root.children:
+            root.children[e.name] = ScratchFile(e.path)
