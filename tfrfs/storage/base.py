@@ -1,0 +1,190 @@
+"""Where bytes live, as one small interface: a ``Storage`` (a local file system, or a bucket or web
+server reached through fsspec) and a ``Location``, a folder or prefix in one storage that a job
+can carry to another process.
+
+Everything above asks a storage what it can do (``renames_folders``, ``local_path``), never
+whether it is "remote": only ``storage.factory`` looks at a URL's scheme. Paths are given in
+the storage's own spelling (an absolute local path, or a URL) and joined by ``join``.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import hashlib
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from tfrfs.errors import TfrfsError
+
+
+class NotSupported(TfrfsError, OSError):
+    """The storage cannot do this (a conditional write on a store without conditional requests)."""
+
+    errno = _errno.EOPNOTSUPP
+
+
+class Conflict(TfrfsError, FileExistsError):
+    """A conditional write found the object other than it expected: there already (create), or
+    changed since it was looked at (replace)."""
+
+    errno = _errno.EEXIST
+
+
+@dataclass(frozen=True)
+class Stat:
+    """What a storage says about one file or object."""
+
+    size: int
+    identity: str    # changes whenever the bytes may have: inode/mtime, ETag, generation
+    mtime_ns: int
+    is_dir: bool = False
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One name a listing found: ``name`` relative to the folder listed ("/"-separated)."""
+
+    name: str
+    path: str        # in the storage's spelling, for the calls that take a path
+    stat: Stat
+
+
+class Writing:
+    """A new file being streamed (``Storage.create``): write into ``file``, then ``close`` for
+    what was written. ``fd`` is a descriptor of the file when it is local (for ``fstat`` and
+    ``copy_file_range``), else None."""
+
+    def __init__(self, file: BinaryIO, fd: int | None) -> None:
+        self.file = file
+        self.fd = fd
+
+
+class Storage(ABC):
+    """One place bytes live. ``name`` is for messages and cache keys; ``options`` as given to the
+    factory (what a job in another process opens the same storage with)."""
+
+    name: str
+    options: dict[str, Any]
+    # A folder renames atomically with everything in it (a local file system); a bucket has no
+    # folders to rename, and a multi-object write is made whole by other means (a marker).
+    renames_folders: bool = False
+
+    # -- paths ---------------------------------------------------------------------------------
+
+    @abstractmethod
+    def join(self, base: str, *parts: str) -> str:
+        """``base`` with ``parts`` ("/"-separated relative names) appended."""
+
+    @abstractmethod
+    def split(self, path: str) -> tuple[str, str]:
+        """(parent, last name) of ``path``."""
+
+    def local_path(self, path: str) -> str | None:
+        """The local file system path that holds ``path``'s bytes, when there is one (what a
+        reader may ``mmap``, what ``statvfs`` asks about); None for an object in a store."""
+        return None
+
+    def cache_key(self, path: str, identity: str = "") -> str:
+        """A key for cached bytes of ``path`` as of ``identity`` (a new identity, a new key)."""
+        return hashlib.sha256(f"{path}\0{identity}".encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+    # -- looking -------------------------------------------------------------------------------
+
+    @abstractmethod
+    def stat(self, path: str, *, fresh: bool = True) -> Stat | None:
+        """What ``path`` is now (``fresh=False``: a listing this storage holds will do), None when
+        there is nothing there."""
+
+    @abstractmethod
+    def list(self, path: str, *, recursive: bool = False) -> list[Entry] | None:
+        """The files (and, not ``recursive``, folders) under the folder or prefix ``path``, sorted
+        by name; None when there is no such folder (an empty prefix lists as ``[]``)."""
+
+    # -- reading -------------------------------------------------------------------------------
+
+    @abstractmethod
+    def read(self, path: str) -> bytes:
+        """All of ``path``. Raises FileNotFoundError when there is none."""
+
+    @abstractmethod
+    def read_range(self, path: str, start: int, end: int) -> bytes:
+        """Bytes ``start``..``end`` of ``path`` (fewer only past its end)."""
+
+    @abstractmethod
+    def open_read(self, path: str) -> BinaryIO:
+        """A sequential binary reader of the whole of ``path``."""
+
+    # -- writing -------------------------------------------------------------------------------
+
+    @abstractmethod
+    def write(self, path: str, data: bytes, *, sync: bool = True) -> None:
+        """Replace ``path`` with ``data`` whole: a reader sees the old bytes or the new, never a
+        mix. ``sync=False``: a local file is written in place and not made durable (the caller
+        makes many durable at once, ``sync_all``, and checks what it wrote before trusting it);
+        a store's one PUT is whole either way. (No look-up follows: ``stat`` when it matters.)"""
+
+    @abstractmethod
+    def create(self, path: str) -> Writing:
+        """A new file ``path`` to stream into (replaced if there), finished by ``finish``."""
+
+    @abstractmethod
+    def finish(self, path: str, writing: Writing) -> Stat:
+        """Close what ``create`` gave: what was written (not yet durable locally: ``sync_all``)."""
+
+    @abstractmethod
+    def write_if(self, path: str, data: bytes, *, identity: str | None) -> None:
+        """Write ``data`` whole only if ``path`` is absent (``identity`` None) or still has
+        ``identity``; else ``Conflict``. ``NotSupported`` where the storage cannot tell."""
+
+    @abstractmethod
+    def rename(self, src: str, dst: str) -> None:
+        """Move ``src`` over ``dst`` (atomic for a local file or folder; a copy and a delete in a
+        store, where nothing renames)."""
+
+    @abstractmethod
+    def delete(self, path: str) -> None:
+        """Delete a file or object; one that is not there is no error."""
+
+    def makedirs(self, path: str) -> None:
+        """Make the folder ``path`` (a store has no folders: nothing to do)."""
+
+    def sync_all(self, path: str) -> None:
+        """Make every file written under ``path`` durable (a store's writes already are)."""
+
+    def stats(self) -> str:
+        """Requests made and bytes fetched, for the log."""
+        return ""
+
+
+# --- a location a job can carry ------------------------------------------------------------------
+
+_opened: dict[tuple[str, tuple[tuple[str, Any], ...]], Storage] = {}
+_opened_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Location:
+    """A folder or prefix in one storage: its path (absolute local path, or URL) and the store
+    options it is opened with. Small and picklable: what a job carries to its worker, which
+    opens the storage once per process (``storage()``)."""
+
+    root: str
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def storage(self) -> Storage:
+        key = (self.root, self.options)
+        with _opened_lock:
+            found = _opened.get(key)
+            if found is None:
+                from tfrfs.storage.factory import open_storage
+                found = _opened[key] = open_storage(self.root, dict(self.options) or None)
+            return found
+
+    def join(self, *parts: str) -> str:
+        return self.storage().join(self.root, *parts)
+
+    @property
+    def name(self) -> str:
+        return self.storage().split(self.root)[1]

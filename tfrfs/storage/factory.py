@@ -1,0 +1,41 @@
+"""The one place that tells a URL from a local path and opens the storage behind it."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from tfrfs.storage.base import Location, Storage
+from tfrfs.storage.fsspec_store import BUILTIN_SCHEMES, SCHEMES
+
+
+def is_url(source: str) -> bool:
+    """Whether ``source`` names a remote SOURCE (a bucket or web URL) rather than a local path."""
+    scheme, sep, _ = source.partition("://")
+    return bool(sep) and scheme.lower() in SCHEMES
+
+
+def _fsspec_url(source: str) -> bool:
+    scheme, sep, _ = source.partition("://")
+    return bool(sep) and (scheme.lower() in SCHEMES or scheme.lower() in BUILTIN_SCHEMES)
+
+
+def open_storage(url_or_path: str, options: dict[str, Any] | None = None) -> Storage:
+    """The storage that holds ``url_or_path``: a store through fsspec for a URL (``s3://``,
+    ``gs://``, ``http(s)://``, ``file://``, ``memory://``), else the local file system. Store
+    options apply to URLs only (UsageError otherwise)."""
+    if _fsspec_url(url_or_path):
+        from tfrfs.storage.fsspec_storage import FsspecStorage
+        return FsspecStorage(url_or_path, options)
+    from tfrfs.storage.local_storage import LocalStorage
+    return LocalStorage(options)
+
+
+def locate(url_or_path: str, options: dict[str, Any] | None = None) -> Location:
+    """A ``Location`` for a folder or prefix as a user names it: a local path made absolute, a
+    URL without its trailing "/"."""
+    if _fsspec_url(url_or_path):
+        root = url_or_path.rstrip("/") if not url_or_path.endswith("://") else url_or_path
+        return Location(root, tuple(sorted((options or {}).items())))
+    open_storage(url_or_path, options)   # refuses store options for a local path
+    return Location(os.path.abspath(url_or_path))

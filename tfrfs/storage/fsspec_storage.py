@@ -1,0 +1,185 @@
+"""A bucket or web server, reached through fsspec, as a ``Storage``: ``fsspec_store.Store``'s
+retries, timeouts and one-line errors behind the shared interface.
+
+An object is replaced whole by one PUT (a bucket shows the old object or the new); nothing
+renames, so ``rename`` is a server-side copy and a delete. A conditional write uses the store's
+own conditional requests where it has them (S3's ``If-None-Match``/``If-Match``).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import threading
+from typing import Any, BinaryIO
+
+from tfrfs.storage import durable
+from tfrfs.storage.base import Conflict, Entry, NotSupported, Stat, Storage, Writing
+from tfrfs.storage.fsspec_store import Store, object_info
+
+
+def _precondition_failed(exc: BaseException) -> bool:
+    """Whether a store's error is its "precondition failed" answer (HTTP 412), however the
+    fsspec backend spelled it."""
+    text = f"{type(exc).__name__} {exc}"
+    return "PreconditionFailed" in text or "Precondition Failed" in text or "412" in text
+
+
+class FsspecStorage(Storage):
+    """Objects of one store (one fsspec file system, opened for ``url`` with ``options``)."""
+
+    def __init__(self, url: str, options: dict[str, Any] | None = None) -> None:
+        self.store = Store(url, options)
+        self.name = self.store.url
+        self.options = dict(self.store.options)
+        # fsspec's in-memory store lives in this process: a lock makes a look and a write one step.
+        self._memory_lock = threading.Lock()
+
+    def join(self, base: str, *parts: str) -> str:
+        return posixpath.join(base, *parts)
+
+    def split(self, path: str) -> tuple[str, str]:
+        return posixpath.split(path.rstrip("/"))
+
+    def cache_key(self, path: str, identity: str = "") -> str:
+        from tfrfs.storage.fsspec_store import cache_key
+        return cache_key(path, identity)
+
+    # -- looking -------------------------------------------------------------------------------
+
+    def stat(self, path: str, *, fresh: bool = True) -> Stat | None:
+        try:
+            info = self.store.info(path, fresh=fresh)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if info.get("type") == "directory":
+            return Stat(0, "", 0, True)
+        got = object_info(self.store, {**info, "name": info.get("name", self.store.path_of(path))})
+        return Stat(got.size, got.identity, got.mtime_ns)
+
+    def list(self, path: str, *, recursive: bool = False) -> list[Entry] | None:
+        store = self.store
+        base = store.path_of(path).rstrip("/")
+        try:
+            if recursive:
+                found = store.call("list", path, lambda: store.fs.find(base, detail=True, withdirs=False))
+                entries = list(found.values())
+            else:
+                entries = store.call("list", path, lambda: store.fs.ls(base, detail=True))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        out: list[Entry] = []
+        prefix = base + "/"
+        for e in entries:
+            name = str(e.get("name", "")).rstrip("/")
+            if not name.startswith(prefix) or name == base:
+                continue
+            rel = name[len(prefix):]
+            if e.get("type") == "directory":
+                st = Stat(0, "", 0, True)
+            else:
+                got = object_info(store, e)
+                st = Stat(got.size, got.identity, got.mtime_ns)
+            out.append(Entry(rel, self.join(path.rstrip("/"), rel), st))
+        out.sort(key=lambda e: e.name)
+        return out
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def read(self, path: str) -> bytes:
+        store = self.store
+        return bytes(store.call("read", path, lambda: store.fs.cat_file(store.path_of(path), timeout=store.timeout)))
+
+    def read_range(self, path: str, start: int, end: int) -> bytes:
+        return self.store.read_range(path, start, end, exact=False) if end > start else b""
+
+    def open_read(self, path: str) -> BinaryIO:
+        stream: BinaryIO = self.store.open_stream(path)
+        return stream
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def write(self, path: str, data: bytes, *, sync: bool = True) -> None:
+        durable.fault_point("write", path)
+        self._parent_folder(path)
+        self.store.write_all(path, data)
+
+    def create(self, path: str) -> Writing:
+        store = self.store
+        self._parent_folder(path)
+        return Writing(store.fs.open(store.path_of(path), "wb"), None)
+
+    def finish(self, path: str, writing: Writing) -> Stat:
+        writing.file.close()
+        got = self.stat(path)
+        if got is None:
+            raise OSError(f"{path}: not there after it was written")
+        return got
+
+    def write_if(self, path: str, data: bytes, *, identity: str | None) -> None:
+        store = self.store
+        target = store.path_of(path)
+        durable.fault_point("write", path)
+        if store.protocol == "memory":
+            with self._memory_lock:
+                self._check(path, identity)
+                store.write_all(path, data)
+            return
+        if store.protocol == "file":
+            # The local file system's own way (a link for a create, the folder's lock for a
+            # replace), with this storage's identities compared.
+            from tfrfs.storage.local_storage import LocalStorage, folder_lock
+            if identity is None:
+                LocalStorage().write_if(target, data, identity=None)
+            else:
+                with folder_lock(posixpath.dirname(target)):
+                    self._check(path, identity)
+                    LocalStorage().write(target, data)
+            store.fs.invalidate_cache(target)
+            return
+        if store.protocol != "s3":
+            raise NotSupported(f"{path}: this store cannot write on a condition")
+        if identity is None:
+            kw: dict[str, Any] = {"mode": "create"}
+        else:
+            info = store.info(path, fresh=True) if self.stat(path) is not None else None
+            now = object_info(store, {**info, "name": target}) if info is not None else None
+            if now is None or now.identity != identity or not info or not info.get("ETag"):
+                raise Conflict(f"{path}: changed since it was read")
+            kw = {"IfMatch": info["ETag"]}   # the store refuses the PUT if it changed since
+
+        def put() -> None:
+            try:
+                store.fs.pipe_file(target, data, **kw)
+            except (OSError, ValueError) as exc:
+                if isinstance(exc, FileExistsError) or _precondition_failed(exc):
+                    raise Conflict(f"{path}: {'there already' if identity is None else 'changed since it was read'}") from exc
+                raise
+        store.call("write", path, put)
+
+    def _check(self, path: str, identity: str | None) -> None:
+        now = self.stat(path)
+        if identity is None and now is not None:
+            raise Conflict(f"{path}: there already")
+        if identity is not None and (now is None or now.identity != identity):
+            raise Conflict(f"{path}: changed since it was read")
+
+    def _parent_folder(self, path: str) -> None:
+        # A local folder reached as file:// needs its folders; a bucket has none to make.
+        if self.store.protocol == "file":
+            self.store.fs.makedirs(self.store.path_of(posixpath.dirname(path)), exist_ok=True)
+
+    def rename(self, src: str, dst: str) -> None:
+        durable.fault_point("rename", dst)
+        self.store.copy(src, dst)
+        self.store.delete(src)
+
+    def delete(self, path: str) -> None:
+        durable.fault_point("unlink", path)
+        self.store.delete(path)
+
+    def makedirs(self, path: str) -> None:
+        if self.store.protocol == "file":
+            self.store.fs.makedirs(self.store.path_of(path), exist_ok=True)
+
+    def stats(self) -> str:
+        return self.store.stats()

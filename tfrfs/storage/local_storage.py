@@ -1,0 +1,175 @@
+"""A local file system as a ``Storage``: whole writes by the durable path (temporary file, fsync,
+rename, fsync of the folder), every step through ``durable``'s fault seam."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import stat as _stat
+from contextlib import contextmanager
+from typing import Any, BinaryIO, Iterator
+
+from tfrfs.errors import UsageError
+from tfrfs.storage import durable
+from tfrfs.storage.base import Conflict, Entry, Stat, Storage, Writing
+
+TMP_PREFIX = ".tfrfs-commit-"   # a temporary file beside the one it replaces (never shown by a mount)
+
+
+def local_identity(st: os.stat_result) -> str:
+    """What an index of a local file's bytes is checked against."""
+    return f"mtime:{st.st_mtime_ns}:{st.st_size}"
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def stat_of(st: os.stat_result) -> Stat:
+    return Stat(st.st_size, local_identity(st), st.st_mtime_ns, _stat.S_ISDIR(st.st_mode))
+
+
+@contextmanager
+def folder_lock(folder: str) -> Iterator[None]:
+    """The folder's lock, held from a conditional write's look to its rename: writers that write
+    on a condition in this folder take turns (others are not stopped)."""
+    dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(dfd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(dfd)   # lets go of the lock
+
+
+class LocalStorage(Storage):
+    """Files under ``/``. New files get the mode ``open`` would give them (0666 less the umask),
+    so that a file others read stays readable."""
+
+    renames_folders = True
+
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        if options:
+            raise UsageError(f"store options (-o {', '.join(options)}) apply to URL destinations only")
+        self.name = "local"
+        self.options = {}
+
+    def join(self, base: str, *parts: str) -> str:
+        return os.path.join(base, *(p.replace("/", os.sep) for p in parts))
+
+    def split(self, path: str) -> tuple[str, str]:
+        return os.path.split(path.rstrip(os.sep) or os.sep)
+
+    def local_path(self, path: str) -> str | None:
+        return path
+
+    def stat(self, path: str, *, fresh: bool = True) -> Stat | None:
+        try:
+            return stat_of(os.stat(path))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def list(self, path: str, *, recursive: bool = False) -> list[Entry] | None:
+        if not os.path.isdir(path):
+            return None
+        found: list[Entry] = []
+        if not recursive:
+            with os.scandir(path) as it:
+                for e in it:
+                    try:
+                        found.append(Entry(e.name, e.path, stat_of(e.stat())))
+                    except FileNotFoundError:
+                        continue   # gone since the folder was read
+        else:
+            for folder, dirs, files in os.walk(path):
+                rel = os.path.relpath(folder, path)
+                for name in files:
+                    full = os.path.join(folder, name)
+                    try:
+                        st = os.stat(full)
+                    except FileNotFoundError:
+                        continue
+                    found.append(Entry(name if rel == "." else f"{rel.replace(os.sep, '/')}/{name}", full, stat_of(st)))
+        found.sort(key=lambda e: e.name)
+        return found
+
+    def read(self, path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
+    def read_range(self, path: str, start: int, end: int) -> bytes:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            return os.pread(fd, max(0, end - start), start)
+        finally:
+            os.close(fd)
+
+    def open_read(self, path: str) -> BinaryIO:
+        return open(path, "rb")
+
+    def write(self, path: str, data: bytes, *, sync: bool = True) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if sync:
+            durable.write_file(path, data, prefix=TMP_PREFIX, mode=0o666 & ~_umask())
+            return
+        # Written in place: the caller checks what it wrote (a checksum) before trusting it.
+        durable.fault_point("write", path)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 & ~_umask())
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+    def create(self, path: str) -> Writing:
+        durable.fault_point("write", path)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 & ~_umask())
+        return Writing(os.fdopen(fd, "wb", buffering=0), fd)
+
+    def finish(self, path: str, writing: Writing) -> Stat:
+        assert writing.fd is not None
+        st = os.fstat(writing.fd)
+        writing.file.close()
+        return stat_of(st)
+
+    def write_if(self, path: str, data: bytes, *, identity: str | None) -> None:
+        folder = os.path.dirname(path) or "."
+        os.makedirs(folder, exist_ok=True)
+        if identity is None:
+            # Linked into place: the link fails if a file got there first, whoever wrote it.
+            fd, tmp = durable.mkstemp(folder, TMP_PREFIX)
+            try:
+                os.fchmod(fd, 0o666 & ~_umask())
+                with os.fdopen(fd, "wb") as f:
+                    durable.write(f, data, tmp)
+                    f.flush()
+                    durable.fsync(f.fileno(), tmp)
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    raise Conflict(f"{path}: there already") from None
+            finally:
+                os.unlink(tmp)
+            durable.fsync_dir(folder)
+            return
+        with folder_lock(folder):
+            now = self.stat(path)
+            if now is None or now.identity != identity:
+                raise Conflict(f"{path}: changed since it was read")
+            durable.write_file(path, data, prefix=TMP_PREFIX, mode=0o666 & ~_umask())
+
+    def rename(self, src: str, dst: str) -> None:
+        durable.rename(src, dst)
+        durable.fsync_dir(os.path.dirname(dst) or ".")
+
+    def delete(self, path: str) -> None:
+        try:
+            durable.unlink(path)
+        except FileNotFoundError:
+            pass
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def sync_all(self, path: str) -> None:
+        durable.syncfs(path)
