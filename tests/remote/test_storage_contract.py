@@ -175,3 +175,15 @@ def test_cache_keys_follow_identity(place: tuple[Storage, str]) -> None:
     path = st.join(root, "k")
     assert st.cache_key(path, "etag:1") != st.cache_key(path, "etag:2")
     assert st.cache_key(path, "etag:1") == st.cache_key(path, "etag:1")
+
+
+def test_remove_tree(place: tuple[Storage, str]) -> None:
+    st, root = place
+    folder = st.join(root, "tree")
+    for name in ("x", "y/z", "y/w/v"):
+        st.write(st.join(folder, name), b"1")
+    st.write(st.join(root, "kept"), b"2")
+    st.remove_tree(folder)
+    st.sync_folder(root)
+    assert [e.name for e in st.list(root, recursive=True) or []] == ["kept"]
+    assert st.stat(folder) is None

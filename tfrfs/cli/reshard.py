@@ -115,11 +115,11 @@ def cmd_reshard(args: argparse.Namespace) -> int:
         args.schema = False   # no record is read, so none is tallied
     options = parse_options(args.options or []) if is_url(args.dest) else None
     dest = Dest.of(args.dest, options)
-    if not dest.remote and not is_url(args.source):
+    if not is_url(dest.root) and not is_url(args.source):
         src_root = os.path.abspath(args.source)
         if dest.root == src_root or dest.root.startswith(src_root.rstrip(os.sep) + os.sep):
             raise UsageError(f"{args.dest}: DEST is inside SOURCE; give a folder elsewhere")
-    if not dest.remote:
+    if not is_url(dest.root):
         _check_local_dest(args.dest, dest.root)
     started = time.monotonic()
     src, indexes, _cache = open_dataset(args)

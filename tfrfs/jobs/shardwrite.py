@@ -108,7 +108,9 @@ class ShardWriter:
         size, identity, mtime_ns = self.dest.finished(self.name, self.f, self.fd)
         if size != self.size:
             raise OSError(f"{self.name}: {self.size} bytes written, the file holds {size}")
-        if not self.dest.remote and file_crc(self.dest.path(self.name)) != self.crc:
+        # Read back where that is cheap (a local file, from the page cache just written).
+        if self.dest.local_path(self.name) is not None and \
+                file_crc(self.dest.storage(), self.dest.path(self.name)) != self.crc:
             raise OSError(f"{self.name}: the file does not read back as written")
         tally = self.scanner.flush() if self.scanner is not None else None
         meta = {"shard": self.name, "size": size, "identity": identity, "compression": self.compression,

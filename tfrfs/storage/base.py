@@ -147,8 +147,17 @@ class Storage(ABC):
     def delete(self, path: str) -> None:
         """Delete a file or object; one that is not there is no error."""
 
+    @abstractmethod
+    def remove_tree(self, path: str) -> None:
+        """Delete the folder or prefix ``path`` and all under it (not made durable file by file:
+        ``sync_folder`` its parent after)."""
+
     def makedirs(self, path: str) -> None:
-        """Make the folder ``path`` (a store has no folders: nothing to do)."""
+        """Make the folder ``path`` and its parents (a store has no folders: nothing to do)."""
+
+    def sync_folder(self, path: str) -> None:
+        """Make the folder's own entries durable: the names made, renamed or removed in it (a
+        store's are at once)."""
 
     def sync_all(self, path: str) -> None:
         """Make every file written under ``path`` durable (a store's writes already are)."""

@@ -177,6 +177,15 @@ class FsspecStorage(Storage):
         durable.fault_point("unlink", path)
         self.store.delete(path)
 
+    def remove_tree(self, path: str) -> None:
+        for entry in reversed(self.list(path, recursive=True) or []):
+            self.delete(entry.path)
+        if self.store.protocol == "file":   # the folders left, where there are folders
+            try:
+                self.store.fs.rm(self.store.path_of(path), recursive=True)
+            except FileNotFoundError:
+                pass
+
     def makedirs(self, path: str) -> None:
         if self.store.protocol == "file":
             self.store.fs.makedirs(self.store.path_of(path), exist_ok=True)
