@@ -131,8 +131,8 @@ def follow(root: str, cache: IndexCache, written: list[ShardIndex], removed: lis
     shard, which its size and identity tell apart: it is ignored (and reported) until the next
     ``tfrfs index --beside``. ``schema``: the new schema summary, None when not known.
     Returns what was done or could not be, one line each."""
-    from tfrfs.storage.places import LocalPlace
-    place = place if place is not None else LocalPlace(root)
+    from tfrfs.storage.places import Place
+    place = place if place is not None else Place.at(root)
     where = place.join(NAME)
     has_manifest = place.stat(where) is not None
     notes: list[str] = []

@@ -32,7 +32,7 @@ import crc32c
 from tfrfs.storage import durable
 from tfrfs.errors import DataLoss
 from tfrfs.index.shard_index import DAMAGED_DIR, TMP_PREFIX
-from tfrfs.storage.places import BucketPlace
+from tfrfs.storage.places import Place
 
 if TYPE_CHECKING:
     from tfrfs.jobs.runner import Where
@@ -44,7 +44,7 @@ CHUNK = 1 << 20        # bytes read at a time when checking or comparing objects
 REPAIR_TMP = TMP_PREFIX + "repair-"
 
 
-def place_of(source: "Source") -> BucketPlace:
+def place_of(source: "Source") -> Place:
     """The bucket prefix of a remote source, with what its listing said about every object."""
     from tfrfs.storage.remote_reader import RemoteReaders
     from tfrfs.dataset.sources import RemoteFiles
@@ -52,8 +52,9 @@ def place_of(source: "Source") -> BucketPlace:
     files = source.discovery.files
     listed = list(files.objects.values()) if isinstance(files, RemoteFiles) else []
     readers = source.readers if isinstance(source.readers, RemoteReaders) else None
-    return BucketPlace(source.store, source.discovery.root, listed, complete=source.discovery.mirrors_dir,
-                       readers=readers)
+    from tfrfs.storage.fsspec_storage import FsspecStorage
+    return Place(FsspecStorage.around(source.store), source.discovery.root, listed,
+                 complete=source.discovery.mirrors_dir, readers=readers)
 
 
 # --- the shard job ------------------------------------------------------------------------------
@@ -100,9 +101,11 @@ def _crc_of(f: Any) -> tuple[int, int]:
 
 # --- here, in shard order -----------------------------------------------------------------------
 
-def put_in_place(place: BucketPlace, result: "Repaired", *, backup: bool) -> None:
+def put_in_place(place: Place, result: "Repaired", *, backup: bool) -> None:
     """Steps 2 to 5 for one shard whose repaired copy (``result.written``) is checked."""
-    store = place.store
+    from tfrfs.storage.fsspec_storage import FsspecStorage
+    assert isinstance(place.storage, FsspecStorage)
+    store = place.storage.store
     shard = result.shard
     tmp = result.written
     assert tmp is not None
@@ -167,7 +170,7 @@ def _identity(store: "Store", url: str, info: dict[str, Any]) -> str:
     return object_info(store, {**info, "name": info.get("name", store.path_of(url))}).identity
 
 
-def clear_leftovers(source: "Source", place: BucketPlace) -> None:
+def clear_leftovers(source: "Source", place: Place) -> None:
     """Temporary objects of a repair that stopped before it replaced its shard: never needed
     again (a rerun writes them anew)."""
     from tfrfs.dataset.sources import RemoteFiles
@@ -179,7 +182,7 @@ def clear_leftovers(source: "Source", place: BucketPlace) -> None:
             drop_quietly(place, obj.url)
 
 
-def drop_quietly(place: BucketPlace, url: str) -> None:
+def drop_quietly(place: Place, url: str) -> None:
     """Delete a temporary object if it is there; a failure leaves it for the next run."""
     try:
         place.unlink(url)

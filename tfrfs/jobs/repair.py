@@ -154,9 +154,9 @@ def _follow_manifest(source: Source, repaired: list[ShardFile], place: "Place | 
     shard and its manifest entry."""
     from tfrfs.index import manifest
     from tfrfs.index.shard_index import IndexCache
-    from tfrfs.storage.places import LocalPlace
+    from tfrfs.storage.places import Place
     root = source.discovery.root
-    place = place if place is not None else LocalPlace(root)
+    place = place if place is not None else Place.at(root)
     if not (place.stat(place.join(manifest.NAME)) is not None or
             any(place.stat(s.path + idxfile.SUFFIX) is not None for s in repaired)):
         return

@@ -27,12 +27,17 @@ def _precondition_failed(exc: BaseException) -> bool:
 class FsspecStorage(Storage):
     """Objects of one store (one fsspec file system, opened for ``url`` with ``options``)."""
 
-    def __init__(self, url: str, options: dict[str, Any] | None = None) -> None:
-        self.store = Store(url, options)
+    def __init__(self, url: str, options: dict[str, Any] | None = None, *, store: Store | None = None) -> None:
+        self.store = store if store is not None else Store(url, options)
         self.name = self.store.url
         self.options = dict(self.store.options)
         # fsspec's in-memory store lives in this process: a lock makes a look and a write one step.
         self._memory_lock = threading.Lock()
+
+    @classmethod
+    def around(cls, store: Store) -> "FsspecStorage":
+        """The storage of a store already open (its file system, listing and figures shared)."""
+        return cls(store.url, store=store)
 
     def join(self, base: str, *parts: str) -> str:
         return posixpath.join(base, *parts)
