@@ -22,7 +22,6 @@ import logging
 import os
 import posixpath
 import stat
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -92,8 +91,7 @@ def build(discovery: Discovery, indexes: list[ShardIndex], cache: IndexCache,
         # The index files just written beside the shards are shown as plain files too (SPEC 1).
         rel += idxfile.SUFFIX
         try:
-            mtime_ns = os.stat(os.path.join(discovery.root, rel)).st_mtime_ns if not discovery.remote else \
-                time.time_ns()
+            mtime_ns = files.written_mtime_ns(rel)
         except OSError:
             continue
         plain[rel] = {"path": _posix(rel), "size": size, "mtime_ns": mtime_ns}

@@ -109,6 +109,11 @@ class SourceFiles:
         """A local file with the plain file's bytes."""
         return os.path.join(self.root, rel)
 
+    def written_mtime_ns(self, rel: str) -> int:
+        """The time of a file just written beside the shards (an index file). Raises OSError
+        when it is not there."""
+        return os.stat(os.path.join(self.root, rel)).st_mtime_ns
+
     def read_bytes(self, path: str) -> bytes:
         with open(path, "rb") as f:
             return f.read()
