@@ -187,3 +187,16 @@ def test_remove_tree(place: tuple[Storage, str]) -> None:
     st.sync_folder(root)
     assert [e.name for e in st.list(root, recursive=True) or []] == ["kept"]
     assert st.stat(folder) is None
+
+
+def test_copy_and_upload(place: tuple[Storage, str], tmp_path: Path) -> None:
+    st, root = place
+    src, dst = st.join(root, "c", "src"), st.join(root, "c", "dst")
+    st.write(src, b"copied")
+    st.write(dst, b"old bytes")
+    st.copy(src, dst)
+    assert st.read(dst) == b"copied" and st.read(src) == b"copied"
+    local = tmp_path / "up.bin"
+    local.write_bytes(b"u" * 5000)
+    st.upload(str(local), st.join(root, "c", "up"))
+    assert st.read(st.join(root, "c", "up")) == b"u" * 5000

@@ -13,7 +13,7 @@ import os
 import posixpath
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
@@ -28,6 +28,7 @@ from tfrfs.index.shard_index import HIDDEN_DIRS, INDEX_SUFFIXES, SNIFF_BYTES, TM
 from tfrfs.index.build import index_all, index_job, reading_schema
 from tfrfs.index.memory import IndexMemory
 from tfrfs.index.manifest import Manifest
+from tfrfs.storage.base import Storage
 from tfrfs.storage.readers import Readers, default_readers
 from tfrfs.storage.fsspec_store import SNIFF_WORKERS, Listing, ObjectInfo, Store, describe, heads, is_url, list_source, plain_file_path
 
@@ -51,9 +52,23 @@ class Source:
     store: Store | None = None
     manifest: Manifest | None = None   # what the dataset's manifest says, when it was mounted from one
 
+    _storage: Storage | None = field(default=None, repr=False)
+
     @property
     def remote(self) -> bool:
         return self.store is not None
+
+    @property
+    def storage(self) -> Storage:
+        """Where the source's bytes live (a store already open is shared)."""
+        if self._storage is None:
+            if self.store is not None:
+                from tfrfs.storage.fsspec_storage import FsspecStorage
+                self._storage = FsspecStorage.around(self.store)
+            else:
+                from tfrfs.storage.factory import open_storage
+                self._storage = open_storage(self.name)
+        return self._storage
 
     def close(self) -> None:
         self.readers.close()
@@ -186,6 +201,9 @@ class RemoteFiles(SourceFiles):
     def plain_path(self, rel: str) -> str:
         obj = self.objects[rel]
         return plain_file_path(self.store, obj.url, obj.identity, self.cache_dir)
+
+    def listed(self) -> list[ObjectInfo]:
+        return list(self.objects.values())
 
     def written_mtime_ns(self, rel: str) -> int:
         # Its time as the store keeps it would take a request a file: now is as good (it was

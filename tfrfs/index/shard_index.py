@@ -26,7 +26,7 @@ import threading
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, BinaryIO, Callable, Iterable, Iterator
 
 from tfrfs.index import idxfile
 from tfrfs.format import proto
@@ -37,6 +37,9 @@ from tfrfs.index.memory import IndexMemory
 from tfrfs.storage.readers import Readers, ShardReader, default_readers
 from tfrfs.index.shardschema import Tally
 from tfrfs.format.tfrecord import Problem
+
+if TYPE_CHECKING:
+    from tfrfs.storage.fsspec_store import ObjectInfo
 
 log = logging.getLogger("tfrfs")
 
@@ -108,6 +111,11 @@ class SourceFiles:
     def plain_path(self, rel: str) -> str:
         """A local file with the plain file's bytes."""
         return os.path.join(self.root, rel)
+
+    def listed(self) -> list["ObjectInfo"]:
+        """What a listing of the source said about its files, to be trusted until they are
+        written (a local folder's are looked at when needed: none)."""
+        return []
 
     def written_mtime_ns(self, rel: str) -> int:
         """The time of a file just written beside the shards (an index file). Raises OSError

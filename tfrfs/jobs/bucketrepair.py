@@ -32,11 +32,11 @@ import crc32c
 from tfrfs.storage import durable
 from tfrfs.errors import DataLoss
 from tfrfs.index.shard_index import DAMAGED_DIR, TMP_PREFIX
+from tfrfs.storage.base import Stat, Storage
 from tfrfs.storage.places import Place
 
 if TYPE_CHECKING:
     from tfrfs.jobs.runner import Where
-    from tfrfs.storage.fsspec_store import Store
     from tfrfs.jobs.repair import Repaired
     from tfrfs.dataset.sources import Source
 
@@ -45,15 +45,10 @@ REPAIR_TMP = TMP_PREFIX + "repair-"
 
 
 def place_of(source: "Source") -> Place:
-    """The bucket prefix of a remote source, with what its listing said about every object."""
+    """The prefix of a source in a bucket, with what its listing said about every object."""
     from tfrfs.storage.remote_reader import RemoteReaders
-    from tfrfs.dataset.sources import RemoteFiles
-    assert source.store is not None
-    files = source.discovery.files
-    listed = list(files.objects.values()) if isinstance(files, RemoteFiles) else []
     readers = source.readers if isinstance(source.readers, RemoteReaders) else None
-    from tfrfs.storage.fsspec_storage import FsspecStorage
-    return Place(FsspecStorage.around(source.store), source.discovery.root, listed,
+    return Place(source.storage, source.discovery.root, source.discovery.access.listed(),
                  complete=source.discovery.mirrors_dir, readers=readers)
 
 
@@ -63,27 +58,25 @@ def write_repaired(where: "Where", result: "Repaired", tmp: str,
                    copy_sound: Callable[["Where", "Repaired", BinaryIO | None], None]) -> None:
     """Step 1: the repaired shard as the object ``tmp``, checked; ``result.written`` names it."""
     from tfrfs.edit.repack import check_new_shard
-    store: Store = where.readers().store
     shard = result.shard
     with tempfile.NamedTemporaryFile(prefix=REPAIR_TMP) as out:
         copy_sound(where, result, out)   # type: ignore[arg-type]
         out.flush()
         check_new_shard(out.name, shard.compression, result.kept, range(result.kept))
         result.written_size = os.fstat(out.fileno()).st_size
-        upload_checked(store, out.name, tmp)
+        upload_checked(where.storage(), out.name, tmp)
     result.written = tmp
 
 
-def upload_checked(store: "Store", local: str, url: str) -> None:
+def upload_checked(storage: Storage, local: str, url: str) -> None:
     """Upload ``local`` as ``url`` and read it back: the object must hold exactly its bytes (size
     and CRC-32C), else it is deleted and DataLoss raised."""
     size, want = _crc_of(open(local, "rb"))
-    durable.fault_point("write", url)
-    store.put_file(url, local)
-    with store.open_stream(url) as f:
+    storage.upload(local, url)
+    with storage.open_read(url) as f:
         got_size, got = _crc_of(f)
     if (got_size, got) != (size, want):
-        store.delete(url)
+        storage.delete(url)
         raise DataLoss(f"{url}: the uploaded copy does not read back ({got_size} bytes, CRC-32C {got:08x}; "
                        f"written {size} bytes, CRC-32C {want:08x})")
 
@@ -103,52 +96,40 @@ def _crc_of(f: Any) -> tuple[int, int]:
 
 def put_in_place(place: Place, result: "Repaired", *, backup: bool) -> None:
     """Steps 2 to 5 for one shard whose repaired copy (``result.written``) is checked."""
-    from tfrfs.storage.fsspec_storage import FsspecStorage
-    assert isinstance(place.storage, FsspecStorage)
-    store = place.storage.store
+    storage = place.storage
     shard = result.shard
     tmp = result.written
     assert tmp is not None
-    now = _info(store, shard.path)
-    if now is None or (int(now.get("size") or 0), _identity(store, shard.path, now)) != (shard.size, shard.identity):
+    now = _stat(storage, shard.path)
+    if now is None or (now.size, now.identity) != (shard.size, shard.identity):
         raise DataLoss(f"{shard.path}: changed since it was checked: left as it is (run tfrfs repair again)")
     if backup:
-        result.backup = keep_original(store, shard.path, now)
-    durable.fault_point("rename", shard.path)
+        result.backup = keep_original(storage, shard.path, now)
     place.changed(shard.path)
-    store.copy(tmp, shard.path)
-    got = _info(store, shard.path)
-    if got is None or int(got.get("size") or 0) != result.written_size:
-        raise DataLoss(f"{shard.path}: the copy over it did not take ({got and got.get('size')} bytes, "
-                       f"expected {result.written_size}): the repaired shard is at {tmp}")
-    durable.fault_point("unlink", tmp)
-    store.delete(tmp)
+    storage.rename(tmp, shard.path)   # a copy over it, checked, then the temporary object deleted
 
 
-def keep_original(store: "Store", url: str, info: dict[str, Any]) -> str:
-    """Step 3: the object ``url`` (whose look-up is ``info``) copied to ``.tfrfs-damaged/NAME``
-    beside it (``NAME~2``... when that holds something else). Returns where it went."""
-    folder, name = posixpath.split(url)
-    dest, n = posixpath.join(folder, DAMAGED_DIR, name), 2
-    while (there := _info(store, dest)) is not None:
-        if _same_object(store, url, info, dest, there):
+def keep_original(storage: Storage, url: str, seen: Stat) -> str:
+    """Step 3: the object ``url`` (as ``seen``) copied to ``.tfrfs-damaged/NAME`` beside it
+    (``NAME~2``... when that holds something else). Returns where it went."""
+    folder, name = storage.split(url)
+    dest, n = storage.join(folder, DAMAGED_DIR, name), 2
+    while (there := _stat(storage, dest)) is not None:
+        if _same_object(storage, url, seen, dest, there):
             return dest    # kept by a repair that stopped before it replaced the shard
-        dest, n = posixpath.join(folder, DAMAGED_DIR, f"{name}~{n}"), n + 1
-    durable.fault_point("write", dest)
-    store.copy(url, dest)
+        dest, n = storage.join(folder, DAMAGED_DIR, f"{name}~{n}"), n + 1
+    storage.copy(url, dest)
     return dest
 
 
-def _same_object(store: "Store", a: str, a_info: dict[str, Any], b: str, b_info: dict[str, Any]) -> bool:
-    """Whether two objects hold the same bytes: by the store's content hash where both have one
-    (S3's ETag, GCS's MD5 and CRC-32C), else by reading both."""
-    if int(a_info.get("size") or 0) != int(b_info.get("size") or 0):
+def _same_object(storage: Storage, a: str, a_seen: Stat, b: str, b_seen: Stat) -> bool:
+    """Whether two objects hold the same bytes: by their content hash where the identity is one
+    (S3's ETag, which a copy keeps), else by reading both."""
+    if a_seen.size != b_seen.size:
         return False
-    for key in ("md5Hash", "crc32c", "ETag"):
-        x, y = a_info.get(key), b_info.get(key)
-        if x and y and x == y:
-            return True
-    with store.open_stream(a) as fa, store.open_stream(b) as fb:
+    if a_seen.identity.startswith("etag:") and a_seen.identity == b_seen.identity:
+        return True
+    with storage.open_read(a) as fa, storage.open_read(b) as fb:
         while True:
             x, y = fa.read(CHUNK), fb.read(CHUNK)
             if x != y:
@@ -157,28 +138,16 @@ def _same_object(store: "Store", a: str, a_info: dict[str, Any], b: str, b_info:
                 return True
 
 
-def _info(store: "Store", url: str) -> dict[str, Any] | None:
-    try:
-        info = store.info(url, fresh=True)
-    except FileNotFoundError:
-        return None
-    return None if info.get("type") == "directory" else info
-
-
-def _identity(store: "Store", url: str, info: dict[str, Any]) -> str:
-    from tfrfs.storage.fsspec_store import object_info
-    return object_info(store, {**info, "name": info.get("name", store.path_of(url))}).identity
+def _stat(storage: Storage, url: str) -> Stat | None:
+    got = storage.stat(url)
+    return None if got is None or got.is_dir else got
 
 
 def clear_leftovers(source: "Source", place: Place) -> None:
     """Temporary objects of a repair that stopped before it replaced its shard: never needed
     again (a rerun writes them anew)."""
-    from tfrfs.dataset.sources import RemoteFiles
-    files = source.discovery.files
-    if not isinstance(files, RemoteFiles):
-        return
-    for rel, obj in files.objects.items():
-        if posixpath.basename(rel).startswith(REPAIR_TMP):
+    for obj in source.discovery.access.listed():
+        if posixpath.basename(obj.url).startswith(REPAIR_TMP):
             drop_quietly(place, obj.url)
 
 

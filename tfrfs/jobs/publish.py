@@ -57,7 +57,7 @@ class Dest(Location):
 
     @property
     def staged(self) -> bool:
-        return self.storage().renames_folders
+        return self.storage().renames_atomically
 
     @property
     def work(self) -> str:

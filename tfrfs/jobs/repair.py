@@ -27,7 +27,6 @@ from tfrfs.index import tfds_info as tfds
 from tfrfs.format import tfrecord
 from tfrfs.errors import UsageError
 from tfrfs.index.shard_index import DAMAGED_DIR, ShardFile
-from tfrfs.storage.fsspec_store import is_url
 from tfrfs.edit.repack import TMP_PREFIX, _FaultedFile, check_new_shard
 from tfrfs.dataset.sources import Source
 from tfrfs.edit.journal import Staging
@@ -94,7 +93,8 @@ def repair_source(source: Source, *, backup: bool = True, dry_run: bool = False,
     check_repairable(source)
     runner = runner or jobs.InProcess()
     where = jobs.Where.of(source)
-    bucket = bucketrepair.place_of(source) if source.remote else None
+    # Where nothing renames (a bucket), objects are replaced by a copy over them instead.
+    bucket = bucketrepair.place_of(source) if not source.storage.renames_atomically else None
     if not dry_run:
         if bucket is not None:
             bucketrepair.clear_leftovers(source, bucket)
@@ -189,7 +189,7 @@ def rewrite(where: "jobs.Where", report: ShardReport, dry_run: bool) -> Repaired
     try:
         if dry_run:
             _copy_sound(where, result, None)
-        elif is_url(report.shard.path):
+        elif not where.storage().renames_atomically:
             from tfrfs.jobs import bucketrepair
             bucketrepair.write_repaired(where, result, _tmp_path(report.shard), _copy_sound)
         else:

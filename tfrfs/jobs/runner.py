@@ -24,9 +24,12 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from tfrfs.errors import UsageError
+
+if TYPE_CHECKING:
+    from tfrfs.storage.base import Storage
 
 log = logging.getLogger("tfrfs")
 
@@ -285,8 +288,7 @@ class Where:
     @classmethod
     def of(cls, source: Any) -> "Where":
         """The ``Where`` of an opened ``sources.Source``."""
-        options = tuple(sorted((source.store.options or {}).items())) if source.store is not None else ()
-        return cls(source.name, options, str(source.cache_dir))
+        return cls(source.name, tuple(sorted(source.storage.options.items())), str(source.cache_dir))
 
     def __getstate__(self) -> dict:
         return {"source": self.source, "options": self.options, "cache_dir": self.cache_dir}
@@ -296,32 +298,29 @@ class Where:
             object.__setattr__(self, k, v)
         object.__setattr__(self, "_opened", {})
 
-    def readers(self) -> Any:
-        """This process's shard readers for the source (shared by the jobs it runs)."""
+    def _open(self) -> tuple["Storage", Any]:
+        """This process's storage of the source and its shard readers (shared by the jobs it runs)."""
         key = (self.source, self.options, self.cache_dir)
         with _opened_lock:
             found = _OPENED.get(key)
             if found is None:
-                found = _OPENED[key] = self._open_readers()
+                from tfrfs.index.shard_index import default_cache_dir
+                from tfrfs.storage.factory import open_storage
+                storage = open_storage(self.source, dict(self.options) or None)
+                cache = Path(self.cache_dir) if self.cache_dir else default_cache_dir()
+                found = _OPENED[key] = (storage, storage.open_readers(cache))
             return found
 
-    def _open_readers(self) -> Any:
-        from tfrfs.storage.fsspec_store import is_url
-        if not is_url(self.source):
-            from tfrfs.storage.readers import default_readers
-            return default_readers()
-        from tfrfs.index.shard_index import default_cache_dir
-        from tfrfs.storage.remote_reader import DEFAULT_CACHE_SIZE, RemoteReaders
-        from tfrfs.storage.fsspec_store import Store
-        cache = Path(self.cache_dir) if self.cache_dir else default_cache_dir()
-        return RemoteReaders(Store(self.source, dict(self.options) or None), cache, DEFAULT_CACHE_SIZE)
+    def storage(self) -> "Storage":
+        return self._open()[0]
+
+    def readers(self) -> Any:
+        """This process's shard readers for the source (shared by the jobs it runs)."""
+        return self._open()[1]
 
     def open_stream(self, path: str) -> BinaryIO:
         """The stored bytes of ``path`` as a stream (a compressed shard, to inflate)."""
-        from tfrfs.storage.fsspec_store import is_url
-        if not is_url(path):
-            return open(path, "rb")
-        return self.readers().store.open_stream(path)
+        return self.storage().open_read(path)
 
 
 _OPENED: dict[tuple, Any] = {}

@@ -2,7 +2,7 @@
 server reached through fsspec) and a ``Location``, a folder or prefix in one storage that a job
 can carry to another process.
 
-Everything above asks a storage what it can do (``renames_folders``, ``local_path``), never
+Everything above asks a storage what it can do (``renames_atomically``, ``local_path``), never
 whether it is "remote": only ``storage.factory`` looks at a URL's scheme. Paths are given in
 the storage's own spelling (an absolute local path, or a URL) and joined by ``join``.
 """
@@ -14,9 +14,13 @@ import hashlib
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from tfrfs.errors import TfrfsError
+
+if TYPE_CHECKING:
+    from tfrfs.storage.readers import Readers
 
 
 class NotSupported(TfrfsError, OSError):
@@ -67,9 +71,10 @@ class Storage(ABC):
 
     name: str
     options: dict[str, Any]
-    # A folder renames atomically with everything in it (a local file system); a bucket has no
-    # folders to rename, and a multi-object write is made whole by other means (a marker).
-    renames_folders: bool = False
+    # A file or folder renames atomically over another, a folder with everything in it (a local
+    # file system); a bucket has no rename, and a multi-object write is made whole by other means
+    # (a marker), an object replaced by a copy over it.
+    renames_atomically: bool = False
 
     # -- paths ---------------------------------------------------------------------------------
 
@@ -139,6 +144,15 @@ class Storage(ABC):
         ``identity``; else ``Conflict``. ``NotSupported`` where the storage cannot tell."""
 
     @abstractmethod
+    def copy(self, src: str, dst: str) -> None:
+        """Replace ``dst`` whole with ``src``'s bytes (a store copies on its side: none of them
+        pass through here)."""
+
+    @abstractmethod
+    def upload(self, local: str, path: str) -> None:
+        """Replace ``path`` whole with the bytes of the local file ``local``."""
+
+    @abstractmethod
     def rename(self, src: str, dst: str) -> None:
         """Move ``src`` over ``dst`` (atomic for a local file or folder; a copy and a delete in a
         store, where nothing renames)."""
@@ -161,6 +175,11 @@ class Storage(ABC):
 
     def sync_all(self, path: str) -> None:
         """Make every file written under ``path`` durable (a store's writes already are)."""
+
+    @abstractmethod
+    def open_readers(self, cache_dir: Path, cache_size: int | None = None) -> "Readers":
+        """The shard readers for shards in this storage (``cache_dir``, ``cache_size``: where and
+        how many bytes of fetched blocks a store's readers keep)."""
 
     def stats(self) -> str:
         """Requests made and bytes fetched, for the log."""

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import posixpath
 import threading
+from pathlib import Path
 from typing import Any, BinaryIO
 
+from tfrfs.errors import DataLoss
 from tfrfs.storage import durable
 from tfrfs.storage.base import Conflict, Entry, NotSupported, Stat, Storage, Writing
 from tfrfs.storage.fsspec_store import Store, object_info
+from tfrfs.storage.readers import Readers
 
 
 def _precondition_failed(exc: BaseException) -> bool:
@@ -173,10 +176,27 @@ class FsspecStorage(Storage):
         if self.store.protocol == "file":
             self.store.fs.makedirs(self.store.path_of(posixpath.dirname(path)), exist_ok=True)
 
-    def rename(self, src: str, dst: str) -> None:
-        durable.fault_point("rename", dst)
+    def copy(self, src: str, dst: str) -> None:
+        durable.fault_point("write", dst)
         self.store.copy(src, dst)
-        self.store.delete(src)
+
+    def upload(self, local: str, path: str) -> None:
+        durable.fault_point("write", path)
+        self._parent_folder(path)
+        self.store.put_file(path, local)
+
+    def rename(self, src: str, dst: str) -> None:
+        # A copy, checked, then the delete: a copy that did not take leaves ``src`` to try again.
+        durable.fault_point("rename", dst)
+        want = self.stat(src)
+        if want is None:
+            raise FileNotFoundError(src)
+        self.store.copy(src, dst)
+        got = self.stat(dst)
+        if got is None or got.size != want.size:
+            raise DataLoss(f"{dst}: the copy over it did not take ({got and got.size} bytes, expected "
+                           f"{want.size}): the new bytes are at {src}")
+        self.delete(src)
 
     def delete(self, path: str) -> None:
         durable.fault_point("unlink", path)
@@ -194,6 +214,10 @@ class FsspecStorage(Storage):
     def makedirs(self, path: str) -> None:
         if self.store.protocol == "file":
             self.store.fs.makedirs(self.store.path_of(path), exist_ok=True)
+
+    def open_readers(self, cache_dir: Path, cache_size: int | None = None) -> Readers:
+        from tfrfs.storage.remote_reader import DEFAULT_CACHE_SIZE, RemoteReaders
+        return RemoteReaders(self.store, cache_dir, DEFAULT_CACHE_SIZE if cache_size is None else cache_size)
 
     def stats(self) -> str:
         return self.store.stats()

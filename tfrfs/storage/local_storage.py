@@ -7,11 +7,13 @@ import fcntl
 import os
 import stat as _stat
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 from tfrfs.errors import UsageError
 from tfrfs.storage import durable
 from tfrfs.storage.base import Conflict, Entry, Stat, Storage, Writing
+from tfrfs.storage.readers import Readers
 
 TMP_PREFIX = ".tfrfs-commit-"   # a temporary file beside the one it replaces (never shown by a mount)
 
@@ -47,7 +49,7 @@ class LocalStorage(Storage):
     """Files under ``/``. New files get the mode ``open`` would give them (0666 less the umask),
     so that a file others read stays readable."""
 
-    renames_folders = True
+    renames_atomically = True
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         if options:
@@ -158,6 +160,29 @@ class LocalStorage(Storage):
                 raise Conflict(f"{path}: changed since it was read")
             durable.write_file(path, data, prefix=TMP_PREFIX, mode=0o666 & ~_umask())
 
+    def copy(self, src: str, dst: str) -> None:
+        # Copied beside ``dst`` and renamed over it: whole under its name or not there at all.
+        import shutil
+        folder = os.path.dirname(dst) or "."
+        fd, tmp = durable.mkstemp(folder, TMP_PREFIX)
+        os.close(fd)
+        try:
+            shutil.copyfile(src, tmp)
+            os.chmod(tmp, 0o666 & ~_umask())
+            with open(tmp, "rb") as f:
+                durable.fsync(f.fileno(), tmp)
+            durable.rename(tmp, dst)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        durable.fsync_dir(folder)
+
+    def upload(self, local: str, path: str) -> None:
+        self.copy(local, path)
+
     def rename(self, src: str, dst: str) -> None:
         durable.rename(src, dst)
         durable.fsync_dir(os.path.dirname(dst) or ".")
@@ -189,6 +214,10 @@ class LocalStorage(Storage):
 
     def sync_folder(self, path: str) -> None:
         durable.fsync_dir(path)
+
+    def open_readers(self, cache_dir: Path, cache_size: int | None = None) -> Readers:
+        from tfrfs.storage.readers import default_readers
+        return default_readers()
 
     def sync_all(self, path: str) -> None:
         durable.syncfs(path)
