@@ -47,3 +47,36 @@ def test_commands_import_only_what_they_share() -> None:
             tree = ast.parse(f.read())
         siblings = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1}
         assert siblings <= ({"common"} if name != "common" else set()), (name, siblings)
+
+
+def test_only_the_storage_factory_asks_whether_bytes_are_remote() -> None:
+    # Where bytes live is the storage's to know (tfrfs.storage: one factory tells a URL from a
+    # path); the command line may look at its arguments. Anywhere else a branch on "is it a URL",
+    # a ``.remote`` flag, the raw fsspec object or the store's type is a second answer to the
+    # same question, and the next storage would have to find and fix every one of them.
+    import re
+    patterns = {
+        "is_url(": re.compile(r"\bis_url\("),
+        ".remote flag": re.compile(r"\.remote\b(?!\()"),   # Ray's ``f.remote(...)`` is a call
+        "raw fsspec .fs": re.compile(r"\.fs\b"),
+        "isinstance(..., Store)": re.compile(r"isinstance\([^)]*\bStore\b"),
+    }
+    root = os.path.dirname(tfrfs.__file__)
+    found = []
+    for folder, _dirs, files in os.walk(root):
+        rel_folder = os.path.relpath(folder, root)
+        if rel_folder.split(os.sep)[0] in ("storage", "cli"):
+            continue
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(folder, name)
+            with open(path, encoding="utf-8") as f:
+                for n, line in enumerate(f, 1):
+                    code = line.split("#", 1)[0]
+                    if code.lstrip().startswith(("\"", "'")) or "``" in code:
+                        continue   # prose (docstrings) may name what the code no longer does
+                    for what, pattern in patterns.items():
+                        if pattern.search(code):
+                            found.append(f"{os.path.relpath(path, root)}:{n}: {what}: {line.strip()}")
+    assert not found, "\n".join(found)

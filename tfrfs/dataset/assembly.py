@@ -31,7 +31,7 @@ from tfrfs.edit import mutate
 from tfrfs.edit import repack
 from tfrfs.index import tfds_info as tfds
 from tfrfs.errors import Busy, UsageError
-from tfrfs.storage.fsspec_store import is_url
+from tfrfs.storage.factory import open_storage
 from tfrfs.index.shard_index import Discovery, IndexCache, IndexProgress, ShardFile, ShardIndex, discover, local_identity
 from tfrfs.view.nodes import MetaFile, PlainFile
 from tfrfs.view.problems import Rejected
@@ -143,7 +143,7 @@ class Mount:
     def source_name(self) -> str:
         """SOURCE as given, made absolute when local: what to name in a message to run later."""
         name = self.source.name
-        return name if self.source.remote else os.path.abspath(name)
+        return name if self.source.local_root is None else os.path.abspath(name)
 
     def status(self) -> StatusResult:
         if self.staging is None:
@@ -160,7 +160,7 @@ class Mount:
             self.staging.lock.note_holder(mountpoint=mountpoint, source=self.source_name)
             # The kind of a key new to the dataset needs the schema: have it ready by the first edit.
             self.tree.schema.build_in_background()
-        elif not self.source.remote:
+        elif self.source.local_root is not None:
             staged = staged_in(self.discovery.root)
             if staged:
                 log.warning("%s has staged edits that this read-only mount does not show (%s): mount it "
@@ -399,7 +399,7 @@ def open_mount(source: str | Source, *, writable: bool = False, records: str | N
     ``indexed``: its shards, already indexed). Raises UsageError (bad SOURCE, ``writable`` with a
     remote one) or Busy (another writable mount holds the source)."""
     src = source if isinstance(source, Source) else open_source(source, cache_dir=cache_dir, readers=readers)
-    if writable and src.remote:
+    if writable and src.local_root is None:   # the staged edits live in the source's folder
         raise UsageError(f"{src.name}: a remote source is read-only; mount it without --rw")
     readers = src.readers
     log.info("shards are read through the %s shard reader", readers.name)
@@ -418,7 +418,7 @@ def open_mount(source: str | Source, *, writable: bool = False, records: str | N
         store = RecordStore(indexes, readers, records=records, decode_raw=decode_raw, writable=writable,
                             staging=staging, on_bad=cache.save)
         tree = Tree(disc, store, Schema(store, cache.save))
-        if src.manifest is not None and not src.remote and staging is None:
+        if src.manifest is not None and src.local_root is not None and staging is None:
             from tfrfs.index.manifest import FolderCheck
             tree.check_folders(FolderCheck(tree, cache))
         mount = Mount(disc, tree, cache, src, staging)
@@ -522,7 +522,7 @@ def writable_holder(source: str) -> dict:
 
 def source_root(source: str) -> str:
     """The folder a SOURCE's staged changes live in."""
-    if is_url(source):
+    if open_storage(source).local_path(source) is None:
         raise UsageError(f"{source}: a remote source is read-only: nothing is ever staged for it")
     if os.path.isdir(source):
         return os.path.abspath(source)

@@ -29,8 +29,9 @@ from tfrfs.index.build import index_all, index_job, reading_schema
 from tfrfs.index.memory import IndexMemory
 from tfrfs.index.manifest import Manifest
 from tfrfs.storage.base import Storage
+from tfrfs.storage.factory import open_storage
 from tfrfs.storage.readers import Readers, default_readers
-from tfrfs.storage.fsspec_store import SNIFF_WORKERS, Listing, ObjectInfo, Store, describe, heads, is_url, list_source, plain_file_path
+from tfrfs.storage.fsspec_store import SNIFF_WORKERS, Listing, ObjectInfo, Store, describe, heads, list_source, plain_file_path
 
 log = logging.getLogger("tfrfs")
 
@@ -55,8 +56,9 @@ class Source:
     _storage: Storage | None = field(default=None, repr=False)
 
     @property
-    def remote(self) -> bool:
-        return self.store is not None
+    def local_root(self) -> str | None:
+        """The local folder that holds the source (where edits are staged), None for a store's."""
+        return self.storage.local_path(self.discovery.root)
 
     @property
     def storage(self) -> Storage:
@@ -82,38 +84,42 @@ def open_source(source: str, *, options: dict[str, Any] | None = None, cache_dir
     SOURCE, bad options, the store unreachable; a local folder without shards unless
     ``empty_ok``)."""
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    if not is_url(source):
-        if options:
-            raise UsageError(f"store options (-o {', '.join(options)}) apply to URL sources only")
+    storage = open_storage(source, options)
+    if storage.local_path(source) is not None:
+        # A local file system: walked, looked at and read in place.
         found = manifest.read_local(source) if use_manifest and os.path.isdir(source) else None
         if found is not None:
             log.info("%s: shards, counts and folders from its manifest (%d shards)", source, len(found.shards))
             return Source(source, manifest.local_discovery(source, found), readers or default_readers(), cache,
-                          manifest=found)
-        return Source(source, discover(source, empty_ok=empty_ok), readers or default_readers(), cache)
-    from tfrfs.storage.remote_reader import DEFAULT_CACHE_SIZE, RemoteReaders
-    store = Store(source, options)
-    remote_readers = RemoteReaders(store, cache, DEFAULT_CACHE_SIZE if cache_size is None else cache_size)
+                          manifest=found, _storage=storage)
+        return Source(source, discover(source, empty_ok=empty_ok), readers or default_readers(), cache,
+                      _storage=storage)
+    # Objects in a store, listed (or named by the manifest) and read through fsspec.
+    from tfrfs.storage.fsspec_storage import FsspecStorage
+    from tfrfs.storage.remote_reader import RemoteReaders
+    assert isinstance(storage, FsspecStorage)
+    store = storage.store
+    remote_readers = storage.open_readers(cache, cache_size)
+    assert isinstance(remote_readers, RemoteReaders)
     found = None
     try:
-        found = _remote_manifest(store, source) if use_manifest else None
+        found = _remote_manifest(storage, source) if use_manifest else None
         disc = _remote_discovery(store, source, cache, found) if found is not None else \
             discover_remote(store, source, cache)
     except BaseException:
         remote_readers.close()
         raise
     remote_readers.know([ObjectInfo(s.path, s.size, s.identity, s.mtime_ns) for s in disc.shards])
-    return Source(source, disc, remote_readers, cache, store, manifest=found)
+    return Source(source, disc, remote_readers, cache, store, manifest=found, _storage=storage)
 
 
-def _remote_manifest(store: Store, url: str) -> Manifest | None:
+def _remote_manifest(storage: Storage, url: str) -> Manifest | None:
     """The manifest at a prefix (one request), or None (none there, or not a prefix)."""
     if any(ch in url.partition("://")[2] for ch in "*?["):
         return None
     where = url.rstrip("/") + "/" + manifest.NAME
     try:
-        data = store.call("read", where, lambda: bytes(store.fs.cat_file(store.path_of(where),
-                                                                          timeout=store.timeout)))
+        data = storage.read(where)
     except (FileNotFoundError, PermissionError):
         return None
     except Exception as exc:  # noqa: BLE001 - no manifest to use: the prefix is listed as usual
@@ -142,7 +148,7 @@ def _remote_discovery(store: Store, url: str, cache_dir: Path, found: Manifest) 
     files = RemoteFiles(store, Listing(root, tuple(objects), dirs, False), cache_dir)
     shards = tuple(manifest.shard_file(root, e, join=posixpath.join) for e in found.shards)
     return Discovery(root=root, shards=shards, plain_files=tuple(rel.replace(os.sep, "/") for rel, _, _ in found.files),
-                     dirs=dirs, mirrors_dir=True, files=files, remote=True)
+                     dirs=dirs, mirrors_dir=True, files=files)
 
 
 def index_source(source: Source, progress: IndexProgress | None = None, index_dir: str | None = None,
@@ -162,12 +168,11 @@ def index_source(source: Source, progress: IndexProgress | None = None, index_di
     def report(done: int, total: int, records: int) -> None:
         if progress is not None:
             progress(done, total, records, upto[done], upto[-1])
-    workers = REMOTE_INDEX_WORKERS if source.remote else 1
+    workers = REMOTE_INDEX_WORKERS if source.storage.requests_overlap else 1
     try:
         return index_all(disc.shards, cache, report, workers), cache
     finally:
-        if isinstance(disc.files, RemoteFiles):
-            disc.files.prefetched.clear()   # index files the local cache made unneeded
+        disc.access.done_indexing()
 
 
 # --- remote ------------------------------------------------------------------------
@@ -205,6 +210,9 @@ class RemoteFiles(SourceFiles):
     def listed(self) -> list[ObjectInfo]:
         return list(self.objects.values())
 
+    def done_indexing(self) -> None:
+        self.prefetched.clear()   # index files the local cache made unneeded
+
     def written_mtime_ns(self, rel: str) -> int:
         # Its time as the store keeps it would take a request a file: now is as good (it was
         # just written), and what a listing will show is near it.
@@ -215,10 +223,7 @@ class RemoteFiles(SourceFiles):
         return data if data is not None else self.store.read_all(path)
 
     def read_head(self, path: str, size: int) -> bytes:
-        store = self.store
-        # One ranged request; an object shorter than ``size`` comes whole.
-        return bytes(store.read_call(path, lambda: store.fs.cat_file(store.path_of(path), start=0, end=size,
-                                                                      timeout=store.timeout)))[:size]
+        return self.store.read_head(path, size)
 
     def write_bytes(self, path: str, data: bytes) -> None:
         self.store.write_all(path, data)
@@ -226,7 +231,7 @@ class RemoteFiles(SourceFiles):
     def open_stream(self, path: str) -> BinaryIO:
         return self.store.open_stream(path)
 
-    def local_folder(self) -> str:
+    def statfs_folder(self) -> str:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         return str(self.cache_dir)
 
@@ -303,7 +308,7 @@ def discover_remote(store: Store, url: str, cache_dir: Path) -> Discovery:
         raise UsageError(f"{url}: no TFRecord shard there")
     plain.sort()
     return Discovery(root=listing.root, shards=tuple(shards), plain_files=tuple(plain), dirs=listing.dirs,
-                     mirrors_dir=not listing.named, files=remote_files, remote=True)
+                     mirrors_dir=not listing.named, files=remote_files)
 
 
 def _compressions_shipped(files: RemoteFiles, candidates: list[tuple[str, ObjectInfo, str]]) -> dict[str, str]:
@@ -334,11 +339,10 @@ def _compressions_shipped(files: RemoteFiles, candidates: list[tuple[str, Object
 def _names_beside(store: Store, folder_url: str) -> set[str]:
     """Names of the objects in the folder of a single-object SOURCE (where index files may be)."""
     try:
-        found = store.call("list", folder_url, lambda: store.fs.ls(store.path_of(folder_url), detail=False))
+        return set(store.names_in(folder_url))
     except Exception as exc:  # noqa: BLE001 - a server without listings: no shipped index then
         log.debug("cannot list %s for index files: %s", folder_url, describe(exc))
         return set()
-    return {posixpath.basename(str(p).rstrip("/")) for p in found}
 
 
 def beside_path(shard: ShardFile, suffix: str = idxfile.SUFFIX) -> str:
@@ -365,7 +369,7 @@ def ship_indexes(source: Source, indexes: list[ShardIndex], cache: IndexCache, *
     from tfrfs.format.tfrecord import NONE
     done: list[Shipped] = []
     files = source.discovery.access
-    disc_remote = source.discovery.remote
+    storage = source.storage
     for idx in indexes:
         shard = idx.shard
         if fmt == "dali":
@@ -386,7 +390,8 @@ def ship_indexes(source: Source, indexes: list[ShardIndex], cache: IndexCache, *
             SourceFiles(out_dir).write_bytes(path, data)
         else:
             path = beside_path(shard, suffix)
-            if disc_remote or not _holds(path, data):   # an index file as it is: not written (and synced) again
+            local = storage.local_path(path)
+            if local is None or not _holds(local, data):   # an index file as it is: not written (and synced) again
                 files.write_bytes(path, data)
         done.append(Shipped(shard.relpath, path, size=len(data), crc32c=crc32c.crc32c(data)))
     return done
@@ -410,7 +415,7 @@ def write_manifest(source: Source, indexes: list[ShardIndex], cache: IndexCache,
         raise UsageError(f"{source.name}: a manifest is written at a dataset's root: give the folder or "
                          "prefix, not a shard or a glob")
     data = manifest.build(disc, indexes, cache, {s.shard: (s.size, s.crc32c) for s in shipped if s.path}, schema)
-    where = (posixpath.join(disc.root, manifest.NAME) if disc.remote else os.path.join(disc.root, manifest.NAME))
+    where = source.storage.join(disc.root, manifest.NAME)
     disc.access.write_bytes(where, data)
     return where
 
@@ -428,7 +433,7 @@ def index_with(source: Source, runner: jobs.Runner, progress: SourceProgress | N
     (``schema``: with their schema's part), whose index files this process writes into the
     cache and loads from there, so the indexes are those one process makes, byte for byte. A
     remote source without Ray is indexed by threads here (its requests overlap), as before."""
-    if source.manifest is not None or (source.remote and not isinstance(runner, jobs.RayRunner)):
+    if source.manifest is not None or (source.storage.requests_overlap and not isinstance(runner, jobs.RayRunner)):
         with reading_schema() if schema else contextlib.nullcontext():
             return index_source(source, progress, index_dir, memory)
     disc = source.discovery
@@ -468,6 +473,5 @@ def index_with(source: Source, runner: jobs.Runner, progress: SourceProgress | N
                 cache.scans += 1
             done(n, idx)
     finally:
-        if isinstance(disc.files, RemoteFiles):
-            disc.files.prefetched.clear()
+        disc.access.done_indexing()
     return [found[n] for n in range(len(shards))], cache

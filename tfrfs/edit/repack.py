@@ -31,9 +31,8 @@ from tfrfs.edit import mutate
 from tfrfs.format import salvage
 from tfrfs.format import tfrecord
 from tfrfs.errors import DataLoss, TfrfsError
-from tfrfs.index.shard_index import TMP_PREFIX, ShardFile, ShardIndex, local_identity
+from tfrfs.index.shard_index import TMP_PREFIX, ShardFile, ShardIndex
 from tfrfs.jobs.runner import Where
-from tfrfs.storage.fsspec_store import is_url
 from tfrfs.edit.journal import ShardChanges, Staging
 
 log = logging.getLogger("tfrfs")
@@ -248,7 +247,8 @@ def _old_stream(where: Where, plan: ShardPlan) -> Iterator[_Source | None]:
         yield None
         return
     from tfrfs.jobs import shard_work as shardjobs
-    if not is_url(shard.path) and local_identity(os.stat(shard.path)) != shard.identity:
+    seen = where.storage().stat(shard.path)
+    if seen is not None and seen.identity != shard.identity:
         raise DataLoss(f"{shard.relpath} changed on disk since it was indexed; commit again")
     if shard.compression == tfrecord.NONE:
         reader = shardjobs.readers_of(where, shard).open(shard.path)

@@ -586,7 +586,7 @@ class WritableOperations(Operations):
         return True
 
     def statfs(self, path: str) -> dict[str, int]:
-        st = os.statvfs(self.tree.discovery.access.local_folder())
+        st = os.statvfs(self.tree.discovery.access.statfs_folder())
         return {k: getattr(st, k) for k in ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail",
                                             "f_files", "f_ffree", "f_favail", "f_namemax")}
 

@@ -31,7 +31,6 @@ from tfrfs.index import shardschema
 from tfrfs.format import tfrecord
 from tfrfs.index.shard_index import IndexCache, ShardFile, ShardIndex, SourceFiles
 from tfrfs.jobs.runner import Where
-from tfrfs.storage.fsspec_store import is_url
 
 log = logging.getLogger("tfrfs")
 
@@ -54,8 +53,7 @@ def poolable(shard: ShardFile, cache: IndexCache) -> bool:
     """Whether a worker can index ``shard`` as ``cache`` would: a local file, read by the local
     readers, through the local files."""
     from tfrfs.storage.local_reader import LocalReaders
-    return (not is_url(shard.path) and type(cache.readers) is LocalReaders
-            and type(cache.files) is SourceFiles)
+    return type(cache.readers) is LocalReaders and type(cache.files) is SourceFiles
 
 
 def worth_a_pool(shards: list[ShardFile]) -> bool:

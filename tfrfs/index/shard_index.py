@@ -117,6 +117,9 @@ class SourceFiles:
         written (a local folder's are looked at when needed: none)."""
         return []
 
+    def done_indexing(self) -> None:
+        """Indexing is over: let go of what was kept for it."""
+
     def written_mtime_ns(self, rel: str) -> int:
         """The time of a file just written beside the shards (an index file). Raises OSError
         when it is not there."""
@@ -141,7 +144,7 @@ class SourceFiles:
     def open_stream(self, path: str) -> BinaryIO:
         return open(path, "rb")
 
-    def local_folder(self) -> str:
+    def statfs_folder(self) -> str:
         """A local folder whose file system's figures ``statfs`` reports."""
         return self.root
 
@@ -156,7 +159,6 @@ class Discovery:
     dirs: tuple[str, ...]          # relative paths of mirrored sub-folders ("" is the root)
     mirrors_dir: bool              # SOURCE is a folder (new shards may be made in it)
     files: SourceFiles | None = None   # None: the local files under ``root``
-    remote: bool = False
 
     @property
     def access(self) -> SourceFiles:

@@ -239,17 +239,14 @@ def _damage(problem: DamagedRecord, on_damage: str) -> None:
 
 
 def _pread(where: Where, part: Part, stack: ExitStack) -> PRead:
-    """How a task reads the run's (inflated) stream: a local file by ``pread``; an object in a
-    bucket by ranged requests; a compressed shard from the driver's inflated copy when this node
-    has it, else inflated here into a temporary file (memory stays flat)."""
-    from tfrfs.storage.fsspec_store import is_url
+    """How a task reads the run's (inflated) stream: an uncompressed shard through the source's
+    shard readers (a local file by ``pread``, an object by ranged requests); a compressed shard
+    from the driver's inflated copy when this node has it, else inflated here into a temporary
+    file (memory stays flat)."""
     if part.compression == NONE:
-        if is_url(part.path):
-            store = where.readers().store
-            return lambda size, offset: store.read_range(part.path, offset, offset + size) if size > 0 else b""
-        fd = os.open(part.path, os.O_RDONLY)
-        stack.callback(os.close, fd)
-        return functools.partial(os.pread, fd)
+        reader = where.readers().open(part.path)
+        stack.callback(reader.close)
+        return lambda size, offset: reader.pread(size, offset) if size > 0 else b""
     try:
         if part.stream_size >= 0 and os.path.getsize(part.data_path) == part.stream_size:
             fd = os.open(part.data_path, os.O_RDONLY)

@@ -176,6 +176,10 @@ class Storage(ABC):
     def sync_all(self, path: str) -> None:
         """Make every file written under ``path`` durable (a store's writes already are)."""
 
+    # Reads are requests that wait on a network: many in flight at once pay off (indexing
+    # shards on threads); on a local file system they would only contend.
+    requests_overlap: bool = False
+
     @abstractmethod
     def open_readers(self, cache_dir: Path, cache_size: int | None = None) -> "Readers":
         """The shard readers for shards in this storage (``cache_dir``, ``cache_size``: where and

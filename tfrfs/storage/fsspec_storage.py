@@ -30,6 +30,8 @@ def _precondition_failed(exc: BaseException) -> bool:
 class FsspecStorage(Storage):
     """Objects of one store (one fsspec file system, opened for ``url`` with ``options``)."""
 
+    requests_overlap = True
+
     def __init__(self, url: str, options: dict[str, Any] | None = None, *, store: Store | None = None) -> None:
         self.store = store if store is not None else Store(url, options)
         self.name = self.store.url

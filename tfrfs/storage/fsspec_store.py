@@ -194,6 +194,18 @@ class Store:
             self.fetched += len(data)
         return data
 
+    def read_head(self, url: str, size: int) -> bytes:
+        """The first ``size`` bytes of an object in one ranged request (a shorter object, or a
+        server that sends it whole, gives what there is, cut at ``size``)."""
+        path = self.path_of(url)
+        return bytes(self.read_call(url, lambda: self.fs.cat_file(path, start=0, end=size,
+                                                                   timeout=self.timeout)))[:size]
+
+    def names_in(self, folder_url: str) -> list[str]:
+        """The names of what a folder (a prefix) holds, one level."""
+        found = self.call("list", folder_url, lambda: self.fs.ls(self.path_of(folder_url), detail=False))
+        return [posixpath.basename(str(p).rstrip("/")) for p in found]
+
     def write_all(self, url: str, data: bytes) -> None:
         path = self.path_of(url)
         self.call("write", url, lambda: self.fs.pipe_file(path, data))

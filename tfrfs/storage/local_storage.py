@@ -53,7 +53,7 @@ class LocalStorage(Storage):
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         if options:
-            raise UsageError(f"store options (-o {', '.join(options)}) apply to URL destinations only")
+            raise UsageError(f"store options (-o {', '.join(options)}) apply to URLs only")
         self.name = "local"
         self.options = {}
 
