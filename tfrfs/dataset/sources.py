@@ -24,7 +24,9 @@ from tfrfs.jobs import runner as jobs
 from tfrfs.index import manifest
 from tfrfs.jobs import shard_work as shardjobs
 from tfrfs.errors import UsageError
-from tfrfs.index.shard_index import HIDDEN_DIRS, INDEX_SUFFIXES, SNIFF_BYTES, TMP_PREFIX, Discovery, IndexCache, IndexProgress, ShardFile, ShardIndex, SourceFiles, default_cache_dir, discover, judge_head, shipped_names
+from tfrfs.index.discovery import (HIDDEN_DIRS, INDEX_SUFFIXES, SNIFF_BYTES, TMP_PREFIX, Discovery, ShardFile,
+                                   SourceFiles, discover, judge_head, shipped_names)
+from tfrfs.index.shard_index import IndexCache, IndexProgress, ShardIndex, default_cache_dir
 from tfrfs.index.build import index_all, index_job, reading_schema
 from tfrfs.index.memory import IndexMemory
 from tfrfs.index.manifest import Manifest
