@@ -43,9 +43,12 @@ def s3_server(_s3_session: S3Server) -> S3Server:
 
 
 @pytest.fixture
-def s3_proxy(s3_server: S3Server, _s3_proxy_session: FaultProxy) -> FaultProxy:
+def s3_proxy(request: pytest.FixtureRequest) -> FaultProxy:
     """A FaultProxy in front of ``s3_server``: no faults, no latency, empty log."""
-    return _fresh(_s3_proxy_session)
+    if _file_store():
+        _no_bucket("the test looks at the requests sent")
+    request.getfixturevalue("s3_server")
+    return _fresh(request.getfixturevalue("_s3_proxy_session"))
 
 
 @pytest.fixture
@@ -131,10 +134,87 @@ def s3_environment(mp: pytest.MonkeyPatch, server: S3Server, proxy: FaultProxy) 
     mp.delenv("AWS_ENDPOINT_URL_S3", raising=False)
 
 
+# ``TFRFS_REMOTE_STORE=file``: the remote tests' bucket is a local folder that tfrfs reaches as
+# ``file://`` URLs through the same fsspec storage a bucket goes through (the storage seam's
+# proof). A test that looks at the requests a bucket was sent (the proxy's log, its faults) has
+# no bucket to look at there, and is skipped.
+REMOTE_STORE_ENV = "TFRFS_REMOTE_STORE"
+
+
+def _file_store() -> bool:
+    import os
+    return os.environ.get(REMOTE_STORE_ENV, "s3") == "file"
+
+
+def _no_bucket(what: str) -> None:
+    pytest.skip(f"{what}: there is no bucket behind {REMOTE_STORE_ENV}=file (file:// through fsspec)")
+
+
+class FileRig:
+    """``S3Rig``'s calls on a local folder (one sub-folder a bucket), reached as ``file://``."""
+
+    def __init__(self, root: Path, bucket: str) -> None:
+        self.folder = root / bucket
+        self.folder.mkdir(parents=True)
+        self.bucket = bucket
+
+    @property
+    def server(self) -> S3Server:
+        _no_bucket("the test talks to the S3 server")
+        raise AssertionError
+
+    @property
+    def proxy(self) -> FaultProxy:
+        _no_bucket("the test looks at the requests sent")
+        raise AssertionError
+
+    def url(self, key: str = "") -> str:
+        return f"file://{self.folder}/{key}" if key else f"file://{self.folder}"
+
+    def path(self, key: str) -> str:
+        _no_bucket("the test looks at the requests sent")
+        raise AssertionError
+
+    def upload_tree(self, local: Path, prefix: str = "") -> list[str]:
+        keys = []
+        for path in (p for p in Path(local).rglob("*") if p.is_file()):
+            rel = path.relative_to(local).as_posix()
+            key = f"{prefix.rstrip('/')}/{rel}" if prefix.strip("/") else rel
+            self.upload_file(path, key)
+            keys.append(key)
+        return sorted(keys)
+
+    def upload_file(self, local: Path, key: str) -> None:
+        self.put(key, Path(local).read_bytes())
+
+    def put(self, key: str, data: bytes) -> None:
+        target = self.folder / key
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+
+    def get(self, key: str) -> bytes:
+        return (self.folder / key).read_bytes()
+
+    def delete(self, key: str) -> None:
+        (self.folder / key).unlink()
+
+    def keys(self, prefix: str = "") -> list[str]:
+        return sorted(k for k in (p.relative_to(self.folder).as_posix() for p in self.folder.rglob("*") if p.is_file())
+                      if k.startswith(prefix))
+
+    def last_modified(self, key: str) -> float:
+        return (self.folder / key).stat().st_mtime
+
+
 @pytest.fixture
-def s3(s3_server: S3Server, s3_proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch) -> S3Rig:
+def s3(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> S3Rig | FileRig:
     """A fresh bucket ``data``; tfrfs processes started by the test reach it through ``s3_proxy``
-    (the AWS variables a user would set, in this process's environment, which they inherit)."""
+    (the AWS variables a user would set, in this process's environment, which they inherit).
+    With ``TFRFS_REMOTE_STORE=file``, a fresh local folder reached as ``file://`` instead."""
+    if _file_store():
+        return FileRig(tmp_path / "file-store", "data")
+    s3_server: S3Server = request.getfixturevalue("s3_server")
+    s3_proxy: FaultProxy = request.getfixturevalue("s3_proxy")
     s3_environment(monkeypatch, s3_server, s3_proxy)
     rig = S3Rig(s3_server, s3_proxy, "data")
     s3_proxy.reset()

@@ -60,6 +60,7 @@ def test_only_the_storage_factory_asks_whether_bytes_are_remote() -> None:
         ".remote flag": re.compile(r"\.remote\b(?!\()"),   # Ray's ``f.remote(...)`` is a call
         "raw fsspec .fs": re.compile(r"\.fs\b"),
         "isinstance(..., Store)": re.compile(r"isinstance\([^)]*\bStore\b"),
+        "the store's protocol": re.compile(r"\.protocol\b"),
     }
     root = os.path.dirname(tfrfs.__file__)
     found = []

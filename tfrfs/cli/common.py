@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Callable
 from tfrfs.fuse import mounttab
 from tfrfs.errors import UsageError
 from tfrfs.index.shard_index import IndexCache, ShardIndex, default_cache_dir
-from tfrfs.storage.fsspec_store import is_url, parse_options
+from tfrfs.storage.factory import is_url
+from tfrfs.storage.fsspec_store import parse_options
 from tfrfs.index.memory import IndexMemory
 from tfrfs.dataset.sources import Source, index_source, open_source
 

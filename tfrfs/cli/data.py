@@ -12,7 +12,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from tfrfs.errors import TfrfsError, UsageError
-from tfrfs.storage.fsspec_store import is_url
+from tfrfs.storage.factory import is_url
 from tfrfs.cli.common import EXIT_OK, EXIT_PROBLEMS, Progress, open_args, open_dataset, runner_of
 
 

@@ -21,7 +21,7 @@ from tfrfs.fuse import mounttab
 from tfrfs.fuse import options
 from tfrfs.errors import TfrfsError, UsageError
 from tfrfs.index.shard_index import default_cache_dir, named_like_shard
-from tfrfs.storage.fsspec_store import is_url
+from tfrfs.storage.factory import is_url
 from tfrfs.cli.common import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, FSTYPE, Progress, _check_folder, check_options, open_dataset
 
 

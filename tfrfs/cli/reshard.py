@@ -98,7 +98,8 @@ def cmd_reshard(args: argparse.Namespace) -> int:
     from tfrfs.errors import UsageError
     from tfrfs.jobs.runner import Where
     from tfrfs.jobs.publish import Dest
-    from tfrfs.storage.fsspec_store import is_url, parse_options
+    from tfrfs.storage.factory import is_url
+    from tfrfs.storage.fsspec_store import parse_options
     from tfrfs.jobs.reshard import Tasks, copy_shard, make_plan, manifest_body, new_info, order_problems, sizes
     from tfrfs.jobs.reshardplan import check_template
     if args.name is not None:

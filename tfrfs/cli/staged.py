@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from tfrfs.fuse import mounttab
 from tfrfs.errors import TfrfsError, UsageError
-from tfrfs.storage.fsspec_store import is_url
+from tfrfs.storage.factory import is_url
 from tfrfs.cli.common import EXIT_OK, EXIT_PROBLEMS, FSTYPE, Progress, open_dataset, runner_of
 
 

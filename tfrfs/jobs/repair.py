@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tfrfs")
 
-BUCKETS = ("s3", "gcs")   # stores repair writes to (fsspec protocols)
 
 
 @dataclass
@@ -62,8 +61,8 @@ def check_repairable(source: Source) -> None:
     """Refuse a web server (read-only), a source mounted writable, and shards with staged edits
     (their record numbers would change under the edits). A bucket is never mounted writable: it
     has no staged edits. Raises UsageError."""
-    if source.store is not None:
-        if source.store.protocol not in BUCKETS:
+    if source.local_root is None:   # no staged edits outside a local folder
+        if not source.storage.writable:
             raise UsageError(f"{source.name}: a web server is read-only: copy the damaged shards to a "
                              "local folder or a bucket and repair them there")
         return

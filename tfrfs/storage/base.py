@@ -176,6 +176,8 @@ class Storage(ABC):
     def sync_all(self, path: str) -> None:
         """Make every file written under ``path`` durable (a store's writes already are)."""
 
+    # Objects can be written (a web server's cannot).
+    writable: bool = True
     # Reads are requests that wait on a network: many in flight at once pay off (indexing
     # shards on threads); on a local file system they would only contend.
     requests_overlap: bool = False

@@ -10,12 +10,8 @@ from tfrfs.storage.fsspec_store import BUILTIN_SCHEMES, SCHEMES
 
 
 def is_url(source: str) -> bool:
-    """Whether ``source`` names a remote SOURCE (a bucket or web URL) rather than a local path."""
-    scheme, sep, _ = source.partition("://")
-    return bool(sep) and scheme.lower() in SCHEMES
-
-
-def _fsspec_url(source: str) -> bool:
+    """Whether ``source`` is a URL that the fsspec storage reaches (a bucket, a web server, a
+    local folder as ``file://``, fsspec's memory) rather than a local path."""
     scheme, sep, _ = source.partition("://")
     return bool(sep) and (scheme.lower() in SCHEMES or scheme.lower() in BUILTIN_SCHEMES)
 
@@ -24,7 +20,7 @@ def open_storage(url_or_path: str, options: dict[str, Any] | None = None) -> Sto
     """The storage that holds ``url_or_path``: a store through fsspec for a URL (``s3://``,
     ``gs://``, ``http(s)://``, ``file://``, ``memory://``), else the local file system. Store
     options apply to URLs only (UsageError otherwise)."""
-    if _fsspec_url(url_or_path):
+    if is_url(url_or_path):
         from tfrfs.storage.fsspec_storage import FsspecStorage
         return FsspecStorage(url_or_path, options)
     from tfrfs.storage.local_storage import LocalStorage
@@ -34,7 +30,7 @@ def open_storage(url_or_path: str, options: dict[str, Any] | None = None) -> Sto
 def locate(url_or_path: str, options: dict[str, Any] | None = None) -> Location:
     """A ``Location`` for a folder or prefix as a user names it: a local path made absolute, a
     URL without its trailing "/"."""
-    if _fsspec_url(url_or_path):
+    if is_url(url_or_path):
         root = url_or_path.rstrip("/") if not url_or_path.endswith("://") else url_or_path
         return Location(root, tuple(sorted((options or {}).items())))
     open_storage(url_or_path, options)   # refuses store options for a local path

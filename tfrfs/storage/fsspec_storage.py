@@ -36,6 +36,7 @@ class FsspecStorage(Storage):
         self.store = store if store is not None else Store(url, options)
         self.name = self.store.url
         self.options = dict(self.store.options)
+        self.writable = self.store.protocol not in ("http", "https")
         # fsspec's in-memory store lives in this process: a lock makes a look and a write one step.
         self._memory_lock = threading.Lock()
 
@@ -180,6 +181,7 @@ class FsspecStorage(Storage):
 
     def copy(self, src: str, dst: str) -> None:
         durable.fault_point("write", dst)
+        self._parent_folder(dst)
         self.store.copy(src, dst)
 
     def upload(self, local: str, path: str) -> None:
@@ -193,6 +195,7 @@ class FsspecStorage(Storage):
         want = self.stat(src)
         if want is None:
             raise FileNotFoundError(src)
+        self._parent_folder(dst)
         self.store.copy(src, dst)
         got = self.stat(dst)
         if got is None or got.size != want.size:

@@ -164,6 +164,7 @@ class LocalStorage(Storage):
         # Copied beside ``dst`` and renamed over it: whole under its name or not there at all.
         import shutil
         folder = os.path.dirname(dst) or "."
+        os.makedirs(folder, exist_ok=True)
         fd, tmp = durable.mkstemp(folder, TMP_PREFIX)
         os.close(fd)
         try:
@@ -184,6 +185,7 @@ class LocalStorage(Storage):
         self.copy(local, path)
 
     def rename(self, src: str, dst: str) -> None:
+        os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
         durable.rename(src, dst)
         durable.fsync_dir(os.path.dirname(dst) or ".")
 
