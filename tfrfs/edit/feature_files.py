@@ -18,7 +18,7 @@ from tfrfs.storage import durable
 from tfrfs.edit import largevalue
 from tfrfs.edit import mutate
 from tfrfs.format import names
-from tfrfs.errors import DataLoss, Invalid, IsADir, NoSpace, ReadOnly, TfrfsError, TooLarge
+from tfrfs.errors import Busy, DataLoss, Invalid, IsADir, NoSpace, ReadOnly, TfrfsError, TooLarge
 from tfrfs.edit.handles import OpenFile, ScratchHandle, WriteHandle
 from tfrfs.edit.largevalue import LIMIT, Spliced, StandIn
 from tfrfs.edit.mutate import Target
@@ -35,6 +35,7 @@ class FileEditor:
         self.tree = stager.tree
         self.store = stager.store
         self.commit = commit   # writing to .tfrfs/commit runs it, with what was written
+        self.busy: Callable[[], str | None] = lambda: None   # why no change is staged now (a commit runs)
         # path -> the content of a feature file that some descriptor has open: every descriptor
         # of the file reads and writes it, and stat answers from it, until the last one is closed
         self.open_files: dict[str, OpenFile] = {}
@@ -134,6 +135,15 @@ class FileEditor:
                 else:
                     file.dirty, file.written = dirty, written
                 return
+            reason = self.busy()
+            if reason is not None:
+                # The commit works from what was staged when it started: refused, as content that
+                # does not fit is (the old value stays), and said where content refused is said.
+                if report:
+                    self.tree.errors.reject(file.path, reason)
+                else:
+                    file.dirty, file.written = dirty, written
+                raise Busy(f"{file.path}: {reason}")
             if isinstance(node, ScratchFile):
                 # Renamed to a scratch name while open (libfuse hides a removed open file so):
                 # what was written since goes into that file.

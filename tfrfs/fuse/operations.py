@@ -32,7 +32,7 @@ import posixpath
 import signal
 import stat as _stat
 import threading
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, ContextManager, Iterator, Mapping
 
 if not (os.environ.get("FUSE_LIBRARY_PATH") or os.environ.get("FUSE_LIBRARY_NAME")):
     os.environ["FUSE_LIBRARY_NAME"] = "fuse3"   # mfusepy would take libfuse2 first where both exist
@@ -45,7 +45,7 @@ if fuse.fuse_version_major != 3:
 
 from tfrfs.fuse import loop as fuse_loop
 from tfrfs.fuse import mountrecord
-from tfrfs.errors import DataLoss, NoAttr, TfrfsError
+from tfrfs.errors import Busy, DataLoss, NoAttr, TfrfsError
 from tfrfs.dataset.assembly import Mount
 from tfrfs.view.nodes import FILE_NODES, FileHandle, MetaFile, RecordBin, RecordDir, ShardDir, Stat
 from tfrfs.fuse.options import FUSE_FLAGS, FUSE_VALUES, Owner
@@ -62,6 +62,7 @@ _READDIR_PLUS = 1 << 0        # readdir flag: the kernel wants attributes too
 _FILL_DIR_PLUS = 1 << 1       # filler flag: this entry's attributes are complete
 _RENAME_NOREPLACE = 1 << 0
 _MAIN_LOOP_ENDED = 8          # fuse_main_real's status when its loop ended with an error (a signal)
+_META_PATH = "/.tfrfs/"   # the metadata folder's files (see Tree.lookup)
 _SETTLE_S = 0.25   # the most a request answered EIO for damage waits for .tfrfs/errors to be made fresh
 
 _LIBFUSE = fuse._libfuse._handle   # the libfuse the binding loaded, for what fuse_loop does below it
@@ -140,7 +141,8 @@ def _mapped(op: Callable[..., Any]) -> Callable[..., Any]:
             watch = self.watch
             token = watch.begin(name, args[0] if args else None) if watch is not None else 0
             try:
-                yield from op(self, *args)   # its errors arise while the binding iterates
+                with self.guard or contextlib.nullcontext():
+                    yield from op(self, *args)   # its errors arise while the binding iterates
             except Exception as exc:
                 if isinstance(exc, DataLoss):
                     self._damage_told()
@@ -155,7 +157,11 @@ def _mapped(op: Callable[..., Any]) -> Callable[..., Any]:
         watch = self.watch
         token = watch.begin(name, args[0] if args else None) if watch is not None else 0
         try:
-            return op(self, *args)
+            guard = self.guard
+            if guard is None or name == "destroy":   # destroy waits for a running commit
+                return op(self, *args)
+            with guard:
+                return op(self, *args)
         except Exception as exc:
             if isinstance(exc, DataLoss):
                 self._damage_told()
@@ -189,6 +195,9 @@ class _Edge:
 
     init_failure: Exception | None = None
     watch: RequestWatch | None = None   # requests in flight, watched for ones that run too long
+    # Held while each request is answered (a writable mount's: its commit runs on a thread of its
+    # own, and puts a new shard in place only between two requests).
+    guard: ContextManager[object] | None = None
 
     def _damage_told(self) -> None:
         """A request is about to be answered EIO for damage it may have found just now: see
@@ -463,6 +472,7 @@ class WritableOperations(Operations):
         self.files = mount.files
         self.folders = mount.folders
         self.renames = mount.renames
+        self.guard = mount.guard
         # Why the request loop ended, asked at destroy; None: not known (libfuse's own loop).
         self.ended: Callable[[], fuse_loop.End | None] = lambda: None
 
@@ -479,6 +489,8 @@ class WritableOperations(Operations):
         return 0
 
     def open(self, path: str, fi: Any) -> int:
+        if fi.flags & os.O_ACCMODE != os.O_RDONLY or fi.flags & os.O_TRUNC:
+            self._changing(path)
         handle = self.files.open(path, fi.flags)
         if handle is None:
             return super().open(path, fi)
@@ -487,6 +499,7 @@ class WritableOperations(Operations):
         return 0
 
     def create(self, path: str, mode: int, fi: Any) -> int:
+        self._changing(path)
         fi.fh = self._new_handle(self.files.create(path, fi.flags))
         return 0
 
@@ -497,6 +510,7 @@ class WritableOperations(Operations):
         if fi is not None and fi.fh in self._handles:
             self._handles[fi.fh].truncate(length)
             return 0
+        self._changing(path)
         self.files.truncate_path(path, length)
         return 0
 
@@ -527,14 +541,17 @@ class WritableOperations(Operations):
         return 0
 
     def unlink(self, path: str) -> int:
+        self._changing(path)
         self.files.unlink(path)
         return 0
 
     def mkdir(self, path: str, mode: int) -> int:
+        self._changing(path)
         self.folders.mkdir(path)
         return 0
 
     def rmdir(self, path: str) -> int:
+        self._changing(path)
         self.folders.rmdir(path)
         return 0
 
@@ -543,6 +560,7 @@ class WritableOperations(Operations):
             raise fuse.FuseOSError(errno.EINVAL)   # RENAME_EXCHANGE, RENAME_WHITEOUT: not supported
         if flags & _RENAME_NOREPLACE and self._present(new):
             raise fuse.FuseOSError(errno.EEXIST)
+        self._changing(old)
         if not self.files.is_new(old):   # else there is nothing to move but the open file
             self.renames.rename(old, new)
         self.files.moved(old, new)
@@ -565,6 +583,7 @@ class WritableOperations(Operations):
         # cp -a copies our own xattrs back: accepted, and ignored but for the kind of an empty
         # list, which its content cannot tell (SPEC 7).
         if name == "user.tfrfs.kind":
+            self._changing(path)
             self.files.set_kind(path, value)
         else:
             self._exists(path)
@@ -573,6 +592,13 @@ class WritableOperations(Operations):
     def removexattr(self, path: str, name: str) -> int:
         self._exists(path)
         return 0
+
+    def _changing(self, path: str) -> None:
+        """Refuse a change while a commit runs (EBUSY): it works from what was staged when it
+        started. ``.tfrfs/commit`` stays open to ``commit``, ``discard`` and ``keep``."""
+        reason = self.mount.busy()
+        if reason is not None and not path.startswith(_META_PATH):
+            raise Busy(f"{path}: {reason}")
 
     def _exists(self, path: str) -> None:
         if self.files.open_stat(path) is None:
