@@ -47,3 +47,30 @@ def test_commands_import_only_what_they_share() -> None:
             tree = ast.parse(f.read())
         siblings = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1}
         assert siblings <= ({"common"} if name != "common" else set()), (name, siblings)
+
+
+def test_the_read_side_never_imports_the_write_side() -> None:
+    """Nothing under tfrfs/view/ imports tfrfs.edit (at the top, inside a function, or for types):
+    the edits are an overlay that the read side asks through ``tfrfs.view.overlay``."""
+    import ast
+    folder = os.path.join(tfrfs.__path__[0], "view")
+    found = []
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".py"):
+            continue
+        with open(os.path.join(folder, name)) as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level == 1:
+                    base = f"tfrfs.view.{base}" if base else "tfrfs.view"
+                elif node.level == 2:
+                    base = f"tfrfs.{base}" if base else "tfrfs"
+                modules = [base] + ([f"{base}.{alias.name}" for alias in node.names] if base == "tfrfs" else [])
+            else:
+                continue
+            found += [(name, m) for m in modules if m == "tfrfs.edit" or m.startswith("tfrfs.edit.")]
+    assert found == []

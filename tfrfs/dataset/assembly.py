@@ -38,6 +38,7 @@ from tfrfs.edit.repack import CommitFailed
 from tfrfs.view.schema import Schema
 from tfrfs.dataset.sources import Source, index_source, open_source
 from tfrfs.edit.journal import Staging
+from tfrfs.edit.overlay import StagedOverlay
 from tfrfs.view.tree import Tree
 
 if TYPE_CHECKING:   # the editors are loaded by writable mounts only (see open_mount)
@@ -230,7 +231,8 @@ def open_mount(source: str | Source, *, writable: bool = False, records: str | N
                 log.warning("recovery: %s", line)
             staging.load()
         store = RecordStore(indexes, readers, records=records, decode_raw=decode_raw, writable=writable,
-                            staging=staging, on_bad=cache.save)
+                            overlay=StagedOverlay(staging) if staging is not None else None,
+                            on_bad=cache.save)
         tree = Tree(disc, store, Schema(store, cache.save))
         if src.manifest is not None and not src.remote and staging is None:
             from tfrfs.index.manifest import FolderCheck

@@ -1,7 +1,8 @@
 """The record store: every record's bytes and view, by (shard, record), over the shard readers.
 
-It owns what is true of records while mounted: which bytes a record holds now (staged in a
-writable mount, else the shard's), the bounded caches of record views and ``.bin`` contents, the
+It owns what is true of records while mounted: which bytes a record holds now (those of the
+edits laid over the shards in a writable mount, its ``overlay``, where it has any; else the
+shard's), the bounded caches of record views and ``.bin`` contents, the
 names pinned by changes (``pins``), and what was found wrong while reading (reported once, and
 remembered in the index so the next mount lists a record that does not parse as ``.bin``).
 Views come from the pure renderer (``render``); bytes come through the shard readers.
@@ -19,11 +20,11 @@ from tfrfs.format import tfrecord
 from tfrfs.errors import DataLoss, Unreachable
 from tfrfs.index.shard_index import ShardIndex
 from tfrfs.view.nodes import Dir, InShard, RecordId
+from tfrfs.view.overlay import Overlay, ShardLayer
 from tfrfs.view.pins import NamePin, pin_from_shown
 from tfrfs.view.problems import ErrorLog
 from tfrfs.storage.readers import Readers, Served, ShardReader
 from tfrfs.view.render import IN_SHARD_MIN, Options, RecordView, render, render_in_shard
-from tfrfs.edit.journal import ShardChanges, Staging
 from tfrfs.format.tfrecord import Problem
 
 DEFAULT_CACHE_BYTES = 256 << 20
@@ -34,7 +35,7 @@ class RecordStore:
     """Records of one mount (or one command), shard by shard; thread-safe."""
 
     def __init__(self, indexes: list[ShardIndex], readers: Readers, *, records: str | None = None,
-                 decode_raw: bool = True, writable: bool = False, staging: Staging | None = None,
+                 decode_raw: bool = True, writable: bool = False, overlay: Overlay | None = None,
                  errors: ErrorLog | None = None, on_bad: Callable[[ShardIndex], None] | None = None,
                  cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.shards = indexes
@@ -42,7 +43,7 @@ class RecordStore:
         self.kinds = _Kinds(self)   # each shard's record kind, as its index says (or --records)
         self.decode_raw = decode_raw
         self.writable = writable
-        self.staging = staging
+        self.overlay = overlay
         self.errors = errors or ErrorLog()
         self.on_bad = on_bad   # persists a newly found unparsable record, so the next mount lists it right
         self.on_view: Callable[[Dir, int, RecordId], None] | None = None   # adds the user's scratch entries
@@ -103,10 +104,11 @@ class RecordStore:
             for key in [k for k in self._pins if k[0] == shard]:
                 del self._pins[key]
 
-    def changes(self, shard: int) -> ShardChanges | None:
-        if self.staging is None:
+    def layer(self, shard: int) -> ShardLayer | None:
+        """What the overlay changes in shard ``shard`` (None: nothing, or no overlay)."""
+        if self.overlay is None:
             return None
-        return self.staging.shards.get(self.relpath(shard))
+        return self.overlay.layer(self.relpath(shard))
 
     def options(self, shard: int) -> Options:
         return Options(self.kinds[shard], self.decode_raw, self.shards[shard].shard.mtime_ns,
@@ -133,13 +135,11 @@ class RecordStore:
                 return b"", str(exc)
 
     def record_bytes(self, shard: int, rid: RecordId) -> tuple[bytes, str | None]:
-        """A record's current bytes: staged if it was edited or added, else the original."""
-        ch = self.changes(shard)
-        if ch is not None and self.staging is not None:
-            if isinstance(rid, str):
-                return self.staging.get_added(ch, rid), None
-            if rid in ch.edited:
-                return self.staging.get_edit(ch, rid), None
+        """A record's current bytes: the overlay's if it edited or added it, else the original."""
+        if self.overlay is not None:
+            data = self.overlay.record(self.relpath(shard), rid)
+            if data is not None:
+                return data, None
         assert isinstance(rid, int)
         return self.original(shard, rid)
 
@@ -227,8 +227,8 @@ class RecordStore:
         offset, _ = idx.span(rid)
         if report:
             self.errors.add(idx.shard.relpath, rid, offset, reason)
-        ch = self.changes(shard)
-        if not (ch is not None and rid in ch.edited):
+        layer = self.layer(shard)
+        if not (layer is not None and rid in layer.edited):
             idx.bad.add(rid)
             if report:
                 idx.problems.append(Problem(offset, reason, rid))

@@ -54,7 +54,7 @@ class Tree:
                 self.errors.add(idx.shard.relpath, None, None, note)
         self.meta.children["schema.json"] = MetaFile("schema.json", self.schema.as_json)
         self.meta.children["errors"] = MetaFile("errors", self.errors.render)
-        if store.staging is not None:
+        if store.overlay is not None:
             store.on_view = self._add_scratch_entries
 
     # -- the mirror of SOURCE ------------------------------------------------------
@@ -190,7 +190,7 @@ class Tree:
     def _record_entry(self, node: ShardDir, name: str) -> Node:
         store = self.store
         raw_shard = store.kinds[node.shard] == "raw"
-        ch = store.changes(node.shard)
+        ch = store.layer(node.shard)
         if ch is not None and name in ch.added:
             if raw_shard:
                 raise NotFound(name)
@@ -291,7 +291,7 @@ class Tree:
         idx = store.shards[shard]
         width = record_name_width(idx.count)
         raw = store.kinds[shard] == "raw"
-        ch = store.changes(shard)
+        ch = store.layer(shard)
         deleted = ch.deleted if ch is not None else ()
         bad = idx.bad
         for i in range(start, idx.count):
@@ -405,10 +405,9 @@ class Tree:
 
     def scratch_root(self, shard: int, rid: RecordId) -> str:
         """The real folder that holds the user's own folders and scratch files of a record."""
-        staging = self.store.staging
-        assert staging is not None
-        tag = f"#{rid}" if isinstance(rid, int) else f"+{rid}"
-        return str(staging.scratch_dir(self.store.relpath(shard), tag))
+        overlay = self.store.overlay
+        assert overlay is not None
+        return overlay.scratch_dir(self.store.relpath(shard), rid)
 
     def _add_scratch_entries(self, root: Dir, shard: int, rid: RecordId) -> None:
         _merge_scratch(root, self.scratch_root(shard, rid))
