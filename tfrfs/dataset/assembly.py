@@ -38,7 +38,7 @@ from tfrfs.edit.repack import CommitFailed
 from tfrfs.view.schema import Schema
 from tfrfs.dataset.sources import Source, index_source, open_source
 from tfrfs.edit.journal import Staging
-from tfrfs.edit.overlay import StagedOverlay
+from tfrfs.edit.overlay import EditSession
 from tfrfs.view.tree import Tree
 
 if TYPE_CHECKING:   # the editors are loaded by writable mounts only (see open_mount)
@@ -230,9 +230,11 @@ def open_mount(source: str | Source, *, writable: bool = False, records: str | N
             for line in repack.recover(disc.root, staging):
                 log.warning("recovery: %s", line)
             staging.load()
+        session = EditSession(staging) if staging is not None else None
         store = RecordStore(indexes, readers, records=records, decode_raw=decode_raw, writable=writable,
-                            overlay=StagedOverlay(staging) if staging is not None else None,
-                            on_bad=cache.save)
+                            overlay=session, on_bad=cache.save)
+        if session is not None:
+            session.attach(store)
         tree = Tree(disc, store, Schema(store, cache.save))
         if src.manifest is not None and not src.remote and staging is None:
             from tfrfs.index.manifest import FolderCheck
@@ -245,7 +247,8 @@ def open_mount(source: str | Source, *, writable: bool = False, records: str | N
             from tfrfs.edit.folders import FolderEditor
             from tfrfs.edit.rename import Renamer
             from tfrfs.edit.stager import Stager
-            stager = Stager(tree, staging)
+            assert session is not None
+            stager = Stager(tree, session)
             mount.files = FileEditor(stager, mount.control)
             mount.files.busy = mount.busy
             mount.folders = FolderEditor(stager)

@@ -34,6 +34,7 @@ class FileEditor:
         self.stager = stager
         self.tree = stager.tree
         self.store = stager.store
+        self.session = stager.session
         self.commit = commit   # writing to .tfrfs/commit runs it, with what was written
         self.busy: Callable[[], str | None] = lambda: None   # why no change is staged now (a commit runs)
         # path -> the content of a feature file that some descriptor has open: every descriptor
@@ -92,7 +93,7 @@ class FileEditor:
             os.makedirs(os.path.dirname(real), exist_ok=True)
             os.close(os.open(real, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644))
             durable.fsync_dir(os.path.dirname(real))
-            self.store.invalidate(record.shard, record.rid)
+            self.session.invalidate(record.shard, record.rid)
             return ScratchHandle(real, os.O_RDWR)
         self.stager.target(record, inner + (name,))   # refuse names that cannot be features now
         file = OpenFile(path, b"", time.time_ns(), self.stager.staging.tmp_file, new=True)
@@ -352,7 +353,7 @@ class FileEditor:
         self.stager.learn(msg, loc.section, loc.key, record)
 
     def _names_shown(self, record: RecordDir, msg: Any) -> NamePin:
-        """``store.names_shown`` for the record ``msg`` was parsed from, taken from ``msg`` rather
+        """``EditSession.names_shown`` for the record ``msg`` was parsed from, taken from ``msg`` rather
         than from a second parse (the record may hold a large value): ``msg`` changed in the one
         feature whose pinned entry the caller then sets anew."""
         view = self.store.view(record.shard, record.rid)
@@ -368,7 +369,7 @@ class FileEditor:
         if isinstance(node, ScratchFile):
             assert record is not None
             durable.unlink(node.path)
-            self.store.invalidate(record.shard, record.rid)
+            self.session.invalidate(record.shard, record.rid)
             return
         if isinstance(node, RecordBin):
             self.stager.delete_record(node.shard, node.rid)
@@ -378,7 +379,7 @@ class FileEditor:
                 raise IsADir(path)
             raise ReadOnly(f"{path}: only records can be changed")
         msg = self.store.message(record.shard, record.rid)
-        pin = self.store.names_shown(record.shard, record.rid)
+        pin = self.session.names_shown(record.shard, record.rid)
         remove_feature(self.stager, record, msg, pin, node, inner)
         self.stager.stage_record(record.shard, record.rid, msg.SerializeToString(deterministic=True), pin)
 

@@ -3,7 +3,8 @@
 A writable mount shows its shards with the staged edits laid over them, as git shows a work tree
 over its objects. The record store and the tree are the read side: they know records by shard
 and index, and ask an ``Overlay`` (implemented by the edit session, ``tfrfs.edit.overlay``) which
-records it changed, deleted or added, and for a changed one its bytes. The read side never
+records it changed, deleted or added, for a changed one its bytes, and which names a changed
+record keeps showing (its pin, ``view.pins``) until a commit. The read side never
 imports the write side; a read-only mount has no overlay.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import AbstractSet, Mapping, Protocol
 
 from tfrfs.view.nodes import RecordId
+from tfrfs.view.pins import NamePin
 
 
 class ShardLayer(Protocol):
@@ -49,3 +51,12 @@ class Overlay(Protocol):
 
     def scratch_dir(self, relpath: str, rid: RecordId) -> str:
         """The real folder holding the user's own folders and scratch files of a record."""
+
+    def pin(self, shard: int, rid: RecordId) -> NamePin | None:
+        """The names a record changed in the mount keeps showing, if any."""
+
+    def keep_pin(self, shard: int, rid: RecordId, pin: NamePin | None) -> None:
+        """What of a record's pin still makes a difference, once the record is rendered with it."""
+
+    def forget_shard(self, shard: int) -> None:
+        """Shard ``shard`` is read anew (a commit renumbered it): its records' pins go."""

@@ -3,7 +3,7 @@
 It owns what is true of records while mounted: which bytes a record holds now (those of the
 edits laid over the shards in a writable mount, its ``overlay``, where it has any; else the
 shard's), the bounded caches of record views and ``.bin`` contents, the
-names pinned by changes (``pins``), and what was found wrong while reading (reported once, and
+names pinned by changes (kept by the overlay, ``view.overlay``), and what was found wrong while reading (reported once, and
 remembered in the index so the next mount lists a record that does not parse as ``.bin``).
 Views come from the pure renderer (``render``); bytes come through the shard readers.
 """
@@ -21,7 +21,6 @@ from tfrfs.errors import DataLoss, Unreachable
 from tfrfs.index.shard_index import ShardIndex
 from tfrfs.view.nodes import Dir, InShard, RecordId
 from tfrfs.view.overlay import Overlay, ShardLayer
-from tfrfs.view.pins import NamePin, pin_from_shown
 from tfrfs.view.problems import ErrorLog
 from tfrfs.storage.readers import Readers, Served, ShardReader
 from tfrfs.view.render import IN_SHARD_MIN, Options, RecordView, render, render_in_shard
@@ -56,7 +55,6 @@ class RecordStore:
         self._views: CostLRU[tuple[int, RecordId], RecordView] = CostLRU(cache_bytes, lambda v: v.cost)
         self._bins: CostLRU[tuple[int, RecordId], tuple[bytes, str | None]] = \
             CostLRU(_BIN_CACHE_BYTES, lambda got: len(got[0]))
-        self._pins: dict[tuple[int, RecordId], NamePin] = {}   # names kept until a commit
 
     # -- shards --------------------------------------------------------------
 
@@ -101,8 +99,8 @@ class RecordStore:
         with self._lock:
             self._views.drop_where(lambda key: key[0] == shard)
             self._bins.drop_where(lambda key: key[0] == shard)
-            for key in [k for k in self._pins if k[0] == shard]:
-                del self._pins[key]
+        if self.overlay is not None:
+            self.overlay.forget_shard(shard)
 
     def layer(self, shard: int) -> ShardLayer | None:
         """What the overlay changes in shard ``shard`` (None: nothing, or no overlay)."""
@@ -197,21 +195,17 @@ class RecordStore:
             hit = self._views.get(key)
             if hit is not None:
                 return hit
-            pin = self._pins.get(key)
+        pin = self.overlay.pin(shard, rid) if self.overlay is not None else None
         view = None if self.writable else self._view_in_shard(shard, rid)
         if view is None:
             data, damaged = self.record_bytes(shard, rid)
             view = render(data, self.options(shard), damaged=damaged, pin=pin, made=isinstance(rid, str))
             if view.failure is not None:
                 self._unparsable(shard, rid, view.failure, report=damaged is None)
-        if pin is not None:
+        if pin is not None and self.overlay is not None:
             # Only what still makes a difference is kept: the rest the rules show alike, and the
             # next change takes its pin from what is shown.
-            with self._lock:
-                if view.pin is not None:
-                    self._pins[key] = view.pin
-                else:
-                    self._pins.pop(key, None)
+            self.overlay.keep_pin(shard, rid, view.pin)
         if self.on_view is not None:
             self.on_view(view.root, shard, rid)
         with self._lock:
@@ -280,42 +274,6 @@ class RecordStore:
         with self._lock:
             self._views.pop((shard, rid))
             self._bins.pop((shard, rid))
-
-    # -- pinned names (writable mounts) --------------------------------------------
-
-    def names_shown(self, shard: int, rid: RecordId) -> NamePin:
-        """How the record's features are shown now, with their values' digests: the pin a change
-        to the record starts from."""
-        view = self.view(shard, rid)
-        data, damaged = self.record_bytes(shard, rid)
-        if damaged or not view.shown:
-            return NamePin()
-        try:
-            message = self.parse(shard, data)
-        except Exception:  # noqa: BLE001 - a record that does not parse shows no features to keep
-            return NamePin()
-        return pin_from_shown(view.shown, message)
-
-    def pin_names(self, shard: int, rid: RecordId, pin: NamePin, *, build: bool = True) -> None:
-        """Show the record (whose staged content just changed) with the names of ``pin`` where they
-        hold. ``build=False`` leaves rendering it to the next lookup (a large record: the writer
-        still holds its content, and a second copy of it is not worth a smaller pin)."""
-        with self._lock:
-            self._pins[(shard, rid)] = pin
-        self.invalidate(shard, rid)
-        if not build:
-            return
-        try:
-            # Rendered now, so the pin shrinks at once to what it changes (memory stays small when
-            # a script edits many records), instead of at the record's next lookup.
-            self.view(shard, rid)
-        except OSError:
-            pass   # the next lookup reports it
-
-    def unpin(self, shard: int, rid: RecordId) -> None:
-        """Forget the names kept for a record (deleted, or its name given to another record)."""
-        with self._lock:
-            self._pins.pop((shard, rid), None)
 
     def close(self, *, factory: bool = True) -> None:
         """Close the shards' readers, and (``factory``) what opened them."""
