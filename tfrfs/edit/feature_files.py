@@ -22,7 +22,7 @@ from tfrfs.errors import Busy, DataLoss, Invalid, IsADir, NoSpace, ReadOnly, Tfr
 from tfrfs.edit.handles import OpenFile, ScratchHandle, WriteHandle
 from tfrfs.edit.largevalue import LIMIT, Spliced, StandIn
 from tfrfs.edit.mutate import Target
-from tfrfs.view.nodes import DataFile, Dir, FileHandle, MetaFile, Node, PlainFile, RecordBin, RecordDir, ScratchFile, ShardDir
+from tfrfs.view.nodes import DataFile, FileHandle, MetaFile, Node, PlainFile, RecordBin, RecordDir, ScratchFile
 from tfrfs.view.pins import NamePin, feature_digest, pin_from_shown
 from tfrfs.edit.stager import Stager, is_scratch, is_scratch_path, split_path
 
@@ -62,7 +62,7 @@ class FileEditor:
                 return None
             if isinstance(node, (PlainFile, MetaFile)) and not _is_commit_file(node):
                 raise ReadOnly(f"{path}: only records can be changed")
-            if isinstance(node, (Dir, ShardDir, RecordDir)):
+            if node.folder:
                 raise IsADir(path)
             if isinstance(node, DataFile) and node.damaged:
                 raise DataLoss(node.damaged)
@@ -375,7 +375,7 @@ class FileEditor:
             self.stager.delete_record(node.shard, node.rid)
             return
         if not isinstance(node, DataFile) or node.loc is None or record is None:
-            if isinstance(node, (Dir, ShardDir, RecordDir)):
+            if node.folder:
                 raise IsADir(path)
             raise ReadOnly(f"{path}: only records can be changed")
         msg = self.store.message(record.shard, record.rid)

@@ -36,7 +36,7 @@ from tfrfs.fuse.binding import LIBFUSE, Edge, FuseBinding, errno_of, fuse  # noq
 from tfrfs.fuse import mountrecord
 from tfrfs.errors import Busy, DataLoss, NoAttr, TfrfsError
 from tfrfs.dataset.assembly import Mount
-from tfrfs.view.nodes import FILE_NODES, FileHandle, MetaFile, RecordBin, RecordDir, ShardDir, Stat
+from tfrfs.view.nodes import FileHandle, MetaFile, RecordBin, RecordDir, ShardDir, Stat
 from tfrfs.fuse.options import FUSE_FLAGS, FUSE_VALUES, Owner
 from tfrfs.view.tree import Tree
 from tfrfs.fuse.watchdog import RequestWatch
@@ -168,8 +168,7 @@ class Operations(Edge):
         return 0
 
     def opendir(self, path: str) -> int:
-        node = self.tree.lookup(path)
-        if isinstance(node, FILE_NODES):
+        if not self.tree.lookup(path).folder:
             raise fuse.FuseOSError(errno.ENOTDIR)
         return 0
 

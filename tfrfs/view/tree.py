@@ -219,25 +219,12 @@ class Tree:
     # -- stat / list ---------------------------------------------------------------
 
     def stat(self, node: Node) -> Stat:
-        if isinstance(node, DataFile):
-            return Stat(False, len(node.data), node.mtime_ns)
+        if isinstance(node, MetaFile):
+            # Made when looked at: its size is its content's now, its time the folder's.
+            return Stat(False, len(node.render()), self.meta.mtime_ns)
         if isinstance(node, Dir):
             self._settle(node)
-            return Stat(True, 0, node.mtime_ns, 2 + sum(1 for c in node.children.values() if is_dir(c)))
-        if isinstance(node, RecordBin) and node.damaged:
-            raise DataLoss(node.damaged)
-        if isinstance(node, (RecordBin, PlainFile)):
-            return Stat(False, node.size, node.mtime_ns)
-        if isinstance(node, (ShardDir, RecordDir)):
-            # 1 ("unknown"): counting subfolders would parse records, and ls -l or find on a shard
-            # folder must not parse every record.
-            return Stat(True, 0, node.mtime_ns, 1)
-        if isinstance(node, MetaFile):
-            return Stat(False, len(node.render()), self.meta.mtime_ns)
-        if isinstance(node, ScratchFile):
-            st = os.stat(node.path)
-            return Stat(False, st.st_size, st.st_mtime_ns)
-        raise NotFound(str(node))
+        return node.stat()
 
     def names(self, node: Node) -> Iterator[tuple[str, bool]]:
         """(name, is_dir) of every entry of a folder node."""
@@ -247,7 +234,7 @@ class Tree:
             node = self.record_root(node)
         if isinstance(node, Dir):
             self._settle(node)
-            return iter([(n, is_dir(c)) for n, c in node.children.items()])
+            return iter([(n, c.folder) for n, c in node.children.items()])
         raise NotADir("not a folder")
 
     def entries(self, node: Node, start: int = 0) -> Iterator[tuple[int, str, Node]]:
