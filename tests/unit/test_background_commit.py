@@ -81,6 +81,7 @@ def test_the_mount_answers_while_a_commit_runs(session: Session) -> None:
         assert read(s, "/a.tfrecord/000001/label.json") == b"[7]\n"
         assert read(s, "/a.tfrecord/000002/label.json") == b"[2]\n"
         assert [n for n, _ in s.tree.names(s.tree.lookup("/a.tfrecord"))] == ["000000", "000001", "000002"]
+        assert s.mount.status().to_json()["committing"]
         # Changes are refused until it is over: it works from what was staged when it started.
         assert s.mount.busy() is not None
         with pytest.raises(Busy) as refused:
@@ -95,7 +96,7 @@ def test_the_mount_answers_while_a_commit_runs(session: Session) -> None:
     assert doc["ok"] and not doc["running"] and doc["commits"] == 1
     assert [r["relpath"] for r in doc["shards"]] == ["a.tfrecord"]
     assert labels(src / "a.tfrecord") == [0, 7, 2]
-    assert s.mount.busy() is None
+    assert s.mount.busy() is None and not s.mount.status().committing
     assert read(s, "/a.tfrecord/000002/label.json") == b"[2]\n"
     s.write("/a.tfrecord/000002/label.json", b"[9]")   # open to changes again
     assert s.pending() == ["a.tfrecord"]

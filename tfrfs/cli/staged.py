@@ -355,6 +355,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                           f"(tfrfs commit or tfrfs discard it):")
                     _print_pending(pending)
             return EXIT_OK
+        if info.get("committing"):
+            print("a commit is running (changes are refused until it is over)")
         _print_pending([PendingShard(**p) for p in info.get("pending", [])])
         rejected = info.get("rejected", [])
         if rejected:

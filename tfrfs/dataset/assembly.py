@@ -60,11 +60,13 @@ class StatusResult:
     rejected: tuple[Rejected, ...] = ()       # the last writes refused, oldest first
     source: str = ""
     pid: int = 0
+    committing: bool = False   # a commit runs now (changes are refused until it is over)
 
     def to_json(self) -> dict:
         return {"pending": [asdict(p) for p in self.pending],
                 "last_commit": self.last_commit.to_json() if self.last_commit else {},
-                "rejected": [asdict(r) for r in self.rejected], "source": self.source, "pid": self.pid}
+                "rejected": [asdict(r) for r in self.rejected], "source": self.source, "pid": self.pid,
+                "committing": self.committing}
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,8 @@ class Mount:
         if self.staging is None:
             return StatusResult(False, source=self.source_name, pid=os.getpid())
         return StatusResult(True, pending_of(self.staging), self.last_commit,
-                            tuple(self.tree.errors.rejected), self.source_name, os.getpid())
+                            tuple(self.tree.errors.rejected), self.source_name, os.getpid(),
+                            self.committer is not None and self.committer.running)
 
     def attach(self, mountpoint: str) -> None:
         """Note that this mount is served at ``mountpoint`` (see ``mountrecord``); ``close`` forgets it."""
