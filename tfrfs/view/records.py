@@ -2,9 +2,10 @@
 
 It owns what is true of records while mounted: which bytes a record holds now (those of the
 edits laid over the shards in a writable mount, its ``overlay``, where it has any; else the
-shard's), the bounded caches of record views and ``.bin`` contents, the
-names pinned by changes (kept by the overlay, ``view.overlay``), and what was found wrong while reading (reported once, and
-remembered in the index so the next mount lists a record that does not parse as ``.bin``).
+shard's), the bounded caches of record views and ``.bin`` contents, and what was found wrong
+while reading (reported once, and remembered in the index so the next mount lists a record that
+does not parse as ``.bin``). The names a changed record keeps showing are the overlay's: the
+store asks it for a record's pin when it renders one (``view.overlay``).
 Views come from the pure renderer (``render``); bytes come through the shard readers.
 """
 
