@@ -121,6 +121,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--commit-mib", type=int, default=None,
                    help="size of the commit dataset (default 1024, --quick 100)")
     p.add_argument("--commit-shards", type=int, default=4, help="shards of the commit dataset (default 4)")
+    p.add_argument("--stall-mib", type=int, default=None,
+                   help="size of the one shard committed while the stall probe reads and lists the mount "
+                        "(default 600, --quick 100)")
+    p.add_argument("--only-stall", action="store_true",
+                   help="run only the stall probe of the write-back phases (implies --only-write)")
     p.add_argument("--remote", action="store_true",
                    help="read the dataset from a loopback S3 server with injected latency instead (see above)")
     p.add_argument("--damage", action="store_true",
@@ -184,6 +189,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         a.random = REMOTE_RANDOM if a.remote else 500
     if a.write_mib is None:
         a.write_mib = 20 if a.quick else 100
+    if a.stall_mib is None:
+        a.stall_mib = 100 if a.quick else 600
+    if a.only_stall:
+        a.only_write = True
     if a.commit_mib is None:
         a.commit_mib = 100 if a.quick else 1024
     if a.repeat is None:

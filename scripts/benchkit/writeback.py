@@ -10,9 +10,11 @@ import os
 import shlex
 import shutil
 import sys
+import statistics
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .common import WORK, progress, run, timed_shell
 from .datasets import build_commit_dataset, build_write_source
@@ -22,6 +24,9 @@ from .tools import PeakWatch, Profiler, Tfrfs, force_unmount, proc_cpu, proc_io
 
 WB_BLOCK = 1 << 20        # the writer's block size, as dd bs=1M
 COMMIT_TARGET = 0.5       # the issue's goal: commit at least half as fast as cp of the same shard files
+STALL_EVERY = 0.05        # the stall probe asks the mount this often during a commit
+STALL_MAX_TARGET = 0.5    # the goal: no read or listing during a commit waits longer than this,
+STALL_MEDIAN_TARGET = 0.1  # and half of them no longer than this
 
 
 def write_timed(path: Path, total: int) -> tuple[float, float]:
@@ -204,13 +209,109 @@ def measure_commit(args: argparse.Namespace, profiler: Profiler | None) -> dict[
     return r
 
 
+class _Probe(threading.Thread):
+    """Times one request to the mount (``ask``) every ``STALL_EVERY`` seconds until stopped."""
+
+    def __init__(self, name: str, ask: Callable[[], object]) -> None:
+        super().__init__(name=f"probe-{name}", daemon=True)
+        self.ask = ask
+        self.seconds: list[float] = []
+        self.failures: list[str] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            t0 = time.perf_counter()
+            try:
+                self.ask()
+            except OSError as exc:
+                self.failures.append(str(exc))
+            took = time.perf_counter() - t0
+            self.seconds.append(took)
+            self.stop.wait(max(0.0, STALL_EVERY - took))
+
+    def result(self) -> dict[str, Any]:
+        s = sorted(self.seconds)
+        return {"n": len(s), "max_s": s[-1] if s else None, "median_s": statistics.median(s) if s else None,
+                "failures": self.failures[:5], "failed": len(self.failures)}
+
+
+def measure_commit_stall(args: argparse.Namespace) -> dict[str, Any]:
+    """How long the mount keeps a reader waiting while it commits: one record changed in a shard of
+    ``--stall-mib`` MiB, and during its `tfrfs commit` a `cat` of another record's file of that
+    shard and an `ls` of the shard folder, each every ``STALL_EVERY`` s, timed (max and median)."""
+    src, meta = build_commit_dataset(args.stall_mib, 1, args.rebuild)
+    mnt = WORK / "mnt-wb-stall"
+    force_unmount(mnt)
+    run([sys.executable, "-m", "tfrfs", "discard", str(src)])
+    target, count = meta["files"][0], meta["records"][0]
+    width = max(6, len(str(count - 1)))
+    rec, other = f"{count // 2:0{width}d}", f"{count // 4:0{width}d}"
+    r: dict[str, Any] = {"shard": target, "shard_bytes": (src / target).stat().st_size, "every_s": STALL_EVERY}
+    tool = Tfrfs(mnt, src, WORK / "wb-stall-cache", rw=True)
+    tool.mount()
+    try:
+        shard = tool.mnt / target
+        _flip_label(shard / rec / "label.json")
+        other_label = shard / other / "label.json"
+        want = other_label.read_bytes()
+        drop_caches()
+        warm_up([sys.executable, "-m", "tfrfs", "--version"])
+        progress(f"tfrfs --rw: commit of {target} ({r['shard_bytes'] / 2**20:.0f} MiB) while reading "
+                 f"{other}/label.json and listing the shard every {STALL_EVERY * 1000:.0f} ms")
+
+        def cat() -> None:
+            if other_label.read_bytes() != want:
+                raise OSError(f"{other_label}: other content during the commit")
+        probes = [_Probe("cat", cat), _Probe("ls", lambda: os.listdir(shard))]
+        for p in probes:
+            p.start()
+        t0 = time.perf_counter()
+        try:
+            run([sys.executable, "-m", "tfrfs", "commit", str(tool.mnt)])
+        finally:
+            r["commit_s"] = time.perf_counter() - t0
+            for p in probes:
+                p.stop.set()
+            for p in probes:
+                p.join()
+        r["cat"], r["ls"] = probes[0].result(), probes[1].result()
+        for name in ("cat", "ls"):
+            got = r[name]
+            progress(f"  {name}: {got['n']} during a {r['commit_s']:.2f}s commit, max {fmt(got['max_s'])}s, "
+                     f"median {fmt(got['median_s'])}s" + (f", {got['failed']} failed" if got["failed"] else ""))
+    finally:
+        tool.umount()
+    return r
+
+
 def measure_writeback(args: argparse.Namespace, profiler: Profiler | None) -> dict[str, Any]:
     wb: dict[str, Any] = {"loadavg_start": os.getloadavg()}
+    if getattr(args, "only_stall", False):
+        wb["stall"] = measure_commit_stall(args)
+        wb["loadavg_end"] = os.getloadavg()
+        wb["table"] = stall_rows(wb["stall"])
+        return wb
     wb["write"] = measure_write(args, profiler)
     wb["commit"] = measure_commit(args, profiler)
+    wb["stall"] = measure_commit_stall(args)
     wb["loadavg_end"] = os.getloadavg()
-    wb["table"] = writeback_rows(wb)
+    wb["table"] = writeback_rows(wb) + stall_rows(wb["stall"])
     return wb
+
+
+def stall_rows(st: dict[str, Any]) -> list[dict[str, Any]]:
+    """The stall probe's rows: max and median latency of each probe during the commit."""
+    mib = st["shard_bytes"] / 2**20
+    rows = []
+    for name, what in (("cat", "cat of another record's file"), ("ls", "ls of the shard folder")):
+        got = st[name]
+        for stat, target in (("max_s", STALL_MAX_TARGET), ("median_s", STALL_MEDIAN_TARGET)):
+            value = got[stat]
+            rows.append({"label": f"{what} during a {mib:.0f} MiB commit, {stat[:-2]}", "unit": "s",
+                         "tfrfs": value, "cp": None, "ratio": None, "target": f"<= {target:g} s",
+                         "target_met": None if value is None else value <= target})
+    return rows
 
 
 def writeback_rows(wb: dict[str, Any]) -> list[dict[str, Any]]:
@@ -240,10 +341,15 @@ def writeback_rows(wb: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def print_writeback(wb: dict[str, Any]) -> None:
-    w, c = wb["write"], wb["commit"]
     head = ["write-back", "unit", "tfrfs", "cp", "ratio", "target met"]
     body = [[r["label"], r["unit"], fmt(r["tfrfs"]), "" if r["cp"] is None else fmt(r["cp"]),
              "" if r["ratio"] is None else f"{r['ratio']:.2f}x", target_cell(r)] for r in wb["table"]]
+    if "write" not in wb:
+        print()
+        print_columns(head, body)
+        _print_stall(wb["stall"])
+        return
+    w, c = wb["write"], wb["commit"]
     ds = c["dataset"]
     print()
     print(f"write-back (--rw mounts); commit dataset {ds['name']}: {sum(ds['records']):,} records in "
@@ -261,3 +367,13 @@ def print_writeback(wb: dict[str, Any]) -> None:
           f"and the folder (commit fsyncs both); {how}; daemon CPU {c['daemon_cpu_s']:.2f}s; memory "
           f"{c['memory']['rss_before_mib']:.0f} MiB before (peak: VmHWM reset by clear_refs at the start"
           f"{'' if c['memory']['vmhwm_reset'] else ' REFUSED, so RSS sampled every 10 ms'})")
+    _print_stall(wb["stall"])
+
+
+def _print_stall(st: dict[str, Any]) -> None:
+    failed = st["cat"]["failed"] + st["ls"]["failed"]
+    print(f"stall probe: during `tfrfs commit` of {st['shard']} ({st['shard_bytes'] / 2**20:.0f} MiB, one record "
+          f"changed; {st['commit_s']:.2f}s), a read of another record's label.json and a listing of the shard "
+          f"folder, each every {st['every_s'] * 1000:.0f} ms on its own thread ({st['cat']['n']} reads, "
+          f"{st['ls']['n']} listings" + (f"; {failed} FAILED: {st['cat']['failures'] + st['ls']['failures']}"
+                                          if failed else "") + ")")

@@ -12,7 +12,8 @@ import pytest
 
 from tfrfs.fuse import operations as fuse_ops
 from tfrfs.errors import DataLoss, NoAttr, NotFound, ReadOnly
-from tfrfs.fuse.operations import _Edge, errno_of
+from tfrfs.fuse.binding import Edge as _Edge
+from tfrfs.fuse.operations import errno_of
 
 FuseOSError = fuse_ops.fuse.FuseOSError
 

@@ -81,3 +81,30 @@ def test_only_the_storage_factory_asks_whether_bytes_are_remote() -> None:
                         if pattern.search(code):
                             found.append(f"{os.path.relpath(path, root)}:{n}: {what}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+def test_the_read_side_never_imports_the_write_side() -> None:
+    """Nothing under tfrfs/view/ imports tfrfs.edit (at the top, inside a function, or for types):
+    the edits are an overlay that the read side asks through ``tfrfs.view.overlay``."""
+    import ast
+    folder = os.path.join(tfrfs.__path__[0], "view")
+    found = []
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".py"):
+            continue
+        with open(os.path.join(folder, name)) as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level == 1:
+                    base = f"tfrfs.view.{base}" if base else "tfrfs.view"
+                elif node.level == 2:
+                    base = f"tfrfs.{base}" if base else "tfrfs"
+                modules = [base] + ([f"{base}.{alias.name}" for alias in node.names] if base == "tfrfs" else [])
+            else:
+                continue
+            found += [(name, m) for m in modules if m == "tfrfs.edit" or m.startswith("tfrfs.edit.")]
+    assert found == []

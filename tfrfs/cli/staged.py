@@ -45,7 +45,7 @@ def cmd_umount(args: argparse.Namespace) -> int:
         if args.discard:
             failure = _control(mnt, b"discard\n")
         else:
-            failure = _with_progress("committing", lambda: _control(mnt, b"commit\n"))
+            failure = _with_progress("committing", lambda: _commit_now(mnt))
             committed = _last_commit(mnt) if failure is None else None
         if failure is not None:
             print(f"tfrfs: {failure}; {mnt} stays mounted", file=sys.stderr)
@@ -103,6 +103,39 @@ def _control(mnt: str, word: bytes) -> str | None:
             detail = None
         return detail or f"{word.decode().strip()} failed: {exc.strerror}"
     return None
+
+
+def _commit_now(mnt: str) -> str | None:
+    """Commit a writable mount's staged edits: ``commit`` written to its ``.tfrfs/commit`` starts
+    the commit (the mount keeps answering while it runs), and that file says when it is over
+    (``running``, and ``commits`` started so far); None on success, else the reason."""
+    before = _read_commit(mnt)
+    failure = _control(mnt, b"commit\n")
+    if failure is not None:
+        return failure
+    while True:
+        doc = _read_commit(mnt)
+        if doc is None:
+            return "the mount stopped answering while it committed (its log says why)"
+        if "running" not in doc:
+            break   # a daemon that committed inside the write
+        if not doc["running"] and (doc.get("commits", 0) > (before or {}).get("commits", 0)
+                                   or (before or {}).get("running")):
+            break
+        time.sleep(0.05)
+    if doc.get("ok") is False:
+        return str(doc.get("error") or "the commit failed")
+    return None
+
+
+def _read_commit(mnt: str) -> dict | None:
+    """A writable mount's ``.tfrfs/commit``, or None when it cannot be read."""
+    try:
+        with open(os.path.join(mnt, ".tfrfs", "commit")) as f:
+            doc = json.loads(f.read() or "{}")
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def _last_commit(mnt: str) -> dict:
@@ -245,7 +278,7 @@ def cmd_commit(args: argparse.Namespace) -> int:
         return EXIT_PROBLEMS
     if _mount_status(target) is None:
         raise UsageError(f"{target}: not a writable mount (mount with --rw to make changes)")
-    failure = _with_progress("committing", lambda: _control(target, b"commit\n"))
+    failure = _with_progress("committing", lambda: _commit_now(target))
     if failure:
         print(f"tfrfs: {failure}", file=sys.stderr)
         return EXIT_PROBLEMS
@@ -322,6 +355,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                           f"(tfrfs commit or tfrfs discard it):")
                     _print_pending(pending)
             return EXIT_OK
+        if info.get("committing"):
+            print("a commit is running (changes are refused until it is over)")
         _print_pending([PendingShard(**p) for p in info.get("pending", [])])
         rejected = info.get("rejected", [])
         if rejected:

@@ -18,30 +18,27 @@ import contextlib
 import errno
 import json
 import logging
-import mmap
 import os
-import time
+import threading
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from tfrfs.jobs import runner as jobs
-from tfrfs.index import manifest
 from tfrfs.fuse import mountrecord
-from tfrfs.edit import mutate
 from tfrfs.edit import repack
-from tfrfs.index import tfds_info as tfds
+from tfrfs.edit.commit import CommitResult, Committer, PendingShard, WriteJobs, pending_of
 from tfrfs.errors import Busy, UsageError
 from tfrfs.storage.factory import open_storage
-from tfrfs.index.shard_index import Discovery, IndexCache, IndexProgress, ShardFile, ShardIndex, discover, local_identity
-from tfrfs.view.nodes import MetaFile, PlainFile
+from tfrfs.index.shard_index import Discovery, IndexCache, IndexProgress, ShardIndex, discover
+from tfrfs.view.nodes import MetaFile
 from tfrfs.view.problems import Rejected
 from tfrfs.storage.readers import Readers
 from tfrfs.view.records import RecordStore
-from tfrfs.edit.repack import CommitFailed, ShardResult
+from tfrfs.edit.repack import CommitFailed
 from tfrfs.view.schema import Schema
-from tfrfs.index.shardschema import Tally
 from tfrfs.dataset.sources import Source, index_source, open_source
-from tfrfs.edit.journal import ShardChanges, Staging
+from tfrfs.edit.journal import Staging
+from tfrfs.edit.overlay import EditSession
 from tfrfs.view.tree import Tree
 
 if TYPE_CHECKING:   # the editors are loaded by writable mounts only (see open_mount)
@@ -51,39 +48,8 @@ if TYPE_CHECKING:   # the editors are loaded by writable mounts only (see open_m
 
 log = logging.getLogger("tfrfs")
 
-
-
-@dataclass(frozen=True)
-class PendingShard:
-    """What is staged for one shard."""
-
-    shard: str
-    new: bool
-    removed: bool
-    edited: int
-    deleted: int
-    added: int
-
-
-@dataclass(frozen=True)
-class CommitResult:
-    ok: bool
-    shards: tuple[ShardResult, ...] = ()
-    seconds: float = 0.0
-    error: str | None = None
-    notes: tuple[str, ...] = ()   # what else the commit did or could not do (TFDS metadata), one line each
-    staged: tuple[PendingShard, ...] = ()   # what was staged for the shards it wrote
-
-    @property
-    def records_changed(self) -> int:
-        return sum(p.edited + p.deleted + p.added for p in self.staged)
-
-    def to_json(self) -> dict:
-        if not self.ok:
-            return {"ok": False, "error": self.error, "done": [r.relpath for r in self.shards]}
-        return {"ok": True, "shards": [asdict(r) for r in self.shards], "seconds": self.seconds,
-                "notes": list(self.notes), "staged": [asdict(p) for p in self.staged],
-                "records_changed": self.records_changed}
+__all__ = ["CommitResult", "DiscardResult", "Mount", "PendingShard", "StatusResult", "commit_source", "discard",
+           "open_mount", "pending_of", "source_root", "staged_in", "writable_holder"]
 
 
 @dataclass(frozen=True)
@@ -94,25 +60,18 @@ class StatusResult:
     rejected: tuple[Rejected, ...] = ()       # the last writes refused, oldest first
     source: str = ""
     pid: int = 0
+    committing: bool = False   # a commit runs now (changes are refused until it is over)
 
     def to_json(self) -> dict:
         return {"pending": [asdict(p) for p in self.pending],
                 "last_commit": self.last_commit.to_json() if self.last_commit else {},
-                "rejected": [asdict(r) for r in self.rejected], "source": self.source, "pid": self.pid}
+                "rejected": [asdict(r) for r in self.rejected], "source": self.source, "pid": self.pid,
+                "committing": self.committing}
 
 
 @dataclass(frozen=True)
 class DiscardResult:
     shards: int     # shards whose staged changes were dropped
-
-
-def pending_of(staging: Staging) -> tuple[PendingShard, ...]:
-    """The shards with staged changes, in path order."""
-    return tuple(_pending(ch) for _, ch in sorted(staging.shards.items()) if not ch.empty)
-
-
-def _pending(ch: ShardChanges) -> PendingShard:
-    return PendingShard(ch.relpath, ch.new, ch.removed, len(ch.edited), len(ch.deleted), len(ch.added))
 
 
 @dataclass(eq=False)
@@ -127,9 +86,15 @@ class Mount:
     files: FileEditor | None = None
     folders: FolderEditor | None = None
     renames: Renamer | None = None
-    last_commit: CommitResult | None = field(default=None)
+    committer: Committer | None = None
     discard_at_unmount: bool = False   # tfrfs umount --discard asked for it (see ``control``)
     mountpoint: str | None = None      # where it is served (``attach``)
+    # Held by every request of a writable mount, and by its commit while it puts a shard in place.
+    guard: threading.RLock = field(default_factory=threading.RLock)
+
+    @property
+    def last_commit(self) -> CommitResult | None:
+        return self.committer.last if self.committer is not None else None
 
     @property
     def store(self) -> RecordStore:
@@ -149,7 +114,8 @@ class Mount:
         if self.staging is None:
             return StatusResult(False, source=self.source_name, pid=os.getpid())
         return StatusResult(True, pending_of(self.staging), self.last_commit,
-                            tuple(self.tree.errors.rejected), self.source_name, os.getpid())
+                            tuple(self.tree.errors.rejected), self.source_name, os.getpid(),
+                            self.committer is not None and self.committer.running)
 
     def attach(self, mountpoint: str) -> None:
         """Note that this mount is served at ``mountpoint`` (see ``mountrecord``); ``close`` forgets it."""
@@ -176,8 +142,14 @@ class Mount:
             log.info("the staged edits are dropped at unmount (tfrfs umount --discard)")
         elif word == "keep":
             self.discard_at_unmount = False
-        else:
-            self.commit()
+        elif self.committer is not None:
+            # On a thread of its own: the mount keeps answering meanwhile (see edit.commit), and
+            # tfrfs commit waits for its result in .tfrfs/commit.
+            self.committer.start(self.write_jobs(None))
+
+    def busy(self) -> str | None:
+        """Why the mount takes no change now (a commit runs), or None."""
+        return self.committer.busy() if self.committer is not None else None
 
     def finish(self, unmounted: bool, why: str) -> None:
         """The end of a writable mount: commit when the kernel unmounted it (``unmounted``), or drop
@@ -186,6 +158,8 @@ class Mount:
         staging = self.staging
         if staging is None:
             return
+        if self.committer is not None:
+            self.committer.wait()   # a commit still running ends first, however the mount ends
         if unmounted and self.discard_at_unmount:
             try:
                 n = staging.drop_all()
@@ -209,186 +183,30 @@ class Mount:
             log.info("%s: nothing was staged", why)
 
     def commit(self, runner: jobs.Runner | None = None) -> CommitResult:
-        """Write every changed shard anew: each new file by a shard job on ``runner`` (here, one
-        after the other, without one: as inside the daemon), each put in place here, in shard
+        """Write every changed shard anew, here and now: each new file by a shard job on ``runner``
+        (here, one after the other, without one: as inside the daemon), each put in place in shard
         order. Raises CommitFailed; what finished before stays committed."""
-        staging = self.staging
-        if staging is None:
+        if self.committer is None:
             return CommitResult(True)
-        done: list[ShardResult] = []
-        started = time.monotonic()
-        self.tree.schema.forget()   # the shards are about to change
-        store = self.store
-        staged: list[PendingShard] = []
-        root = self.discovery.root
-        todo = list(sorted(staging.shards.items()))
-        plans: dict[str, repack.ShardPlan] = {}
-        written: Iterator[repack.Written] = iter(())
-        try:
-            first = next((ch for _, ch in todo if not ch.empty), None)
-            if first is not None:
-                repack.settle(staging, first)
-            for relpath, ch in todo:
-                if ch.empty or ch.removed:
-                    continue
-                n = store.shard_number(relpath)
-                try:
-                    plans[relpath] = repack.plan_shard(root, ch, store.shards[n] if n is not None else None)
-                except OSError as exc:
-                    raise repack.failure(ch, exc, False) from exc
-            # A shard replaced on disk since it was indexed (a commit whose last step failed) is
-            # written here, from the file this mount holds open; the others by jobs.
-            here = {relpath for relpath, plan in plans.items() if plan.shard is not None and not _same_file(plan.shard)}
-            where = jobs.Where.of(self.source)
+        self.committer.wait()   # one started by .tfrfs/commit ends first
+        return self.committer.commit(self.write_jobs(runner))
+
+    def write_jobs(self, runner: jobs.Runner | None) -> WriteJobs:
+        where = jobs.Where.of(self.source)
+
+        def write_jobs(plans: list[repack.ShardPlan]) -> Iterator[repack.Written]:
             from tfrfs.jobs.shard_work import gather
-            written = gather(runner or jobs.InProcess(), repack.write_job,
-                             [(where, plan) for relpath, plan in plans.items() if relpath not in here])
-            for relpath, ch in todo:
-                if ch.empty:
-                    staging.drop_shard(relpath)
-                    continue
-                pending = _pending(ch)
-                n = store.shard_number(relpath)
-                log.info("committing %s (%d edited, %d deleted, %d added%s)", relpath, len(ch.edited),
-                         len(ch.deleted), len(ch.added), ", removed" if ch.removed else ", new" if ch.new else "")
-                tally = self._tally_after(n, ch)
-                if n is not None:
-                    store.reader(n)   # opened before the file is replaced: the mount reads the old one until reloaded
-                if ch.removed:
-                    result = repack.remove_shard(root, ch, staging)
-                else:
-                    plan = plans.pop(relpath)
-                    got = repack.write_job(where, plan, store.reader(n)) if relpath in here and n is not None \
-                        else _next_written(written)
-                    result = repack.put_in_place(plan, got, staging)
-                done.append(result)
-                staged.append(pending)
-                if n is not None:
-                    if result.action == "removed":
-                        self.tree.hide_shard(n)
-                    else:
-                        self._reload(n, relpath)
-                        self.tree.schema.committed(n, tally)
-                log.info("committed %s: %s, %d records, %d bytes", relpath, result.action, result.records,
-                         result.bytes)
-        except CommitFailed as exc:
-            log.error("%s", exc)
-            self.last_commit = CommitResult(False, tuple(done), error=str(exc), staged=tuple(staged),
-                                            notes=self._follow_tfds(done) + self._follow_manifest(done))
-            raise
-        finally:
-            close = getattr(written, "close", None)
-            if close is not None:
-                close()   # the jobs not finished yet are called off ...
-            repack.take_back(plans.values())   # ... and their files taken back
-        notes = self._follow_tfds(done) + self._follow_manifest(done)
-        self.last_commit = CommitResult(True, tuple(done), round(time.monotonic() - started, 3),
-                                        staged=tuple(staged), notes=notes)
-        return self.last_commit
-
-    def _tally_after(self, n: int | None, ch: ShardChanges) -> Tally | None:
-        """What shard ``n`` will hold once ``ch`` is committed (the schema follows without reading
-        the shard again), or None when its tally is not known yet."""
-        if ch.removed or n is None:
-            return None
-        store = self.store
-        idx = store.shards[n]
-        staging = self.staging
-        assert staging is not None
-        replaced = sorted((ch.edited | ch.deleted) - idx.bad) if not ch.new else []
-        removed = (store.original(n, i)[0] for i in replaced if i < idx.count)
-
-        def written() -> Iterator[bytes | memoryview]:
-            # Staged records are mapped, not read: one may hold a value of a gigabyte.
-            for i in sorted(ch.edited - ch.deleted):
-                yield from _mapped(staging.edit_path(ch, i), 0)
-            for name in ch.added_names():
-                if ch.kind == "sequence":
-                    yield mutate.with_both_parts(staging.get_added(ch, name))
-                else:
-                    yield from _mapped(*staging.added_path(ch, name))
-        return self.tree.schema.change_of(None if ch.new else n, store.kinds[n], removed, written())
-
-    def _follow_tfds(self, done: list[ShardResult]) -> tuple[str, ...]:
-        """A TFDS ``dataset_info.json`` beside committed shards follows them: not a failure of the
-        commit, what it did or could not do are notes. The mount then shows the new file."""
-        notes = tfds.after_commit(self.discovery.root, self.store.shards, [r.relpath for r in done])
-        for note in notes:
-            log.info("%s", note)
-        for rel in {os.path.join(os.path.dirname(r.relpath), tfds.INFO) for r in done}:
-            parent = self.tree.dirs.get(os.path.dirname(rel))
-            if parent is not None and isinstance(parent.children.get(tfds.INFO), PlainFile):
-                try:
-                    parent.children[tfds.INFO] = PlainFile(rel, *self.discovery.access.plain_stat(rel))
-                except OSError:   # gone from under the mount: it is shown as it was
-                    pass
-        return tuple(notes)
-
-    def _follow_manifest(self, done: list[ShardResult]) -> tuple[str, ...]:
-        """The index files beside the committed shards and the dataset's manifest follow them
-        (SPEC 1.2), where the dataset has them (also after a commit of nothing: one that a crash
-        cut short may have left them behind)."""
-        store = self.store
-        written = [store.shards[n] for r in done if r.action != "removed"
-                   and (n := store.shard_number(r.relpath)) is not None]
-        removed = [r.relpath for r in done if r.action == "removed"]
-        schema = self.tree.schema
-        notes = manifest.follow(self.discovery.root, self.cache, written, removed,
-                                schema.summary() if schema.ready() else None)
-        for note in notes:
-            log.info("%s", note)
-        return tuple(notes)
-
-    def _reload(self, n: int, relpath: str) -> None:
-        path = os.path.join(self.discovery.root, relpath)
-        st = os.stat(path)
-        old = self.store.shards[n].shard
-        shard = ShardFile(path=os.path.abspath(path), relpath=relpath, compression=old.compression,
-                          size=st.st_size, mtime_ns=st.st_mtime_ns, identity=local_identity(st))
-        idx, _ = self.cache.get(shard)
-        self.tree.replace_shard(n, idx)
+            return gather(runner or jobs.InProcess(), repack.write_job, [(where, plan) for plan in plans])
+        return write_jobs
 
     def close(self) -> None:
+        if self.committer is not None:
+            self.committer.wait()   # it reads through the tree
         self.tree.close()   # and with it the record store and its shard readers
         if self.staging is not None:
             self.staging.release()   # and with nothing staged, the staging folder goes
         if self.mountpoint is not None:
             mountrecord.remove(self.mountpoint, os.getpid())
-
-
-def _same_file(shard: ShardFile) -> bool:
-    """Whether ``shard``'s path still holds the file that was indexed."""
-    try:
-        return local_identity(os.stat(shard.path)) == shard.identity
-    except OSError:
-        return False
-
-
-def _next_written(written: Iterator[repack.Written]) -> repack.Written:
-    """The next shard's write job's result; a failure of the runner itself (a worker lost again
-    and again, a cluster gone) fails that shard's commit as a job's own failure would."""
-    try:
-        return next(written)
-    except Exception as exc:   # the job's own failures come back in Written
-        log.error("a commit job failed", exc_info=True)
-        return repack.Written(0, OSError(errno.EIO, f"its job failed: {exc}"))
-
-
-def _mapped(path: os.PathLike[str] | str, start: int) -> Iterator[bytes | memoryview]:
-    """The bytes of ``path`` from ``start`` on, mapped for as long as the consumer looks at them."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size <= start:
-            yield b""
-            return
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            view = memoryview(mapped)
-            part = view[start:]
-            try:
-                yield part
-            finally:
-                part.release()
-                view.release()
 
 
 def open_mount(source: str | Source, *, writable: bool = False, records: str | None = None, decode_raw: bool = True,
@@ -415,21 +233,27 @@ def open_mount(source: str | Source, *, writable: bool = False, records: str | N
             for line in repack.recover(disc.root, staging):
                 log.warning("recovery: %s", line)
             staging.load()
+        session = EditSession(staging) if staging is not None else None
         store = RecordStore(indexes, readers, records=records, decode_raw=decode_raw, writable=writable,
-                            staging=staging, on_bad=cache.save)
+                            overlay=session, on_bad=cache.save)
+        if session is not None:
+            session.attach(store)
         tree = Tree(disc, store, Schema(store, cache.save))
         if src.manifest is not None and src.local_root is not None and staging is None:
             from tfrfs.index.manifest import FolderCheck
             tree.check_folders(FolderCheck(tree, cache))
         mount = Mount(disc, tree, cache, src, staging)
         if staging is not None:
+            mount.committer = Committer(tree, staging, cache, jobs.Where.of(src), mount.guard)
             # Imported here: a read-only mount (and every command but mount --rw) does without them.
             from tfrfs.edit.feature_files import FileEditor
             from tfrfs.edit.folders import FolderEditor
             from tfrfs.edit.rename import Renamer
             from tfrfs.edit.stager import Stager
-            stager = Stager(tree, staging)
+            assert session is not None
+            stager = Stager(tree, session)
             mount.files = FileEditor(stager, mount.control)
+            mount.files.busy = mount.busy
             mount.folders = FolderEditor(stager)
             mount.renames = Renamer(stager)
             _add_write_meta(mount)
@@ -447,7 +271,11 @@ def _add_write_meta(mount: Mount) -> None:
         return (json.dumps(mount.status().to_json(), indent=2, ensure_ascii=False) + "\n").encode()
 
     def commit() -> bytes:
-        result = mount.last_commit.to_json() if mount.last_commit else {}
+        # "commits" (started so far) and "running" tell tfrfs commit when the one it started is over.
+        committer = mount.committer
+        assert committer is not None
+        result = committer.last.to_json() if committer.last else {}
+        result.update(commits=committer.started, running=committer.running)
         return (json.dumps(result, ensure_ascii=False) + "\n").encode()
     mount.tree.meta.children["status"] = MetaFile("status", status)
     mount.tree.meta.children["commit"] = MetaFile("commit", commit)

@@ -18,11 +18,11 @@ from tfrfs.storage import durable
 from tfrfs.edit import largevalue
 from tfrfs.edit import mutate
 from tfrfs.format import names
-from tfrfs.errors import DataLoss, Invalid, IsADir, NoSpace, ReadOnly, TfrfsError, TooLarge
+from tfrfs.errors import Busy, DataLoss, Invalid, IsADir, NoSpace, ReadOnly, TfrfsError, TooLarge
 from tfrfs.edit.handles import OpenFile, ScratchHandle, WriteHandle
 from tfrfs.edit.largevalue import LIMIT, Spliced, StandIn
 from tfrfs.edit.mutate import Target
-from tfrfs.view.nodes import DataFile, Dir, FileHandle, MetaFile, Node, PlainFile, RecordBin, RecordDir, ScratchFile, ShardDir
+from tfrfs.view.nodes import DataFile, FileHandle, MetaFile, Node, PlainFile, RecordBin, RecordDir, ScratchFile
 from tfrfs.view.pins import NamePin, feature_digest, pin_from_shown
 from tfrfs.edit.stager import Stager, is_scratch, is_scratch_path, split_path
 
@@ -34,7 +34,9 @@ class FileEditor:
         self.stager = stager
         self.tree = stager.tree
         self.store = stager.store
+        self.session = stager.session
         self.commit = commit   # writing to .tfrfs/commit runs it, with what was written
+        self.busy: Callable[[], str | None] = lambda: None   # why no change is staged now (a commit runs)
         # path -> the content of a feature file that some descriptor has open: every descriptor
         # of the file reads and writes it, and stat answers from it, until the last one is closed
         self.open_files: dict[str, OpenFile] = {}
@@ -60,7 +62,7 @@ class FileEditor:
                 return None
             if isinstance(node, (PlainFile, MetaFile)) and not _is_commit_file(node):
                 raise ReadOnly(f"{path}: only records can be changed")
-            if isinstance(node, (Dir, ShardDir, RecordDir)):
+            if node.folder:
                 raise IsADir(path)
             if isinstance(node, DataFile) and node.damaged:
                 raise DataLoss(node.damaged)
@@ -91,7 +93,7 @@ class FileEditor:
             os.makedirs(os.path.dirname(real), exist_ok=True)
             os.close(os.open(real, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644))
             durable.fsync_dir(os.path.dirname(real))
-            self.store.invalidate(record.shard, record.rid)
+            self.session.invalidate(record.shard, record.rid)
             return ScratchHandle(real, os.O_RDWR)
         self.stager.target(record, inner + (name,))   # refuse names that cannot be features now
         file = OpenFile(path, b"", time.time_ns(), self.stager.staging.tmp_file, new=True)
@@ -134,6 +136,15 @@ class FileEditor:
                 else:
                     file.dirty, file.written = dirty, written
                 return
+            reason = self.busy()
+            if reason is not None:
+                # The commit works from what was staged when it started: refused, as content that
+                # does not fit is (the old value stays), and said where content refused is said.
+                if report:
+                    self.tree.errors.reject(file.path, reason)
+                else:
+                    file.dirty, file.written = dirty, written
+                raise Busy(f"{file.path}: {reason}")
             if isinstance(node, ScratchFile):
                 # Renamed to a scratch name while open (libfuse hides a removed open file so):
                 # what was written since goes into that file.
@@ -342,7 +353,7 @@ class FileEditor:
         self.stager.learn(msg, loc.section, loc.key, record)
 
     def _names_shown(self, record: RecordDir, msg: Any) -> NamePin:
-        """``store.names_shown`` for the record ``msg`` was parsed from, taken from ``msg`` rather
+        """``EditSession.names_shown`` for the record ``msg`` was parsed from, taken from ``msg`` rather
         than from a second parse (the record may hold a large value): ``msg`` changed in the one
         feature whose pinned entry the caller then sets anew."""
         view = self.store.view(record.shard, record.rid)
@@ -358,17 +369,17 @@ class FileEditor:
         if isinstance(node, ScratchFile):
             assert record is not None
             durable.unlink(node.path)
-            self.store.invalidate(record.shard, record.rid)
+            self.session.invalidate(record.shard, record.rid)
             return
         if isinstance(node, RecordBin):
             self.stager.delete_record(node.shard, node.rid)
             return
         if not isinstance(node, DataFile) or node.loc is None or record is None:
-            if isinstance(node, (Dir, ShardDir, RecordDir)):
+            if node.folder:
                 raise IsADir(path)
             raise ReadOnly(f"{path}: only records can be changed")
         msg = self.store.message(record.shard, record.rid)
-        pin = self.store.names_shown(record.shard, record.rid)
+        pin = self.session.names_shown(record.shard, record.rid)
         remove_feature(self.stager, record, msg, pin, node, inner)
         self.stager.stage_record(record.shard, record.rid, msg.SerializeToString(deterministic=True), pin)
 

@@ -23,6 +23,7 @@ class FolderEditor:
         self.stager = stager
         self.tree = stager.tree
         self.store = stager.store
+        self.session = stager.session
         self.staging = stager.staging
         self._show_staged_shards()
 
@@ -53,7 +54,7 @@ class FolderEditor:
             try:
                 self.stager.keep_folders(record, inner + (name,))
             finally:
-                self.store.invalidate(record.shard, record.rid)
+                self.session.invalidate(record.shard, record.rid)
             return
         if isinstance(parent, ShardDir):
             self.add_record(parent.shard, name, self._empty_record(parent.shard))
@@ -89,7 +90,7 @@ class FolderEditor:
         try:
             self.staging.put_added(ch, name, data)
         finally:
-            self.store.invalidate(shard, name)
+            self.session.invalidate(shard, name)
 
     def _add_shard(self, parent_path: str, name: str) -> None:
         rel_parent = parent_path.strip("/")
@@ -149,7 +150,7 @@ class FolderEditor:
                 os.rmdir(node.scratch)
                 durable.fsync_dir(os.path.dirname(node.scratch))
         finally:
-            self.store.invalidate(record.shard, record.rid)
+            self.session.invalidate(record.shard, record.rid)
 
 
 def _inside_items(inner: tuple[str, ...], name: str) -> bool:

@@ -52,13 +52,10 @@ source reads the journal files as they are, without finishing an intent.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import logging
 import os
-import secrets
 import shutil
-import stat
 import struct
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -69,20 +66,15 @@ from tfrfs.storage import durable
 from tfrfs.storage.durable import Streamed
 from tfrfs.errors import Busy
 from tfrfs.index.shard_index import STAGING_DIR
+# shard_id and name_id are the journal's names too (its folders are named by them)
+from tfrfs.edit.intent import Intent, Op, added_blob, added_head, carry_out, name_id, parse_intent, prepare, shard_id
 from tfrfs.edit.writerlock import WriterLock
 
 log = logging.getLogger("tfrfs")
 
+__all__ = ["INTENT", "Intent", "ShardChanges", "Staging", "name_id", "shard_id"]
+
 INTENT = "intent"
-_INTENT_VERSION = 1
-
-def shard_id(relpath: str) -> str:
-    return hashlib.sha256(relpath.encode("utf-8", "surrogateescape")).hexdigest()[:24]
-
-
-def name_id(name: str) -> str:
-    return hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:32]
-
 
 @dataclass
 class ShardChanges:
@@ -255,24 +247,24 @@ class Staging:
             self.settle()
             ch = ShardChanges(relpath=relpath, sid=shard_id(relpath), new=new, compression=compression,
                               kind=kind, base=base or {})
-            if self._sdir(ch).exists():
+            if self.shard_dir(ch).exists():
                 # Not loaded, so not current: a folder whose meta.json was never written, or the journal
                 # of a commit that finished but could not be cleared. Edits must not join it.
                 self._remove_tree("shards", ch.sid)
             try:
                 self._write_meta(ch)
             except BaseException:
-                if (self._sdir(ch) / "meta.json").exists():
+                if (self.shard_dir(ch) / "meta.json").exists():
                     self.shards[relpath] = ch     # on disk already: the next mount will show it
                 raise
             self.shards[relpath] = ch
         return ch
 
-    def _sdir(self, ch: ShardChanges) -> Path:
+    def shard_dir(self, ch: ShardChanges) -> Path:
         return self.dir / "shards" / ch.sid
 
     def _write_meta(self, ch: ShardChanges) -> None:
-        sdir = self._sdir(ch)
+        sdir = self.shard_dir(ch)
         for sub in ("edit", "del", "add"):
             (sdir / sub).mkdir(parents=True, exist_ok=True)
         durable.fsync_dir(sdir)
@@ -333,7 +325,7 @@ class Staging:
             raise
 
     def _refresh(self, ch: ShardChanges) -> None:
-        sdir = self._sdir(ch)
+        sdir = self.shard_dir(ch)
         try:
             meta = json.loads((sdir / "meta.json").read_text())
             ch.removed = meta.get("removed", False)
@@ -345,7 +337,7 @@ class Staging:
 
     def put_edit(self, ch: ShardChanges, index: int, data: bytes | Streamed) -> None:
         with self._changing(ch):
-            durable.write_file(self._sdir(ch) / "edit" / str(index), data)
+            durable.write_file(self.shard_dir(ch) / "edit" / str(index), data)
             ch.edited.add(index)
 
     def get_edit(self, ch: ShardChanges, index: int) -> bytes:
@@ -353,43 +345,43 @@ class Staging:
 
     def edit_path(self, ch: ShardChanges, index: int) -> Path:
         """The file holding original record ``index``'s new bytes (all of it)."""
-        return self._sdir(ch) / "edit" / str(index)
+        return self.shard_dir(ch) / "edit" / str(index)
 
     def added_path(self, ch: ShardChanges, name: str) -> tuple[Path, int]:
         """The file holding added record ``name``, and where in it the record's bytes start."""
-        path = self._sdir(ch) / "add" / ch.added[name]
+        path = self.shard_dir(ch) / "add" / ch.added[name]
         return path, 4 + len(name.encode("utf-8", "surrogateescape"))
 
     def delete_record(self, ch: ShardChanges, index: int) -> None:
         with self._changing(ch):
-            durable.write_file(self._sdir(ch) / "del" / str(index), b"")
+            durable.write_file(self.shard_dir(ch) / "del" / str(index), b"")
             # Deleted from here on (a del marker wins over an edit, see load); the edit file is tidied.
             ch.deleted.add(index)
             if index in ch.edited:
                 ch.edited.discard(index)
-                durable.unlink(self._sdir(ch) / "edit" / str(index))
+                durable.unlink(self.shard_dir(ch) / "edit" / str(index))
 
     def put_added(self, ch: ShardChanges, name: str, data: bytes | Streamed) -> None:
         with self._changing(ch):
             fid = ch.added.get(name) or name_id(name)
-            blob = _added_blob(name, data) if isinstance(data, bytes) else data.prefixed(_added_head(name))
-            durable.write_file(self._sdir(ch) / "add" / fid, blob)
+            blob = added_blob(name, data) if isinstance(data, bytes) else data.prefixed(added_head(name))
+            durable.write_file(self.shard_dir(ch) / "add" / fid, blob)
             ch.added[name] = fid
 
     def get_added(self, ch: ShardChanges, name: str) -> bytes:
-        blob = (self._sdir(ch) / "add" / ch.added[name]).read_bytes()
+        blob = (self.shard_dir(ch) / "add" / ch.added[name]).read_bytes()
         (n,) = struct.unpack_from("<I", blob)
         return blob[4 + n:]
 
     def remove_added(self, ch: ShardChanges, name: str) -> None:
         with self._changing(ch):
-            durable.unlink(self._sdir(ch) / "add" / ch.added[name])
+            durable.unlink(self.shard_dir(ch) / "add" / ch.added[name])
             del ch.added[name]
 
     # -- intents: one call, several files ---------------------------------------------
 
     def intent(self) -> Intent:
-        return Intent(self)
+        return Intent(self.shard_dir)
 
     @property
     def _intent_path(self) -> Path:
@@ -405,7 +397,7 @@ class Staging:
         if not intent.ops:
             return
         try:
-            self._prepare(intent)
+            prepare(intent, self.dir)
             durable.write_file(self._intent_path, intent.to_json(self.dir))
         except BaseException:
             # Only a failed fsync after the rename leaves it published; otherwise nothing happened.
@@ -416,12 +408,12 @@ class Staging:
         self._running = intent
         try:
             try:
-                self._carry_out(intent.ops)
+                carry_out(intent.ops, self.dir)
             except OSError as exc:
                 # Each step is idempotent: one more try keeps a passing error from leaving the
                 # change half in place until the next change.
                 log.warning("retrying a staged change after: %s", exc)
-                self._carry_out(intent.ops)
+                carry_out(intent.ops, self.dir)
         finally:
             intent.note_in_memory()
         self._retire()
@@ -433,7 +425,7 @@ class Staging:
             return
         ops = mine.ops if mine is not None else self._read_intent()
         if ops is not None:
-            self._carry_out(ops)
+            carry_out(ops, self.dir)
         if mine is not None:
             mine.after()
         else:
@@ -446,69 +438,14 @@ class Staging:
         # Raises if it cannot: no other change may start while an intent is on disk.
         self._retire(quiet=False)
 
-    def _prepare(self, intent: Intent) -> None:
-        for op in intent.ops:
-            if op.data is not None and op.src is None:
-                fd, tmp = durable.mkstemp(self.dir / "tmp", prefix="intent-")
-                op.src = Path(tmp)
-                with os.fdopen(fd, "wb") as f:
-                    durable.write(f, op.data, tmp)
-                    f.flush()
-                    durable.fsync(f.fileno(), tmp)
-        durable.fsync_dir(self.dir / "tmp")
-
-    def _read_intent(self) -> list[_Op] | None:
+    def _read_intent(self) -> list[Op] | None:
         try:
-            return _parse_intent(self._intent_path.read_bytes(), self.dir)
+            return parse_intent(self._intent_path.read_bytes(), self.dir)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             # Published by one rename of a fsynced file, so this is damage from outside: nothing
             # can be finished safely from it.
             log.error("%s cannot be read (%s); the change it held is dropped", self._intent_path, exc)
             return None
-
-    def _carry_out(self, ops: list[_Op]) -> None:
-        for op in ops:
-            if op.kind == "put":
-                self._put(op)
-            else:
-                self._drop(op)
-
-    def _put(self, op: _Op) -> None:
-        assert op.src is not None
-        try:
-            st = op.src.lstat()
-        except FileNotFoundError:
-            return                        # done already
-        if op.ino is not None and st.st_ino != op.ino:
-            return                        # not the file this step was planned for
-        if not op.dst.parent.is_dir():
-            return                        # its journal was dropped since (tfrfs discard)
-        # The planned file or folder takes the place of whatever is there (an empty folder, for the
-        # editor checks the rest), so a published intent can always be finished.
-        try:
-            there = op.dst.lstat()
-        except FileNotFoundError:
-            there = None
-        if there is not None and (stat.S_ISDIR(st.st_mode) or stat.S_ISDIR(there.st_mode)):
-            self._drop(_Op("drop", op.dst))
-        durable.rename(op.src, op.dst)
-        durable.fsync_dir(op.dst.parent)
-
-    def _drop(self, op: _Op) -> None:
-        try:
-            st = op.dst.lstat()
-        except FileNotFoundError:
-            return
-        if op.ino is not None and st.st_ino != op.ino:
-            return
-        if not stat.S_ISDIR(st.st_mode):
-            durable.unlink(op.dst)
-            return
-        # A folder goes by one rename, so a crash never leaves half of it.
-        doomed = self.dir / "tmp" / f"drop-{secrets.token_hex(8)}"
-        durable.rename(op.dst, doomed)
-        durable.fsync_dir(op.dst.parent)
-        shutil.rmtree(doomed, ignore_errors=True)
 
     def _retire(self, *, quiet: bool = True) -> None:
         """Remove the finished intent. Running it again is harmless, so the call that made it need not
@@ -537,7 +474,7 @@ class Staging:
     # -- commit markers -----------------------------------------------------------------
 
     def committing_path(self, ch: ShardChanges) -> Path:
-        return self._sdir(ch) / "committing"
+        return self.shard_dir(ch) / "committing"
 
 
 def _holds_changes(sdir: Path) -> bool:
@@ -562,140 +499,7 @@ def _entries(folder: Path) -> Iterator[Path]:
     return (p for p in folder.iterdir() if not p.name.startswith(".tmp-"))
 
 
-def _added_blob(name: str, data: bytes) -> bytes:
-    """An added record's journal file: its name (u32 length, UTF-8), then its bytes."""
-    return _added_head(name) + data
-
-
-def _added_head(name: str) -> bytes:
-    raw = name.encode("utf-8", "surrogateescape")
-    return struct.pack("<I", len(raw)) + raw
-
-
 def _read_added_name(path: Path) -> str:
     with open(path, "rb") as f:
         (n,) = struct.unpack("<I", f.read(4))
         return f.read(n).decode("utf-8", "surrogateescape")
-
-
-@dataclass
-class _Op:
-    """One step of an intent: "put" renames ``src`` over ``dst`` if ``src`` is still there, "drop"
-    removes ``dst`` if it is there. With ``ino``, only if the path is still that very file."""
-
-    kind: str
-    dst: Path
-    src: Path | None = None
-    ino: int | None = None
-    data: bytes | None = None     # content to prepare as ``src`` (in tmp/) before publishing
-
-
-class Intent:
-    """The changes of one call that must take effect together; built here, made by ``Staging.run``.
-
-    Changes to records reuse the journal's own files (edit/N, del/N, add/H); the user's scratch
-    files and folders are moved or removed as they are."""
-
-    def __init__(self, staging: Staging) -> None:
-        self._staging = staging
-        self.ops: list[_Op] = []
-        self.shards: list[ShardChanges] = []
-        self._memory: list[Callable[[], None]] = []
-        self.after: Callable[[], None] = lambda: None   # once the files are in place (a later settle)
-        self.published = False    # the call has happened (even if ``run`` then raised)
-
-    def _shard(self, ch: ShardChanges) -> Path:
-        if all(c is not ch for c in self.shards):
-            self.shards.append(ch)
-        return self._staging._sdir(ch)
-
-    def edit(self, ch: ShardChanges, index: int, data: bytes) -> None:
-        """Original record ``index`` gets new bytes."""
-        self.ops.append(_Op("put", self._shard(ch) / "edit" / str(index), data=data))
-        self._memory.append(lambda: ch.edited.add(index))
-
-    def add(self, ch: ShardChanges, name: str, data: bytes) -> None:
-        """An added record ``name`` (replacing one of that name)."""
-        fid = ch.added.get(name) or name_id(name)
-        self.ops.append(_Op("put", self._shard(ch) / "add" / fid, data=_added_blob(name, data)))
-
-        def note() -> None:
-            ch.added[name] = fid
-        self._memory.append(note)
-
-    def delete(self, ch: ShardChanges, rid: int | str) -> None:
-        """A record goes: an added one's file, or an original one by its del marker (its edit too)."""
-        sdir = self._shard(ch)
-        if isinstance(rid, str):
-            self.ops.append(_Op("drop", sdir / "add" / ch.added[rid]))
-            def note_dropped() -> None:
-                ch.added.pop(rid, None)
-            self._memory.append(note_dropped)
-            return
-        self.ops.append(_Op("put", sdir / "del" / str(rid), data=b""))
-        self.ops.append(_Op("drop", sdir / "edit" / str(rid)))
-
-        def note() -> None:
-            ch.deleted.add(rid)
-            ch.edited.discard(rid)
-        self._memory.append(note)
-
-    def write_file(self, path: str | os.PathLike[str], data: bytes) -> None:
-        """A scratch file gets ``data`` (made, or replaced)."""
-        self.ops.append(_Op("put", Path(path), data=data))
-
-    def move(self, src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
-        """A scratch file or folder moves (over an empty folder or a file at ``dst``)."""
-        src = Path(src)
-        self.ops.append(_Op("put", Path(dst), src=src, ino=src.lstat().st_ino))
-
-    def drop(self, path: str | os.PathLike[str]) -> None:
-        """A scratch file or folder goes, if there is one."""
-        path = Path(path)
-        try:
-            ino = path.lstat().st_ino
-        except FileNotFoundError:
-            return
-        self.ops.append(_Op("drop", path, ino=ino))
-
-    def to_json(self, root: Path) -> bytes:
-        def rel(p: Path) -> str:
-            return p.relative_to(root).as_posix()
-        steps = [{"op": op.kind, "dst": rel(op.dst), **({"src": rel(op.src)} if op.src is not None else {}),
-                  **({"ino": op.ino} if op.ino is not None else {})} for op in self.ops]
-        return json.dumps({"version": _INTENT_VERSION, "steps": steps}).encode()
-
-    def discard_prepared(self) -> None:
-        for op in self.ops:
-            if op.data is not None and op.src is not None:
-                try:
-                    os.unlink(op.src)
-                except OSError:
-                    pass
-
-    def note_in_memory(self) -> None:
-        for note in self._memory:
-            note()
-        self._memory = []
-
-
-def _parse_intent(raw: bytes, root: Path) -> list[_Op]:
-    """The steps of a published intent; ValueError unless every one names a path inside the journal."""
-    doc = json.loads(raw)
-    if doc.get("version") != _INTENT_VERSION or not isinstance(doc.get("steps"), list):
-        raise ValueError("not an intent")
-
-    def path(rel: object, tops: tuple[str, ...]) -> Path:
-        parts = rel.split("/") if isinstance(rel, str) else []
-        if not parts or parts[0] not in tops or any(p in ("", ".", "..") for p in parts):
-            raise ValueError(f"bad path in intent: {rel!r}")
-        return root.joinpath(*parts)
-
-    ops = []
-    for step in doc["steps"]:
-        kind, ino = step["op"], step.get("ino")
-        if kind not in ("put", "drop") or not (ino is None or isinstance(ino, int)):
-            raise ValueError(f"bad step in intent: {step!r}")
-        src = path(step["src"], ("tmp", "scratch")) if kind == "put" else None
-        ops.append(_Op(kind, path(step["dst"], ("shards", "scratch")), src=src, ino=ino))
-    return ops

@@ -38,6 +38,7 @@ class Renamer:
         self.stager = stager
         self.tree = stager.tree
         self.store = stager.store
+        self.session = stager.session
         self.staging = stager.staging
 
     def rename(self, old: str, new: str) -> None:
@@ -72,7 +73,7 @@ class Renamer:
         assert node.loc is not None
         content = self.tree.open(node).read(1 << 62, 0)
         msg = self.store.message(record.shard, record.rid)
-        pin = self.store.names_shown(record.shard, record.rid)
+        pin = self.session.names_shown(record.shard, record.rid)
         intent = self.staging.intent()
         # The file goes as with rm (the items beside it keep their names), and appears where it
         # goes: an editor's backup (mv label.json label.json~) as a scratch file, in the same step.
@@ -99,14 +100,14 @@ class Renamer:
                 durable.rename(node.path, real)      # one rename: atomic as it is
                 durable.fsync_dir(os.path.dirname(real))
             finally:
-                self.store.invalidate(record.shard, record.rid)
+                self.session.invalidate(record.shard, record.rid)
             return
         # A scratch file renamed over a feature (sed -i, rsync, an editor restoring its backup): the
         # record takes the content and the scratch file goes, in the same step.
         with open(node.path, "rb") as f:
             content = f.read()
         msg = self.store.message(record.shard, record.rid)
-        pin = self.store.names_shown(record.shard, record.rid)
+        pin = self.session.names_shown(record.shard, record.rid)
         target = self._take_content(record, msg, pin, dest_inner, dest, content)
         intent = self.staging.intent()
         intent.drop(node.path)
@@ -149,7 +150,7 @@ class Renamer:
         if isinstance(existing, Dir) and existing.children:
             raise NotEmpty("/".join(dest))
         msg = self.store.message(record.shard, record.rid)
-        pin = self.store.names_shown(record.shard, record.rid)
+        pin = self.session.names_shown(record.shard, record.rid)
         if node.loc is not None and node.loc.item is not None:
             key = self._move_step(record, msg, pin, node.loc, inner, dest)
             learned = [("feature_lists", key)]
@@ -255,7 +256,7 @@ class Renamer:
         # Where it goes it keeps the names it shows (SPEC 7: until a commit, names stay stable):
         # the items after one removed keep their numbers there too.
         touched: dict[tuple[int, RecordId], NamePin | None] = {
-            (node.shard, node.rid): None, (shard, new_name): self.store.names_shown(node.shard, node.rid)}
+            (node.shard, node.rid): None, (shard, new_name): self.session.names_shown(node.shard, node.rid)}
         if isinstance(existing, RecordDir) and isinstance(existing.rid, int):
             # An empty original record of that name goes; an added one is replaced by the add below.
             intent.delete(dst_ch, existing.rid)

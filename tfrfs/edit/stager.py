@@ -23,7 +23,8 @@ from tfrfs.edit.largevalue import Spliced
 from tfrfs.edit.mutate import Target, item_count
 from tfrfs.view.nodes import Dir, Node, RecordDir, RecordId, record_name_width
 from tfrfs.view.pins import NamePin, SubNames, feature_digest
-from tfrfs.edit.journal import Intent, ShardChanges, Staging
+from tfrfs.edit.journal import Intent, ShardChanges
+from tfrfs.edit.overlay import EditSession
 from tfrfs.view.tree import Tree
 
 # Temporary names that common tools create beside the file they rewrite, which carry no
@@ -50,10 +51,11 @@ def split_path(path: str) -> tuple[str, str]:
 
 
 class Stager:
-    def __init__(self, tree: Tree, staging: Staging) -> None:
+    def __init__(self, tree: Tree, session: EditSession) -> None:
         self.tree = tree
         self.store = tree.store
-        self.staging = staging
+        self.session = session   # the overlay the store reads through: pins and invalidation
+        self.staging = session.staging
 
     @property
     def root(self) -> str:
@@ -127,7 +129,7 @@ class Stager:
     def stage_record(self, shard: int, rid: RecordId, data: bytes | Spliced, pin: NamePin | None = None) -> None:
         """Stage a record's new bytes. ``pin``: the names its features keep (by default, as they
         are shown now): until a commit a change renames no feature it leaves alone (SPEC 7)."""
-        pin = pin if pin is not None else self.store.names_shown(shard, rid)
+        pin = pin if pin is not None else self.session.names_shown(shard, rid)
         ch = self.changes(shard)
         try:
             if isinstance(rid, str):
@@ -136,11 +138,11 @@ class Stager:
                 self.staging.put_edit(ch, rid, data)
         except BaseException:
             # Even when staging failed part way, show what is on disk now: what the next mount shows.
-            self.store.invalidate(shard, rid)
+            self.session.invalidate(shard, rid)
             if self._staged_now(shard, rid, data):
-                self.store.pin_names(shard, rid, pin)
+                self.session.pin_names(shard, rid, pin)
             raise
-        self.store.pin_names(shard, rid, pin, build=len(data) <= _EAGER_VIEW_BYTES)
+        self.session.pin_names(shard, rid, pin, build=len(data) <= _EAGER_VIEW_BYTES)
 
     def _staged_now(self, shard: int, rid: RecordId, data: bytes | Spliced) -> bool:
         """Whether ``data`` is what is staged for the record (a failed call may have got that far)."""
@@ -162,17 +164,15 @@ class Stager:
         """Stage ``intent``, then show the records it changed as they are now: a record changed in
         place with the names it showed (``touched`` gives its pin), a deleted or moved-in one afresh.
         Shown so also when the call happened but failed part way, and when a later change finishes it."""
-        store = self.store
-
         def show() -> None:
             for (shard, rid), pin in touched.items():
                 if not intent.published:
-                    store.invalidate(shard, rid)
+                    self.session.invalidate(shard, rid)
                 elif pin is not None:
-                    store.pin_names(shard, rid, pin)
+                    self.session.pin_names(shard, rid, pin)
                 else:
-                    store.unpin(shard, rid)
-                    store.invalidate(shard, rid)
+                    self.session.unpin(shard, rid)
+                    self.session.invalidate(shard, rid)
         intent.after = show
         try:
             self.staging.run(intent)
@@ -186,12 +186,12 @@ class Stager:
                 self.staging.remove_added(ch, rid)
             else:
                 self.staging.delete_record(ch, rid)
-            self.store.unpin(shard, rid)   # an added record's name may be given to a new record
+            self.session.unpin(shard, rid)   # an added record's name may be given to a new record
             scratch = self.tree.scratch_root(shard, rid)
             if os.path.isdir(scratch):
                 shutil.rmtree(scratch)
         finally:
-            self.store.invalidate(shard, rid)
+            self.session.invalidate(shard, rid)
 
     # -- the user's own folders -------------------------------------------------------
 

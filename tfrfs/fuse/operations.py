@@ -1,13 +1,13 @@
-"""The FUSE adapter: the only module that imports the FUSE binding.
+"""The FUSE adapter: the operations a mount answers, and ``mount``, which serves them.
 
-The binding is mfusepy (fusepy's maintained fork, same interface) on libfuse3.
-libfuse3 is what lets the kernel send 1 MiB reads and list a folder with every
+The binding (``tfrfs.fuse.binding``) is mfusepy (fusepy's maintained fork, same interface) on
+libfuse3. libfuse3 is what lets the kernel send 1 MiB reads and list a folder with every
 entry's attributes (readdirplus); with libfuse2 the kernel asks for each name
 again and reads in 128 KiB pieces.
 
 Each call is translated to the tree in a line or two; every exception is
 mapped to an errno in one place, ``errno_of``, at the edge of the operations
-classes (``_Edge``), so the binding receives nothing but ``FuseOSError``.
+classes (``binding.Edge``), so the binding receives nothing but ``FuseOSError``.
 Operations the mount does not need are left undefined on purpose: only the
 methods an operations object has are registered, so an unneeded call (``flush``
 on a read-only file, say) never enters Python at all.
@@ -22,10 +22,7 @@ loop, kernel notifications, read_buf buffers) lives in ``fuse_loop``.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
-import functools
-import inspect
 import logging
 import os
 import posixpath
@@ -34,20 +31,12 @@ import stat as _stat
 import threading
 from typing import Any, Callable, Iterator, Mapping
 
-if not (os.environ.get("FUSE_LIBRARY_PATH") or os.environ.get("FUSE_LIBRARY_NAME")):
-    os.environ["FUSE_LIBRARY_NAME"] = "fuse3"   # mfusepy would take libfuse2 first where both exist
-try:
-    import mfusepy as fuse  # no type information shipped (pyproject: mypy overrides)
-except OSError as _exc:   # no libfuse on this machine
-    raise ImportError(f"{_exc}: tfrfs needs libfuse3 (Debian/Ubuntu: apt-get install fuse3)") from None
-if fuse.fuse_version_major != 3:
-    raise ImportError(f"tfrfs needs libfuse3, but {fuse._libfuse_path} is libfuse{fuse.fuse_version_major}")
-
 from tfrfs.fuse import loop as fuse_loop
+from tfrfs.fuse.binding import LIBFUSE, Edge, FuseBinding, errno_of, fuse  # noqa: F401 - errno_of: the map, here too
 from tfrfs.fuse import mountrecord
-from tfrfs.errors import DataLoss, NoAttr, TfrfsError
+from tfrfs.errors import Busy, DataLoss, NoAttr, TfrfsError
 from tfrfs.dataset.assembly import Mount
-from tfrfs.view.nodes import FILE_NODES, FileHandle, MetaFile, RecordBin, RecordDir, ShardDir, Stat
+from tfrfs.view.nodes import FileHandle, MetaFile, RecordBin, RecordDir, ShardDir, Stat
 from tfrfs.fuse.options import FUSE_FLAGS, FUSE_VALUES, Owner
 from tfrfs.view.tree import Tree
 from tfrfs.fuse.watchdog import RequestWatch
@@ -58,13 +47,10 @@ log = logging.getLogger("tfrfs")
 _CAP_ATOMIC_O_TRUNC = 1 << 3
 _CAP_READDIRPLUS = 1 << 13
 _CAP_READDIRPLUS_AUTO = 1 << 14
-_READDIR_PLUS = 1 << 0        # readdir flag: the kernel wants attributes too
-_FILL_DIR_PLUS = 1 << 1       # filler flag: this entry's attributes are complete
 _RENAME_NOREPLACE = 1 << 0
 _MAIN_LOOP_ENDED = 8          # fuse_main_real's status when its loop ended with an error (a signal)
+_META_PATH = "/.tfrfs/"   # the metadata folder's files (see Tree.lookup)
 _SETTLE_S = 0.25   # the most a request answered EIO for damage waits for .tfrfs/errors to be made fresh
-
-_LIBFUSE = fuse._libfuse._handle   # the libfuse the binding loaded, for what fuse_loop does below it
 
 
 _INO_BITS = (1 << 62) - 1          # inode numbers from a path's hash
@@ -101,164 +87,7 @@ def _record_ino(shard: int, index: int) -> int:
     return _RECORD_INO | (shard << _RECORD_INO_INDEX) | (index + 1)
 
 
-def errno_of(exc: Exception, op: str, args: tuple) -> int:
-    """The errno an exception raised by an operation stands for: the one place errors are mapped.
-
-    tfrfs's own errors carry theirs, and any other ``OSError`` its own (when positive); a name
-    that is not text in the dataset's encoding names nothing (ENOENT). Anything else is a bug:
-    logged with its traceback, and answered EIO.
-    """
-    if isinstance(exc, TfrfsError):
-        return exc.errno
-    if isinstance(exc, UnicodeError):
-        return errno.ENOENT
-    if isinstance(exc, OSError):
-        if exc.errno and exc.errno > 0:
-            return exc.errno
-        log.error("%s %r failed without an errno", op, args[:1], exc_info=exc)
-        return errno.EIO
-    log.error("internal error in %s %r", op, args[:1], exc_info=exc)
-    return errno.EIO
-
-
-def _mapped(op: Callable[..., Any]) -> Callable[..., Any]:
-    """``op``, raising nothing but ``FuseOSError(errno_of(...))``; see ``_Edge``."""
-    name = op.__name__
-    if name in ("init", "init_with_config"):
-        @functools.wraps(op)
-        def init(self: Any, *args: Any) -> None:
-            try:
-                op(self, *args)
-            except Exception as exc:
-                log.error("FUSE init failed, so the mount ends: %s", exc, exc_info=exc)
-                self.init_failure = exc
-                fuse.fuse_exit()   # libfuse's loop stops once init has returned
-        return init
-    if inspect.isgeneratorfunction(op):
-        @functools.wraps(op)
-        def listing(self: Any, *args: Any) -> Any:
-            watch = self.watch
-            token = watch.begin(name, args[0] if args else None) if watch is not None else 0
-            try:
-                yield from op(self, *args)   # its errors arise while the binding iterates
-            except Exception as exc:
-                if isinstance(exc, DataLoss):
-                    self._damage_told()
-                raise fuse.FuseOSError(errno_of(exc, name, args)) from exc
-            finally:
-                if watch is not None:
-                    watch.end(token)
-        return listing
-
-    @functools.wraps(op)
-    def operation(self: Any, *args: Any) -> Any:
-        watch = self.watch
-        token = watch.begin(name, args[0] if args else None) if watch is not None else 0
-        try:
-            return op(self, *args)
-        except Exception as exc:
-            if isinstance(exc, DataLoss):
-                self._damage_told()
-            raise fuse.FuseOSError(errno_of(exc, name, args)) from exc
-        finally:
-            if watch is not None:
-                watch.end(token)
-    if name == "destroy":
-        @functools.wraps(op)
-        def destroy(self: Any, *args: Any) -> None:
-            if self.init_failure is None:   # else the mount never served: nothing to finish, or commit
-                operation(self, *args)
-        return destroy
-    return operation
-
-
-class _Edge:
-    """The base of the operations classes: where exceptions become errnos, once.
-
-    The binding registers every method of an operations object named like a libfuse
-    operation, so every public method of a subclass is taken to be one. Each is wrapped once,
-    when its class is made (not per call), so that whatever it raises leaves it as
-    ``FuseOSError`` with the errno ``errno_of`` gives. The binding's own exception handler then
-    only ever sees a positive errno: it answers ``-errno`` and logs at debug level. Helpers
-    (``_name``) are not wrapped: they raise tfrfs's own errors for their callers to handle.
-
-    ``init`` (``init_with_config``) answers no request: if it fails, the mount cannot work. The
-    failure is logged and kept in ``init_failure``, libfuse is told to end the session, and
-    ``mount()`` raises it once the binding returns; ``destroy`` is then not passed on.
-    """
-
-    init_failure: Exception | None = None
-    watch: RequestWatch | None = None   # requests in flight, watched for ones that run too long
-
-    def _damage_told(self) -> None:
-        """A request is about to be answered EIO for damage it may have found just now: see
-        ``Operations._damage_told``."""
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        for name, value in list(vars(cls).items()):
-            if not name.startswith("_") and inspect.isfunction(value):
-                setattr(cls, name, _mapped(value))
-
-
-class _Fuse(fuse.FUSE):
-    """The binding, with the libfuse3 calls it does not pass on whole translated here.
-
-    Only the binding's public translation methods (``readdir_fuse_3``, ``read_buf``,
-    ``truncate_fuse_3``, ``rename_fuse_3``) are overridden; errors are mapped before they
-    reach it (``_Edge``).
-    """
-
-    def readdir_fuse_3(self, path: bytes, buf: Any, filler: Any, offset: int, fip: Any, flags: int) -> int:
-        plus = bool(flags & _READDIR_PLUS)
-        fill_flags = _FILL_DIR_PLUS if plus else 0
-        st = fuse.c_stat()
-        shared: dict[int, Any] = {}   # id of a record entries' shared attributes -> their c_stat
-        for position, name, attrs in self.operations.readdir(path.decode(self.encoding, self.errors), offset, plus):
-            if type(attrs) is tuple:
-                # A shard's record: the attributes its shard's records share, filled in once
-                # per listing, with its own inode number (and size): a shard of millions of
-                # records lists at the speed of the filler.
-                base, ino, size = attrs
-                rec = shared.get(id(base))
-                if rec is None:
-                    rec = shared[id(base)] = fuse.c_stat()
-                    fuse.set_st_attrs(rec, base, use_ns=True)
-                rec.st_ino = ino
-                if size:
-                    rec.st_size, rec.st_blocks = size, (size + 511) // 512
-                if filler(buf, name.encode(self.encoding, self.errors), rec, position, fill_flags):
-                    break
-                continue
-            ctypes.memset(ctypes.byref(st), 0, ctypes.sizeof(st))
-            fuse.set_st_attrs(st, attrs, use_ns=True)
-            # An entry without its size is listed without attributes: the kernel asks for them
-            # by name (and gets the error a stat of it gives).
-            flags_here = fill_flags if "st_size" in attrs else 0
-            if filler(buf, name.encode(self.encoding, self.errors), st, position, flags_here):
-                break
-        return 0
-
-    def read_buf(self, path: bytes, bufpp: Any, size: int, offset: int, fip: Any) -> int:
-        # A read of a read-only mount. Bytes that lie in a file the tree holds open (large images,
-        # plain files) go to libfuse as that descriptor and position: libfuse copies them in C,
-        # and Python never touches them. Others, and images of records read
-        # ahead (held in memory), are copied into a buffer that libfuse frees.
-        where, data = self.operations.read_buf(path.decode(self.encoding, self.errors), size, offset)
-        return fuse_loop.fill_read_buf(bufpp, where, data)
-
-    def truncate_fuse_3(self, path: bytes | None, length: int, fip: Any) -> int:
-        # ftruncate arrives here with the file's handle (the binding would drop it).
-        fi = fip.contents if fip else None
-        return self.operations.truncate(None if path is None else path.decode(self.encoding, self.errors),
-                                        length, fi)
-
-    def rename_fuse_3(self, old: bytes, new: bytes, flags: int) -> int:
-        return self.operations.rename(old.decode(self.encoding, self.errors),
-                                      new.decode(self.encoding, self.errors), flags)
-
-
-class Operations(_Edge):
+class Operations(Edge):
     """Operations for a read-only tree.
 
     Files are read by path: ``open`` answers "not implemented", which the kernel takes as
@@ -320,7 +149,7 @@ class Operations(_Edge):
         # replies (FUSE_CAP_SPLICE_WRITE): most large images are served from memory (the local
         # shard reader's serve), which libfuse would copy into a pipe first and then out of it.
         conn.want = (conn.want | _CAP_READDIRPLUS) & ~_CAP_READDIRPLUS_AUTO
-        invalidator = fuse_loop.MetaInvalidator(_LIBFUSE)
+        invalidator = fuse_loop.MetaInvalidator(LIBFUSE)
         invalidator.bind()
         self.tree.errors.on_change = invalidator.poke
         self._invalidator = invalidator
@@ -339,8 +168,7 @@ class Operations(_Edge):
         return 0
 
     def opendir(self, path: str) -> int:
-        node = self.tree.lookup(path)
-        if isinstance(node, FILE_NODES):
+        if not self.tree.lookup(path).folder:
             raise fuse.FuseOSError(errno.ENOTDIR)
         return 0
 
@@ -463,6 +291,7 @@ class WritableOperations(Operations):
         self.files = mount.files
         self.folders = mount.folders
         self.renames = mount.renames
+        self.guard = mount.guard
         # Why the request loop ended, asked at destroy; None: not known (libfuse's own loop).
         self.ended: Callable[[], fuse_loop.End | None] = lambda: None
 
@@ -479,6 +308,8 @@ class WritableOperations(Operations):
         return 0
 
     def open(self, path: str, fi: Any) -> int:
+        if fi.flags & os.O_ACCMODE != os.O_RDONLY or fi.flags & os.O_TRUNC:
+            self._changing(path)
         handle = self.files.open(path, fi.flags)
         if handle is None:
             return super().open(path, fi)
@@ -487,6 +318,7 @@ class WritableOperations(Operations):
         return 0
 
     def create(self, path: str, mode: int, fi: Any) -> int:
+        self._changing(path)
         fi.fh = self._new_handle(self.files.create(path, fi.flags))
         return 0
 
@@ -497,6 +329,7 @@ class WritableOperations(Operations):
         if fi is not None and fi.fh in self._handles:
             self._handles[fi.fh].truncate(length)
             return 0
+        self._changing(path)
         self.files.truncate_path(path, length)
         return 0
 
@@ -527,14 +360,17 @@ class WritableOperations(Operations):
         return 0
 
     def unlink(self, path: str) -> int:
+        self._changing(path)
         self.files.unlink(path)
         return 0
 
     def mkdir(self, path: str, mode: int) -> int:
+        self._changing(path)
         self.folders.mkdir(path)
         return 0
 
     def rmdir(self, path: str) -> int:
+        self._changing(path)
         self.folders.rmdir(path)
         return 0
 
@@ -543,6 +379,7 @@ class WritableOperations(Operations):
             raise fuse.FuseOSError(errno.EINVAL)   # RENAME_EXCHANGE, RENAME_WHITEOUT: not supported
         if flags & _RENAME_NOREPLACE and self._present(new):
             raise fuse.FuseOSError(errno.EEXIST)
+        self._changing(old)
         if not self.files.is_new(old):   # else there is nothing to move but the open file
             self.renames.rename(old, new)
         self.files.moved(old, new)
@@ -565,6 +402,7 @@ class WritableOperations(Operations):
         # cp -a copies our own xattrs back: accepted, and ignored but for the kind of an empty
         # list, which its content cannot tell (SPEC 7).
         if name == "user.tfrfs.kind":
+            self._changing(path)
             self.files.set_kind(path, value)
         else:
             self._exists(path)
@@ -573,6 +411,13 @@ class WritableOperations(Operations):
     def removexattr(self, path: str, name: str) -> int:
         self._exists(path)
         return 0
+
+    def _changing(self, path: str) -> None:
+        """Refuse a change while a commit runs (EBUSY): it works from what was staged when it
+        started. ``.tfrfs/commit`` stays open to ``commit``, ``discard`` and ``keep``."""
+        reason = self.mount.busy()
+        if reason is not None and not path.startswith(_META_PATH):
+            raise Busy(f"{path}: {reason}")
 
     def _exists(self, path: str) -> None:
         if self.files.open_stat(path) is None:
@@ -636,7 +481,7 @@ def mount(m: Mount, mountpoint: str, *, poll_us: int, options: Mapping[str, str 
         opts.update(ro=True, kernel_cache=True, attr_timeout=86400.0, entry_timeout=86400.0,
                     negative_timeout=60.0)
         ops = Operations(m.tree, mountpoint, owner)
-    loop = fuse_loop.Loop(_LIBFUSE, poll_us)
+    loop = fuse_loop.Loop(LIBFUSE, poll_us)
     if loop.usable():
         if isinstance(ops, WritableOperations):
             ops.ended = lambda: loop.ended
@@ -652,7 +497,7 @@ def mount(m: Mount, mountpoint: str, *, poll_us: int, options: Mapping[str, str 
     with _libfuse_main(loop.main if loop.usable() else None), _libfuse_signals(not loop.usable()), \
             _stopped(ops.watch):
         try:
-            _Fuse(ops, mountpoint, raw_fi=True, encoding="utf-8", errors="surrogateescape", **opts)
+            FuseBinding(ops, mountpoint, raw_fi=True, encoding="utf-8", errors="surrogateescape", **opts)
         except RuntimeError as exc:
             if not (exc.args and isinstance(exc.args[0], int)):
                 raise

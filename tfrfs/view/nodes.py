@@ -2,14 +2,16 @@
 
 Nodes are values. The tree resolves a path to one (``Tree.lookup``) and answers ``stat``, listings,
 reads and xattrs from it; the renderer builds the nodes inside a record folder; the editors find
-what a path stands for from its node (``Loc``).
+what a path stands for from its node (``Loc``). What a node knows of itself it answers itself:
+whether it is a folder (``folder``) and its ``stat`` (but a ``.tfrfs/`` file's, whose time is its
+folder's); what needs the record store or SOURCE, the tree answers.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Protocol, Union
+from typing import Callable, ClassVar, Mapping, Protocol, Union
 
 from tfrfs.errors import DataLoss, ReadOnly
 
@@ -50,6 +52,11 @@ class Dir:
     loc: Loc | None = None        # set for a .list/ or .steps/ folder
     scratch: str | None = None    # real folder behind it, when the user made it (writable mounts)
     aliases: dict[str, "Node"] | None = None   # names found by lookup, never listed (rare: made when needed)
+    folder: ClassVar[bool] = True
+
+    def stat(self) -> Stat:
+        # Its subfolders are known: the link count finds and ls -l expect.
+        return Stat(True, 0, self.mtime_ns, 2 + sum(1 for c in self.children.values() if c.folder))
 
 
 @dataclass(frozen=True)
@@ -74,12 +81,22 @@ class DataFile:
     xattrs: Mapping[str, bytes]
     damaged: str | None = None   # reason reads fail with EIO
     loc: Loc | None = None
+    folder: ClassVar[bool] = False
+
+    def stat(self) -> Stat:
+        return Stat(False, len(self.data), self.mtime_ns)
 
 
 @dataclass(frozen=True)
 class ShardDir:
     shard: int          # the shard's number in the record store
     mtime_ns: int
+    folder: ClassVar[bool] = True
+
+    def stat(self) -> Stat:
+        # 1 ("unknown"): counting subfolders would parse records, and ls -l or find on a shard
+        # folder must not parse every record.
+        return Stat(True, 0, self.mtime_ns, 1)
 
 
 @dataclass(frozen=True)
@@ -87,6 +104,10 @@ class RecordDir:
     shard: int
     rid: RecordId
     mtime_ns: int
+    folder: ClassVar[bool] = True
+
+    def stat(self) -> Stat:
+        return Stat(True, 0, self.mtime_ns, 1)   # as a shard folder's: its record is not parsed for it
 
 
 @dataclass(frozen=True)
@@ -99,6 +120,12 @@ class RecordBin:
     mtime_ns: int
     damaged: str | None = None   # an empty record whose data checksum fails (SPEC 6): no byte to
                                  # fail a read on, so its stat fails with EIO
+    folder: ClassVar[bool] = False
+
+    def stat(self) -> Stat:
+        if self.damaged:
+            raise DataLoss(self.damaged)
+        return Stat(False, self.size, self.mtime_ns)
 
 
 @dataclass(frozen=True)
@@ -106,6 +133,11 @@ class ScratchFile:
     """A user's scratch file (editor swap or backup) in a writable mount: a real file."""
 
     path: str
+    folder: ClassVar[bool] = False
+
+    def stat(self) -> Stat:
+        st = os.stat(self.path)
+        return Stat(False, st.st_size, st.st_mtime_ns)
 
 
 @dataclass(frozen=True)
@@ -115,6 +147,10 @@ class PlainFile:
     path: str          # relative to SOURCE
     size: int
     mtime_ns: int
+    folder: ClassVar[bool] = False
+
+    def stat(self) -> Stat:
+        return Stat(False, self.size, self.mtime_ns)
 
 
 @dataclass(frozen=True)
@@ -123,6 +159,7 @@ class MetaFile:
 
     name: str
     render: Callable[[], bytes]
+    folder: ClassVar[bool] = False
 
 
 Node = Union[Dir, DataFile, ShardDir, RecordDir, RecordBin, PlainFile, MetaFile, ScratchFile]
@@ -131,7 +168,7 @@ DIR_NODES = (Dir, ShardDir, RecordDir)
 
 
 def is_dir(node: Node) -> bool:
-    return isinstance(node, DIR_NODES)
+    return node.folder
 
 
 # --- handles ---------------------------------------------------------------------

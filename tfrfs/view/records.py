@@ -1,9 +1,11 @@
 """The record store: every record's bytes and view, by (shard, record), over the shard readers.
 
-It owns what is true of records while mounted: which bytes a record holds now (staged in a
-writable mount, else the shard's), the bounded caches of record views and ``.bin`` contents, the
-names pinned by changes (``pins``), and what was found wrong while reading (reported once, and
-remembered in the index so the next mount lists a record that does not parse as ``.bin``).
+It owns what is true of records while mounted: which bytes a record holds now (those of the
+edits laid over the shards in a writable mount, its ``overlay``, where it has any; else the
+shard's), the bounded caches of record views and ``.bin`` contents, and what was found wrong
+while reading (reported once, and remembered in the index so the next mount lists a record that
+does not parse as ``.bin``). The names a changed record keeps showing are the overlay's: the
+store asks it for a record's pin when it renders one (``view.overlay``).
 Views come from the pure renderer (``render``); bytes come through the shard readers.
 """
 
@@ -19,11 +21,10 @@ from tfrfs.format import tfrecord
 from tfrfs.errors import DataLoss, Unreachable
 from tfrfs.index.shard_index import ShardIndex
 from tfrfs.view.nodes import Dir, InShard, RecordId
-from tfrfs.view.pins import NamePin, pin_from_shown
+from tfrfs.view.overlay import Overlay, ShardLayer
 from tfrfs.view.problems import ErrorLog
 from tfrfs.storage.readers import Readers, Served, ShardReader
 from tfrfs.view.render import IN_SHARD_MIN, Options, RecordView, render, render_in_shard
-from tfrfs.edit.journal import ShardChanges, Staging
 from tfrfs.format.tfrecord import Problem
 
 DEFAULT_CACHE_BYTES = 256 << 20
@@ -34,7 +35,7 @@ class RecordStore:
     """Records of one mount (or one command), shard by shard; thread-safe."""
 
     def __init__(self, indexes: list[ShardIndex], readers: Readers, *, records: str | None = None,
-                 decode_raw: bool = True, writable: bool = False, staging: Staging | None = None,
+                 decode_raw: bool = True, writable: bool = False, overlay: Overlay | None = None,
                  errors: ErrorLog | None = None, on_bad: Callable[[ShardIndex], None] | None = None,
                  cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.shards = indexes
@@ -42,7 +43,7 @@ class RecordStore:
         self.kinds = _Kinds(self)   # each shard's record kind, as its index says (or --records)
         self.decode_raw = decode_raw
         self.writable = writable
-        self.staging = staging
+        self.overlay = overlay
         self.errors = errors or ErrorLog()
         self.on_bad = on_bad   # persists a newly found unparsable record, so the next mount lists it right
         self.on_view: Callable[[Dir, int, RecordId], None] | None = None   # adds the user's scratch entries
@@ -55,7 +56,6 @@ class RecordStore:
         self._views: CostLRU[tuple[int, RecordId], RecordView] = CostLRU(cache_bytes, lambda v: v.cost)
         self._bins: CostLRU[tuple[int, RecordId], tuple[bytes, str | None]] = \
             CostLRU(_BIN_CACHE_BYTES, lambda got: len(got[0]))
-        self._pins: dict[tuple[int, RecordId], NamePin] = {}   # names kept until a commit
 
     # -- shards --------------------------------------------------------------
 
@@ -100,13 +100,14 @@ class RecordStore:
         with self._lock:
             self._views.drop_where(lambda key: key[0] == shard)
             self._bins.drop_where(lambda key: key[0] == shard)
-            for key in [k for k in self._pins if k[0] == shard]:
-                del self._pins[key]
+        if self.overlay is not None:
+            self.overlay.forget_shard(shard)
 
-    def changes(self, shard: int) -> ShardChanges | None:
-        if self.staging is None:
+    def layer(self, shard: int) -> ShardLayer | None:
+        """What the overlay changes in shard ``shard`` (None: nothing, or no overlay)."""
+        if self.overlay is None:
             return None
-        return self.staging.shards.get(self.relpath(shard))
+        return self.overlay.layer(self.relpath(shard))
 
     def options(self, shard: int) -> Options:
         return Options(self.kinds[shard], self.decode_raw, self.shards[shard].shard.mtime_ns,
@@ -133,13 +134,11 @@ class RecordStore:
                 return b"", str(exc)
 
     def record_bytes(self, shard: int, rid: RecordId) -> tuple[bytes, str | None]:
-        """A record's current bytes: staged if it was edited or added, else the original."""
-        ch = self.changes(shard)
-        if ch is not None and self.staging is not None:
-            if isinstance(rid, str):
-                return self.staging.get_added(ch, rid), None
-            if rid in ch.edited:
-                return self.staging.get_edit(ch, rid), None
+        """A record's current bytes: the overlay's if it edited or added it, else the original."""
+        if self.overlay is not None:
+            data = self.overlay.record(self.relpath(shard), rid)
+            if data is not None:
+                return data, None
         assert isinstance(rid, int)
         return self.original(shard, rid)
 
@@ -197,21 +196,17 @@ class RecordStore:
             hit = self._views.get(key)
             if hit is not None:
                 return hit
-            pin = self._pins.get(key)
+        pin = self.overlay.pin(shard, rid) if self.overlay is not None else None
         view = None if self.writable else self._view_in_shard(shard, rid)
         if view is None:
             data, damaged = self.record_bytes(shard, rid)
             view = render(data, self.options(shard), damaged=damaged, pin=pin, made=isinstance(rid, str))
             if view.failure is not None:
                 self._unparsable(shard, rid, view.failure, report=damaged is None)
-        if pin is not None:
+        if pin is not None and self.overlay is not None:
             # Only what still makes a difference is kept: the rest the rules show alike, and the
             # next change takes its pin from what is shown.
-            with self._lock:
-                if view.pin is not None:
-                    self._pins[key] = view.pin
-                else:
-                    self._pins.pop(key, None)
+            self.overlay.keep_pin(shard, rid, view.pin)
         if self.on_view is not None:
             self.on_view(view.root, shard, rid)
         with self._lock:
@@ -227,8 +222,8 @@ class RecordStore:
         offset, _ = idx.span(rid)
         if report:
             self.errors.add(idx.shard.relpath, rid, offset, reason)
-        ch = self.changes(shard)
-        if not (ch is not None and rid in ch.edited):
+        layer = self.layer(shard)
+        if not (layer is not None and rid in layer.edited):
             idx.bad.add(rid)
             if report:
                 idx.problems.append(Problem(offset, reason, rid))
@@ -280,42 +275,6 @@ class RecordStore:
         with self._lock:
             self._views.pop((shard, rid))
             self._bins.pop((shard, rid))
-
-    # -- pinned names (writable mounts) --------------------------------------------
-
-    def names_shown(self, shard: int, rid: RecordId) -> NamePin:
-        """How the record's features are shown now, with their values' digests: the pin a change
-        to the record starts from."""
-        view = self.view(shard, rid)
-        data, damaged = self.record_bytes(shard, rid)
-        if damaged or not view.shown:
-            return NamePin()
-        try:
-            message = self.parse(shard, data)
-        except Exception:  # noqa: BLE001 - a record that does not parse shows no features to keep
-            return NamePin()
-        return pin_from_shown(view.shown, message)
-
-    def pin_names(self, shard: int, rid: RecordId, pin: NamePin, *, build: bool = True) -> None:
-        """Show the record (whose staged content just changed) with the names of ``pin`` where they
-        hold. ``build=False`` leaves rendering it to the next lookup (a large record: the writer
-        still holds its content, and a second copy of it is not worth a smaller pin)."""
-        with self._lock:
-            self._pins[(shard, rid)] = pin
-        self.invalidate(shard, rid)
-        if not build:
-            return
-        try:
-            # Rendered now, so the pin shrinks at once to what it changes (memory stays small when
-            # a script edits many records), instead of at the record's next lookup.
-            self.view(shard, rid)
-        except OSError:
-            pass   # the next lookup reports it
-
-    def unpin(self, shard: int, rid: RecordId) -> None:
-        """Forget the names kept for a record (deleted, or its name given to another record)."""
-        with self._lock:
-            self._pins.pop((shard, rid), None)
 
     def close(self, *, factory: bool = True) -> None:
         """Close the shards' readers, and (``factory``) what opened them."""

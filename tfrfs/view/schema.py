@@ -282,7 +282,7 @@ class Schema:
     def _read_staged(self) -> None:
         store = self.store
         for n in range(len(store.shards)):
-            ch = store.changes(n)
+            ch = store.layer(n)
             if ch is None or ch.removed or store.kinds[n] == "raw":
                 continue
             rids: list[int | str] = [*sorted(ch.edited - ch.deleted), *ch.added_names()]

@@ -54,7 +54,7 @@ class Tree:
                 self.errors.add(idx.shard.relpath, None, None, note)
         self.meta.children["schema.json"] = MetaFile("schema.json", self.schema.as_json)
         self.meta.children["errors"] = MetaFile("errors", self.errors.render)
-        if store.staging is not None:
+        if store.overlay is not None:
             store.on_view = self._add_scratch_entries
 
     # -- the mirror of SOURCE ------------------------------------------------------
@@ -190,7 +190,7 @@ class Tree:
     def _record_entry(self, node: ShardDir, name: str) -> Node:
         store = self.store
         raw_shard = store.kinds[node.shard] == "raw"
-        ch = store.changes(node.shard)
+        ch = store.layer(node.shard)
         if ch is not None and name in ch.added:
             if raw_shard:
                 raise NotFound(name)
@@ -219,25 +219,12 @@ class Tree:
     # -- stat / list ---------------------------------------------------------------
 
     def stat(self, node: Node) -> Stat:
-        if isinstance(node, DataFile):
-            return Stat(False, len(node.data), node.mtime_ns)
+        if isinstance(node, MetaFile):
+            # Made when looked at: its size is its content's now, its time the folder's.
+            return Stat(False, len(node.render()), self.meta.mtime_ns)
         if isinstance(node, Dir):
             self._settle(node)
-            return Stat(True, 0, node.mtime_ns, 2 + sum(1 for c in node.children.values() if is_dir(c)))
-        if isinstance(node, RecordBin) and node.damaged:
-            raise DataLoss(node.damaged)
-        if isinstance(node, (RecordBin, PlainFile)):
-            return Stat(False, node.size, node.mtime_ns)
-        if isinstance(node, (ShardDir, RecordDir)):
-            # 1 ("unknown"): counting subfolders would parse records, and ls -l or find on a shard
-            # folder must not parse every record.
-            return Stat(True, 0, node.mtime_ns, 1)
-        if isinstance(node, MetaFile):
-            return Stat(False, len(node.render()), self.meta.mtime_ns)
-        if isinstance(node, ScratchFile):
-            st = os.stat(node.path)
-            return Stat(False, st.st_size, st.st_mtime_ns)
-        raise NotFound(str(node))
+        return node.stat()
 
     def names(self, node: Node) -> Iterator[tuple[str, bool]]:
         """(name, is_dir) of every entry of a folder node."""
@@ -247,7 +234,7 @@ class Tree:
             node = self.record_root(node)
         if isinstance(node, Dir):
             self._settle(node)
-            return iter([(n, is_dir(c)) for n, c in node.children.items()])
+            return iter([(n, c.folder) for n, c in node.children.items()])
         raise NotADir("not a folder")
 
     def entries(self, node: Node, start: int = 0) -> Iterator[tuple[int, str, Node]]:
@@ -291,7 +278,7 @@ class Tree:
         idx = store.shards[shard]
         width = record_name_width(idx.count)
         raw = store.kinds[shard] == "raw"
-        ch = store.changes(shard)
+        ch = store.layer(shard)
         deleted = ch.deleted if ch is not None else ()
         bad = idx.bad
         for i in range(start, idx.count):
@@ -405,10 +392,9 @@ class Tree:
 
     def scratch_root(self, shard: int, rid: RecordId) -> str:
         """The real folder that holds the user's own folders and scratch files of a record."""
-        staging = self.store.staging
-        assert staging is not None
-        tag = f"#{rid}" if isinstance(rid, int) else f"+{rid}"
-        return str(staging.scratch_dir(self.store.relpath(shard), tag))
+        overlay = self.store.overlay
+        assert overlay is not None
+        return overlay.scratch_dir(self.store.relpath(shard), rid)
 
     def _add_scratch_entries(self, root: Dir, shard: int, rid: RecordId) -> None:
         _merge_scratch(root, self.scratch_root(shard, rid))
