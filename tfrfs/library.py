@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from tfrfs.format import codec
-from tfrfs.format import proto
 from tfrfs.index import record_runs as ranges
 from tfrfs.errors import DamagedRecord, Invalid, UsageError
-from tfrfs.index.shard_index import RECORD_KINDS, IndexCache, ShardIndex
+from tfrfs.format.record_kinds import RECORD_KINDS, Unparsable, decode
+from tfrfs.index.shard_index import IndexCache, ShardIndex
 from tfrfs.index.memory import IndexMemory
 from tfrfs.view.records import RecordStore
 from tfrfs.view.schema import Schema
@@ -125,12 +125,11 @@ class Dataset:
         if kind == "raw":
             raise Invalid(f"{self.shards[n].path}: its records are not Examples (raw records): read them with "
                           "record()")
-        cls = proto.SequenceExample if kind == "sequence" else proto.Example
         try:
-            message = cls.FromString(data)
-        except Exception as exc:  # noqa: BLE001 - protobuf raises several types
+            message = decode(data, kind)
+        except Unparsable as exc:
             raise DamagedRecord(self.shards[n].path, index, self._store.shards[n].span(index)[0],
-                                f"the record does not parse as {cls.__name__}: {exc or type(exc).__name__}") from None
+                                exc.message) from None
         return codec.plain_values(message)
 
     def _number(self, shard: str | int) -> int:

@@ -30,6 +30,7 @@ import crc32c
 from tfrfs.format import codec
 from tfrfs.index import idxfile
 from tfrfs.format import proto
+from tfrfs.format import record_kinds
 from tfrfs.format import wire
 
 VERSION = 1
@@ -116,14 +117,14 @@ class Scanner:
             self.tally.records += weight
             return
         try:
+            message = record_kinds.decode(data, kind, shallow=True)
             if kind == "sequence":
-                seq = proto.ShallowSequenceExample.FromString(data)
-                flists = seq.feature_lists.feature_list
-                gives = (self._features(seq.context.feature),
+                flists = message.feature_lists.feature_list
+                gives = (self._features(message.context.feature),
                          tuple([(key, self._list_row(key, flists[key])) for key in flists]))
             else:
-                gives = (self._features(proto.ShallowExample.FromString(data).features.feature), ())
-        except Exception:  # noqa: BLE001 - protobuf raises several types; such a record is reported when opened
+                gives = (self._features(message.features.feature), ())
+        except Exception:  # noqa: BLE001 - Unparsable, or a feature that does not; reported when opened
             self.tally.skipped += weight
             return
         records = self._records
