@@ -16,7 +16,6 @@ are counted from their bytes directly). It runs on every core, shards split in p
 
 from __future__ import annotations
 
-import codecs
 import os
 import struct
 import threading
@@ -31,6 +30,7 @@ from tfrfs.format import codec
 from tfrfs.index import idxfile
 from tfrfs.format import proto
 from tfrfs.format import record_kinds
+from tfrfs.format import shown_as
 from tfrfs.format import wire
 
 VERSION = 1
@@ -214,7 +214,7 @@ class Scanner:
             steps = [codec.value_from_proto(f) for f in proto.FeatureList.FromString(value).feature]
             kinds = {s.kind for s in steps}
             kind = kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else "empty")
-            row = (kind, len(steps), _steps_suffix(steps), any(_ends_in_newline(s) for s in steps), False)
+            row = (kind, len(steps), shown_as.steps_suffix(steps), any(_ends_in_newline(s) for s in steps), False)
             if len(value) <= _MEMO_VALUE and len(seen) < _MEMO_KEYS:
                 seen[value] = row
         return row
@@ -243,9 +243,9 @@ def _numeric_row(value: bytes) -> Row | None:
     tag = value[0]
     if size == 2:
         if tag == 0x1A:
-            return ("int64_list", 0, ".json", False, False)
+            return ("int64_list", 0, shown_as.JSON, False, False)
         if tag == 0x12:
-            return ("float_list", 0, ".json", False, False)
+            return ("float_list", 0, shown_as.JSON, False, False)
         return None
     if size < 4 or value[2] != 0x0A or value[3] != size - 4:
         return None
@@ -253,9 +253,9 @@ def _numeric_row(value: bytes) -> Row | None:
         body = value[4:]
         if body and body[-1] & 0x80:
             return None
-        return ("int64_list", len(body) - len(body.translate(None, _HIGH)), ".json", False, False)
+        return ("int64_list", len(body) - len(body.translate(None, _HIGH)), shown_as.JSON, False, False)
     if tag == 0x12 and (size - 4) % 4 == 0:
-        return ("float_list", (size - 4) // 4, ".json", False, False)
+        return ("float_list", (size - 4) // 4, shown_as.JSON, False, False)
     return None
 
 
@@ -291,9 +291,9 @@ def _feature_row(data: bytes) -> Row:
         # renderer would show it, without parsing it into a message and a Value (a third of
         # the time a 2 KB text record takes).
         one = data[span[0]:span[1]]
-        return ("bytes_list", 1, codec.single_suffix(one), one.endswith(b"\n"), False)
+        return ("bytes_list", 1, shown_as.single_suffix(one), one.endswith(b"\n"), False)
     value = codec.value_from_proto(proto.Feature.FromString(data))
-    return (value.kind, len(value.values), codec.suffix_of(value), _ends_in_newline(value), False)
+    return (value.kind, len(value.values), shown_as.suffix_of(value), _ends_in_newline(value), False)
 
 
 def _with_raw(feats: Any, rows: list[tuple[str, Row]]) -> list[tuple[str, Row]]:
@@ -312,7 +312,7 @@ def _with_raw(feats: Any, rows: list[tuple[str, Row]]) -> list[tuple[str, Row]]:
             if prefix + "height" in feats and prefix + "width" in feats:
                 feature = feats[key]
                 span = wire.single_bytes_value(feature, 0, len(feature))
-                if span is not None and codec.raw_shape(key, span[1] - span[0], get) is not None:
+                if span is not None and shown_as.raw_shape(key, span[1] - span[0], get) is not None:
                     row = (row[0], row[1], row[2], row[3], True)
         out.append((key, row))
     return out
@@ -341,54 +341,21 @@ def _large_feature_row(view: memoryview, start: int, end: int) -> Row:
         return _feature_row(bytes(view[start:end]))   # not one list: leave it to protobuf
     tag, lstart, lend = lists[0]
     if tag == 0x0A:
-        values = [(s, e) for t, s, e in wire.fields(view, lstart, lend) if t == 0x0A]
-        newline = any(e > s and view[e - 1] == 0x0A for s, e in values)
-        if len(values) == 1:
-            s, e = values[0]
-            suffix = codec.sniff_media(view[s:e]) or (".txt" if _is_text(view[s:e]) else ".bin")
-        else:
-            suffix = ".json" if all(_is_text(view[s:e]) for s, e in values) else ".list"
-        return ("bytes_list", len(values), suffix, newline, False)
+        values = [view[s:e] for t, s, e in wire.fields(view, lstart, lend) if t == 0x0A]
+        newline = any(len(v) and v[-1] == 0x0A for v in values)
+        return ("bytes_list", len(values), shown_as.bytes_suffix(values), newline, False)
     packed = list(wire.fields(view, lstart, lend))
     if tag == 0x12 and len(packed) == 1 and (packed[0][2] - packed[0][1]) % 4 == 0:
-        return ("float_list", (packed[0][2] - packed[0][1]) // 4, ".json", False, False)
+        return ("float_list", (packed[0][2] - packed[0][1]) // 4, shown_as.JSON, False, False)
     if tag == 0x1A and len(packed) == 1:
         _, s, e = packed[0]
         continued = sum(len(bytes(view[p:min(e, p + _CHUNK)]).translate(None, _HIGH)) for p in range(s, e, _CHUNK))
-        return ("int64_list", (e - s) - continued, ".json", False, False)
+        return ("int64_list", (e - s) - continued, shown_as.JSON, False, False)
     return _feature_row(bytes(view[start:end]))
-
-
-def _is_text(view: memoryview) -> bool:
-    """``codec.is_text`` of a large value, a chunk at a time."""
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    try:
-        for p in range(0, len(view), _CHUNK):
-            chunk = bytes(view[p:p + _CHUNK])
-            if b"\x00" in chunk:
-                return False
-            decoder.decode(chunk)
-        decoder.decode(b"", final=True)
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 def _ends_in_newline(value: codec.Value) -> bool:
     return value.kind == "bytes_list" and any(v.endswith(b"\n") for v in value.values)
-
-
-def _steps_suffix(steps: list[codec.Value]) -> str:
-    """What ``codec.render_feature_list`` shows these steps as, without rendering them."""
-    if not steps:
-        return ".json"
-    kind = steps[0].kind
-    if all(s.kind == kind for s in steps):
-        if kind in ("int64_list", "float_list"):
-            return ".json"
-        if kind == "bytes_list" and all(codec.is_text(v) for s in steps for v in s.values):
-            return ".json"
-    return ".steps"
 
 
 # --- scanning shards ----------------------------------------------------------------------
