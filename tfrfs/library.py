@@ -18,6 +18,7 @@ from tfrfs.errors import DamagedRecord, Invalid, UsageError
 from tfrfs.format.record_kinds import RECORD_KINDS, Unparsable, decode
 from tfrfs.index.shard_index import IndexCache, ShardIndex
 from tfrfs.index.memory import IndexMemory
+from tfrfs.jobs.runner import scan_pool
 from tfrfs.view.records import RecordStore
 from tfrfs.view.schema import Schema
 from tfrfs.dataset.sources import Source, index_source, open_source
@@ -45,7 +46,7 @@ class Dataset:
         self.source = source
         self.cache = cache
         self._store = RecordStore(indexes, source.readers, records=records, on_bad=cache.save)
-        self._schema = Schema(self._store, cache.save)
+        self._schema = Schema(self._store, cache.save, scan_pool)
         self._numbers = {idx.shard.relpath: n for n, idx in enumerate(indexes)}
         self.shards: tuple[Shard, ...] = tuple(
             Shard(idx.shard.relpath, idx.count, idx.shard.compression, self._store.kinds[n])

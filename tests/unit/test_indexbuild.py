@@ -24,6 +24,7 @@ from tfrfs.index import build as indexbuild
 from tfrfs.format import proto
 from tfrfs.format import salvage
 from tfrfs.index import shardschema
+from tfrfs.jobs import runner as jobs_runner
 from tfrfs.index.shard_index import IndexCache, ShardIndex
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -136,7 +137,7 @@ def _in_process(shards: list[index.ShardFile], cache_dir: Path) -> list[ShardInd
 def pool_always(monkeypatch: pytest.MonkeyPatch) -> None:
     """Small test shards go to the workers too."""
     monkeypatch.setattr(indexbuild, "POOL_BYTES", 0)
-    monkeypatch.setattr(shardschema, "workers", lambda: 2)
+    monkeypatch.setattr(jobs_runner, "cores", lambda: 2)
 
 
 def test_workers_index_as_one_process_does(tmp_path: Path, pool_always: None) -> None:

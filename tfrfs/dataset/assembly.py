@@ -417,7 +417,7 @@ def open_mount(source: str | Source, *, writable: bool = False, records: str | N
             staging.load()
         store = RecordStore(indexes, readers, records=records, decode_raw=decode_raw, writable=writable,
                             staging=staging, on_bad=cache.save)
-        tree = Tree(disc, store, Schema(store, cache.save))
+        tree = Tree(disc, store, Schema(store, cache.save, jobs.scan_pool))
         if src.manifest is not None and not src.remote and staging is None:
             from tfrfs.index.manifest import FolderCheck
             tree.check_folders(FolderCheck(tree, cache))

@@ -59,7 +59,7 @@ def poolable(shard: ShardFile, cache: IndexCache) -> bool:
 
 
 def worth_a_pool(shards: list[ShardFile]) -> bool:
-    return len(shards) > 1 and shardschema.workers() > 1 and sum(s.size for s in shards) >= POOL_BYTES
+    return len(shards) > 1 and jobs.cores() > 1 and sum(s.size for s in shards) >= POOL_BYTES
 
 
 def build_one(cache_dir: str, shard: ShardFile, schema: bool) -> int:
@@ -100,7 +100,7 @@ def build_all(shards: list[tuple[int, ShardFile]], cache: IndexCache, done: Done
         # The fork server imports what the workers run once, before it forks them (when it is not
         # running yet): each worker starts ready instead of importing it again (~0.2 s).
         multiprocessing.get_context("forkserver").set_forkserver_preload([__name__])
-    ex = executor or shardschema.pool(min(shardschema.workers() + 1, len(shards)), fork=True)
+    ex = executor or jobs.process_pool(min(jobs.cores() + 1, len(shards)))
     here: list[tuple[int, ShardFile]] = []
     try:
         futures: dict[Future, tuple[int, ShardFile]] = {}

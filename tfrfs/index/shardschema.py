@@ -11,7 +11,8 @@ maximum all follow from it, and removing a record is adding it with weight -1.
 
 The scan reads each record one level deep (``proto.ShallowExample``) and looks at a feature's
 bytes only the first time they are seen in a shard (numeric lists of the usual packed encoding
-are counted from their bytes directly). It runs on every core, shards split in parts.
+are counted from their bytes directly). It runs on the runner it is given (every core, shards
+split in parts), or here.
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ import struct
 import threading
 import time
 from array import array
-from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from typing import Any, Callable, Iterable, Iterator
 
 import crc32c
 
 from tfrfs.format import codec
 from tfrfs.index import idxfile
+from tfrfs.index.running import Runner
 from tfrfs.format import proto
 from tfrfs.format import record_kinds
 from tfrfs.format import shown_as
@@ -460,29 +461,6 @@ def parts_of(count: int, shard: int) -> list[Part]:
     return [Part(shard, s, min(count, s + PART_RECORDS)) for s in range(0, max(count, 1), PART_RECORDS)]
 
 
-def workers() -> int:
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
-
-
-def _nice_worker() -> None:
-    """Scan workers yield to the mount's own work (and to the user's)."""
-    try:
-        os.nice(10)
-    except OSError:
-        pass
-
-
-def pool(n: int | None = None, *, nice: bool = False, fork: bool = False) -> Executor:
-    """A process pool for ``scan_part``: started fresh (never forked from a daemon's threads);
-    ``nice``: its workers yield to other work (a read nobody waits for). ``fork``: forked
-    instead when this process runs one thread only (a command, a daemon before it serves), which
-    starts each worker in milliseconds rather than a third of a second."""
-    import multiprocessing
-    context = "fork" if fork and threading.active_count() == 1 else "forkserver"
-    return ProcessPoolExecutor(n or workers(), mp_context=multiprocessing.get_context(context),
-                               initializer=_nice_worker if nice else None)
-
-
 Progress = Callable[[int, int], None]    # (records done, records in all)
 
 
@@ -493,59 +471,58 @@ class Stopped(Exception):
     """The scan was asked to stop (the mount is closing)."""
 
 
-def scan_local(jobs: list[Job], progress: Progress | None = None, executor: Executor | None = None,
-               stop: threading.Event | None = None, nice: bool = False) -> list[Tally | None]:
-    """The tally of each job's records, on all cores (one task per ``PART_RECORDS`` records);
-    None for a job whose file was replaced meanwhile. Raises Stopped once ``stop`` is set (the
-    parts under way finish first)."""
+def scan_local(jobs: list[Job], progress: Progress | None = None, runner: Runner | None = None,
+               stop: threading.Event | None = None) -> list[Tally | None]:
+    """The tally of each job's records, on ``runner`` (one task per ``PART_RECORDS`` records), or
+    here without one; None for a job whose file was replaced meanwhile. Raises Stopped once
+    ``stop`` is set (the parts under way finish first)."""
     total = sum(len(job[3]) - 1 for job in jobs)
     tallies: list[Tally | None] = [Tally(job[2]) for job in jobs]
     if total == 0:
         return tallies
-    if executor is None and (total <= PART_RECORDS or workers() == 1):
-        # Fewer records than a worker takes to start: read them here.
-        for n, (path, stamp, kind, offsets, skip) in enumerate(jobs):
-            if stop is not None and stop.is_set():
-                raise Stopped
-            result = scan_part(path, stamp, kind, offsets.tobytes(), 0, tuple(skip), idxfile.typecode(offsets))
-            tallies[n] = Tally.from_json(result) if result is not None else None
-            if progress is not None:
-                progress(sum(len(j[3]) - 1 for j in jobs[:n + 1]), total)
-        return tallies
-    own = executor is None
-    ex = executor or pool(nice=nice)
-    done = 0
-    last = time.monotonic()
-    try:
-        futures = {}
+    parts: list[Part] = []
+    tasks: list[tuple[Any, ...]] = []
+    here = runner is None or runner.workers <= 1 or total <= PART_RECORDS
+    if not here:
+        assert runner is not None
         for n, (path, stamp, kind, offsets, skip) in enumerate(jobs):
             for part in parts_of(len(offsets) - 1, n):
-                if part.stop <= part.start:
-                    continue
-                mine = tuple(i for i in skip if part.start <= i < part.stop)
-                fut = ex.submit(scan_part, path, stamp, kind, offsets[part.start:part.stop + 1].tobytes(),
-                                part.start, mine, idxfile.typecode(offsets))
-                futures[fut] = part
-        for fut in as_completed(futures):
-            if stop is not None and stop.is_set():
-                raise Stopped
-            part = futures[fut]
-            result = fut.result()
-            got = Tally.from_json(result) if result is not None else None
-            whole = tallies[part.shard]
-            if got is None or whole is None:
-                tallies[part.shard] = None
-            else:
-                whole.add(got)
-            done += part.stop - part.start
-            now = time.monotonic()
-            if progress is not None and (now - last > 0.5 or done == total):
-                progress(done, total)
-                last = now
-    finally:
-        if own:
-            ex.shutdown(wait=True, cancel_futures=True)
+                if part.stop > part.start:
+                    mine = tuple(i for i in skip if part.start <= i < part.stop)
+                    parts.append(part)
+                    tasks.append((path, stamp, kind, offsets[part.start:part.stop + 1].tobytes(), part.start,
+                                  mine, idxfile.typecode(offsets)))
+        results = runner.run(scan_part, tasks)
+    else:
+        # Fewer records than a worker takes to start, or no runner: read them here, shard by shard.
+        for n, (path, stamp, kind, offsets, skip) in enumerate(jobs):
+            parts.append(Part(n, 0, len(offsets) - 1))
+            tasks.append((path, stamp, kind, offsets.tobytes(), 0, tuple(skip), idxfile.typecode(offsets)))
+        results = ((k, _unless_stopped(stop, scan_part, task)) for k, task in enumerate(tasks))
+    done = 0
+    last = time.monotonic()
+    for k, result in results:
+        if stop is not None and stop.is_set():
+            raise Stopped
+        part = parts[k]
+        got = Tally.from_json(result) if result is not None else None
+        whole = tallies[part.shard]
+        if got is None or whole is None:
+            tallies[part.shard] = None
+        else:
+            whole.add(got)
+        done += part.stop - part.start
+        now = time.monotonic()
+        if progress is not None and (now - last > 0.5 or done == total or here):
+            progress(done, total)
+            last = now
     return tallies
+
+
+def _unless_stopped(stop: threading.Event | None, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    if stop is not None and stop.is_set():
+        raise Stopped
+    return fn(*args)
 
 
 def scan_records(kind: str, records: Iterable[bytes]) -> Tally:

@@ -21,6 +21,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,25 +84,33 @@ def cores() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
 
+def process_pool(workers: int, *, nice: bool = False) -> ProcessPoolExecutor:
+    """The pool of local worker processes every runner and indexer here uses: forked when this
+    process runs one thread (a command, a daemon before it serves: a worker starts in
+    milliseconds), else started by a fork server (never forked from a daemon's threads).
+    ``nice``: the workers yield to other work (a read nobody waits for, beside a mount's own)."""
+    import multiprocessing
+    context = "fork" if threading.active_count() == 1 else "forkserver"
+    # A fork server started earlier holds the environment of that moment: the workers take
+    # this process's as it is now (a store's credentials, set since, among it).
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(context),
+                               initializer=_start_worker, initargs=(dict(os.environ), nice))
+
+
 class LocalPool(Runner):
-    """A pool of local worker processes, one per core (forked when this process runs one thread,
-    else started by a fork server)."""
+    """A pool of local worker processes, one per core (see ``process_pool``); ``nice``: they yield
+    to other work."""
 
     name = "local processes"
 
-    def __init__(self, workers: int | None = None) -> None:
+    def __init__(self, workers: int | None = None, *, nice: bool = False) -> None:
         self.workers = workers or cores()
-        self._pool: Any = None
+        self.nice = nice
+        self._pool: ProcessPoolExecutor | None = None
 
-    def _executor(self) -> Any:
+    def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-            context = "fork" if threading.active_count() == 1 else "forkserver"
-            # A fork server started earlier holds the environment of that moment: the workers take
-            # this process's as it is now (a store's credentials, set since, among it).
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context(context),
-                                             initializer=_take_environment, initargs=(dict(os.environ),))
+            self._pool = process_pool(self.workers, nice=self.nice)
         return self._pool
 
     def run(self, fn: Callable[..., Any], jobs: Sequence[Job]) -> Iterator[tuple[int, Any]]:
@@ -168,9 +177,20 @@ class LocalPool(Runner):
             self._pool = None
 
 
-def _take_environment(env: dict[str, str]) -> None:
+def _start_worker(env: dict[str, str], nice: bool) -> None:
     os.environ.clear()
     os.environ.update(env)
+    if nice:
+        try:
+            os.nice(10)
+        except OSError:
+            pass
+
+
+def scan_pool(nice: bool) -> LocalPool:
+    """The runner a mount's schema scan reads tallies on (``view.schema.Schema``): every core,
+    yielding to other work when ``nice`` (a scan in the background)."""
+    return LocalPool(nice=nice)
 
 
 _ray_lock = threading.Lock()
