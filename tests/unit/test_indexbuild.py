@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfrfs.index import shard_index as index
-from tfrfs.index import build as indexbuild
+from tfrfs.jobs import indexing as indexbuild
 from tfrfs.format import proto
 from tfrfs.format import salvage
 from tfrfs.index import shardschema
@@ -184,8 +184,18 @@ def _builds_fail() -> None:
     IndexCache.build = _failing_build  # type: ignore[method-assign]
 
 
-def _pool(init: Callable[[], None]) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("forkserver"), initializer=init)
+class _PoolStartingWith(jobs_runner.LocalPool):
+    """A local pool whose workers run ``init`` as they start (to make them fail)."""
+
+    def __init__(self, init: Callable[[], None]) -> None:
+        super().__init__(2)
+        self.init = init
+
+    def _executor(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("forkserver"),
+                                             initializer=self.init)
+        return self._pool
 
 
 @pytest.mark.parametrize("init, message", [(_exit_at_start, "a process indexing shards stopped"),
@@ -195,8 +205,8 @@ def test_a_job_lost_in_its_worker_is_done_here(tmp_path: Path, caplog: pytest.Lo
     shards = _dataset(tmp_path / "data")
     cache = IndexCache(tmp_path / "cache")
     found: dict[int, ShardIndex] = {}
-    with caplog.at_level(logging.WARNING, logger="tfrfs"), _pool(init) as ex:
-        indexbuild.build_all(list(enumerate(shards)), cache, found.__setitem__, executor=ex)
+    with caplog.at_level(logging.WARNING, logger="tfrfs"), _PoolStartingWith(init) as runner:
+        indexbuild.build_all(list(enumerate(shards)), cache, found.__setitem__, runner)
     for n, want in enumerate(_in_process(shards, tmp_path / "alone")):
         _same(found[n], want)
     lines = [r.getMessage() for r in caplog.records if message in r.getMessage()]

@@ -238,7 +238,7 @@ def _read_tallies(runner: Any, src: Any, schema: Any) -> None:
     """The shards' parts of ``schema`` that are not known yet, read as shard jobs on ``runner``
     and kept as the schema keeps what it reads itself (with the shard's index, in the cache)."""
     from tfrfs.jobs.runner import Where
-    from tfrfs.index.build import read_tallies
+    from tfrfs.jobs.indexing import read_tallies
     store = schema.store
 
     def keep(n: int, idx: Any, tally: Any) -> None:

@@ -24,7 +24,7 @@ from tfrfs.index import manifest
 from tfrfs.jobs import shard_work as shardjobs
 from tfrfs.errors import UsageError
 from tfrfs.index.shard_index import HIDDEN_DIRS, INDEX_SUFFIXES, SNIFF_BYTES, TMP_PREFIX, Discovery, IndexCache, IndexProgress, ShardFile, ShardIndex, SourceFiles, default_cache_dir, discover, judge_head, shipped_names
-from tfrfs.index.build import index_all, index_job, reading_schema
+from tfrfs.jobs.indexing import index_all, index_job, reading_schema
 from tfrfs.index.memory import IndexMemory
 from tfrfs.index.manifest import Manifest
 from tfrfs.storage.readers import Readers, default_readers

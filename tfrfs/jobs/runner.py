@@ -38,6 +38,10 @@ RAY_ENV = "RAY_ADDRESS"
 Job = tuple[Any, ...]   # the arguments of one call of the job function
 
 
+class WorkersLost(RuntimeError):
+    """Worker processes kept stopping: a job could not be run (see ``LocalPool``)."""
+
+
 class Runner(ABC):
     """Runs a job function over many argument tuples."""
 
@@ -147,10 +151,10 @@ class LocalPool(Runner):
                     for n in lost:
                         tries[n] += 1
                         if tries[n] > RETRIES:
-                            raise RuntimeError(f"a worker process was lost {tries[n]} times running job {n}") from None
+                            raise WorkersLost(f"a worker process was lost {tries[n]} times running job {n}") from None
                     fresh_pools += 1
                     if fresh_pools > RETRIES + 1:
-                        raise RuntimeError("worker processes keep stopping before any job finishes") from None
+                        raise WorkersLost("worker processes keep stopping before any job finishes") from None
                     # Every job the broken pool held is lost with it: they all run again.
                     log.warning("a worker process stopped; its jobs run again in new workers")
                     todo.extend(lost)
