@@ -1,8 +1,8 @@
 """Indexing local shards on every core (``tfrfs index``, the cold part of a mount).
 
 A shard's index is found by walking its headers from the first record to the last: one shard is
-one job, and the shards of a dataset are walked side by side, one worker process per core (fresh
-processes, never forked from a daemon's threads). A worker writes the index file into the cache
+one job, and the shards of a dataset are walked side by side on a runner (``jobs.runner``: by
+default one local worker process per core, never forked from a daemon's threads). A worker writes the index file into the cache
 directory itself and sends back only a few figures; the caller then loads each index from the
 cache, as a later mount would. ``tfrfs index`` also asks the worker for the shard's part of the
 schema (``shardschema``): it reads the records just after walking them, while they are in the
