@@ -152,16 +152,13 @@ def index_all(shards: Iterable[ShardFile], cache: IndexCache,
             if progress:
                 progress(n, len(shards), records)
         return out
-    from concurrent.futures import ThreadPoolExecutor, as_completed
     found: dict[int, ShardIndex] = {}
-    with ThreadPoolExecutor(min(workers, len(shards)), thread_name_prefix="tfrfs-index") as pool:
-        futures = {pool.submit(cache.get, shard): n for n, shard in enumerate(shards)}
-        for done, fut in enumerate(as_completed(futures), 1):
-            idx, _ = fut.result()
-            found[futures[fut]] = idx
-            records += idx.count
-            if progress:
-                progress(done, len(shards), records)
+    threads = jobs.Threads(workers, "tfrfs-index")
+    for done, (n, (idx, _)) in enumerate(threads.run(cache.get, [(shard,) for shard in shards]), 1):
+        found[n] = idx
+        records += idx.count
+        if progress:
+            progress(done, len(shards), records)
     return [found[n] for n in range(len(shards))]
 
 

@@ -84,6 +84,27 @@ class InProcess(Runner):
             yield n, fn(*job)
 
 
+class Threads(Runner):
+    """Threads of this process: for jobs that wait on requests (remote shards), not on a core."""
+
+    name = "threads"
+
+    def __init__(self, workers: int, prefix: str = "tfrfs-job") -> None:
+        self.workers = workers
+        self.prefix = prefix
+
+    def run(self, fn: Callable[..., Any], jobs: Sequence[Job]) -> Iterator[tuple[int, Any]]:
+        from concurrent.futures import ThreadPoolExecutor, as_completed
+        with ThreadPoolExecutor(max(1, min(self.workers, len(jobs))), thread_name_prefix=self.prefix) as pool:
+            futures = {pool.submit(fn, *job): n for n, job in enumerate(jobs)}
+            try:
+                for fut in as_completed(futures):
+                    yield futures[fut], fut.result()
+            finally:
+                for fut in futures:
+                    fut.cancel()
+
+
 def cores() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
