@@ -27,16 +27,17 @@ import math
 import numbers
 import struct
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence, Union
+from typing import Any, Callable, Sequence, Union
 
 from json.encoder import encode_basestring  # the C escaper json.dumps uses, without ASCII escaping
 
 from tfrfs.errors import Invalid
 from tfrfs.format.jsontext import format_float32
-# What a value is shown as is decided in shown_as; these names are part of codec's face too.
-from tfrfs.format.raw_png import encode_png, parse_raw_png
-from tfrfs.format.shown_as import (Shape, is_text, raw_shape, raw_shapes, single_suffix, sniff_media,
-                                   steps_suffix, suffix_of, texts)
+# What a value is shown as is decided in shown_as, raw pixels <-> PNG in raw_png: the names a
+# caller of codec used before they moved there stay part of codec's face.
+from tfrfs.format.raw_png import encode_png, parse_raw_png  # noqa: F401
+from tfrfs.format.shown_as import (Shape, is_text, raw_shape, raw_shapes, single_suffix,  # noqa: F401
+                                   sniff_media, steps_suffix, suffix_of, texts)
 
 KINDS = ("int64_list", "float_list", "bytes_list", "none")
 
