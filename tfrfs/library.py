@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from tfrfs.format import codec
-from tfrfs.format import proto
 from tfrfs.index import record_runs as ranges
 from tfrfs.errors import DamagedRecord, Invalid, UsageError
-from tfrfs.index.shard_index import RECORD_KINDS, IndexCache, ShardIndex
+from tfrfs.format.record_kinds import RECORD_KINDS, Unparsable, decode
+from tfrfs.index.shard_index import IndexCache, ShardIndex
 from tfrfs.index.memory import IndexMemory
+from tfrfs.jobs.runner import scan_pool
 from tfrfs.view.records import RecordStore
 from tfrfs.view.schema import Schema
 from tfrfs.dataset.sources import Source, index_source, open_source
@@ -45,7 +46,7 @@ class Dataset:
         self.source = source
         self.cache = cache
         self._store = RecordStore(indexes, source.readers, records=records, on_bad=cache.save)
-        self._schema = Schema(self._store, cache.save)
+        self._schema = Schema(self._store, cache.save, scan_pool)
         self._numbers = {idx.shard.relpath: n for n, idx in enumerate(indexes)}
         self.shards: tuple[Shard, ...] = tuple(
             Shard(idx.shard.relpath, idx.count, idx.shard.compression, self._store.kinds[n])
@@ -125,12 +126,11 @@ class Dataset:
         if kind == "raw":
             raise Invalid(f"{self.shards[n].path}: its records are not Examples (raw records): read them with "
                           "record()")
-        cls = proto.SequenceExample if kind == "sequence" else proto.Example
         try:
-            message = cls.FromString(data)
-        except Exception as exc:  # noqa: BLE001 - protobuf raises several types
+            message = decode(data, kind)
+        except Unparsable as exc:
             raise DamagedRecord(self.shards[n].path, index, self._store.shards[n].span(index)[0],
-                                f"the record does not parse as {cls.__name__}: {exc or type(exc).__name__}") from None
+                                exc.message) from None
         return codec.plain_values(message)
 
     def _number(self, shard: str | int) -> int:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tfrfs.index import shard_index as index
+from tfrfs.format.record_kinds import choose_kind
 from tfrfs.format import proto
 from tfrfs.format import tfrecord
 from tfrfs.errors import UsageError
@@ -87,7 +88,7 @@ def test_glob(tmp_path: Path) -> None:
     ([b""] * 3, "example"),
 ])
 def test_detect_kind(records: list[bytes], kind: str) -> None:
-    assert index.detect_kind(r for r in records if r) == kind
+    assert choose_kind(r for r in records if r) == kind
 
 
 def test_index_cache_round_trip_and_invalidation(tmp_path: Path) -> None:

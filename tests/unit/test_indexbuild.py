@@ -20,10 +20,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfrfs.index import shard_index as index
-from tfrfs.index import build as indexbuild
+from tfrfs.jobs import indexing as indexbuild
 from tfrfs.format import proto
 from tfrfs.format import salvage
 from tfrfs.index import shardschema
+from tfrfs.jobs import runner as jobs_runner
 from tfrfs.index.shard_index import IndexCache, ShardIndex
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -136,7 +137,7 @@ def _in_process(shards: list[index.ShardFile], cache_dir: Path) -> list[ShardInd
 def pool_always(monkeypatch: pytest.MonkeyPatch) -> None:
     """Small test shards go to the workers too."""
     monkeypatch.setattr(indexbuild, "POOL_BYTES", 0)
-    monkeypatch.setattr(shardschema, "workers", lambda: 2)
+    monkeypatch.setattr(jobs_runner, "cores", lambda: 2)
 
 
 def test_workers_index_as_one_process_does(tmp_path: Path, pool_always: None) -> None:
@@ -183,8 +184,18 @@ def _builds_fail() -> None:
     IndexCache.build = _failing_build  # type: ignore[method-assign]
 
 
-def _pool(init: Callable[[], None]) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("forkserver"), initializer=init)
+class _PoolStartingWith(jobs_runner.LocalPool):
+    """A local pool whose workers run ``init`` as they start (to make them fail)."""
+
+    def __init__(self, init: Callable[[], None]) -> None:
+        super().__init__(2)
+        self.init = init
+
+    def _executor(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("forkserver"),
+                                             initializer=self.init)
+        return self._pool
 
 
 @pytest.mark.parametrize("init, message", [(_exit_at_start, "a process indexing shards stopped"),
@@ -194,8 +205,8 @@ def test_a_job_lost_in_its_worker_is_done_here(tmp_path: Path, caplog: pytest.Lo
     shards = _dataset(tmp_path / "data")
     cache = IndexCache(tmp_path / "cache")
     found: dict[int, ShardIndex] = {}
-    with caplog.at_level(logging.WARNING, logger="tfrfs"), _pool(init) as ex:
-        indexbuild.build_all(list(enumerate(shards)), cache, found.__setitem__, executor=ex)
+    with caplog.at_level(logging.WARNING, logger="tfrfs"), _PoolStartingWith(init) as runner:
+        indexbuild.build_all(list(enumerate(shards)), cache, found.__setitem__, runner)
     for n, want in enumerate(_in_process(shards, tmp_path / "alone")):
         _same(found[n], want)
     lines = [r.getMessage() for r in caplog.records if message in r.getMessage()]

@@ -20,7 +20,7 @@ from tfrfs.ray import sink as raysink
 from tfrfs.ray import source as raysource
 from tfrfs.format import tfrecord
 from tfrfs.errors import Invalid
-from tfrfs.index.shard_index import detect_kind
+from tfrfs.format.record_kinds import choose_kind
 
 pa = pytest.importorskip("pyarrow")
 
@@ -114,7 +114,7 @@ def test_sequence_examples_come_back(tmp_path: Path) -> None:
             lists["marks"] = [feature(None), feature(None)]                  # steps with no kind
         messages.append(sequence(ctx, lists))
     written = round_trip(tmp_path, messages, batch_rows=7)
-    assert detect_kind(written) == "sequence"
+    assert choose_kind(written) == "sequence"
     # An empty step keeps its kind: a step is never dropped.
     step = proto.SequenceExample.FromString(written[2]).feature_lists.feature_list["frames"].feature[1]
     assert step.WhichOneof("kind") == "float_list" and not step.float_list.value
@@ -220,7 +220,7 @@ def test_typed_empty_steps_keep_their_kind_and_empty_lists_are_absent() -> None:
     assert [s.WhichOneof("kind") for s in first.feature_lists.feature_list["none"].feature] == [None]
     # Nothing at all but still a SequenceExample: its shard is indexed as one.
     assert second.HasField("feature_lists") and not second.feature_lists.feature_list and not second.context.feature
-    assert detect_kind([second.SerializeToString()]) == "sequence"
+    assert choose_kind([second.SerializeToString()]) == "sequence"
 
 
 def test_untyped_columns_are_inferred_by_codec_rules() -> None:

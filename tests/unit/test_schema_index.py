@@ -341,6 +341,7 @@ def test_workers_read_parts_of_shards_and_notice_a_replaced_file(tmp_path: Path,
     since its offsets were taken (a commit) gives no tally rather than a wrong one."""
     import os
     from array import array
+    from tfrfs.jobs.runner import LocalPool
     monkeypatch.setattr(shardschema, "PART_RECORDS", 64)
     records = _examples(300) + [_example({"x": codec.Value("float_list", (1.0, 2.0))})]
     _write_shard(tmp_path / "a.tfrecord", records)
@@ -356,14 +357,14 @@ def test_workers_read_parts_of_shards_and_notice_a_replaced_file(tmp_path: Path,
         offsets.append(pos)
         jobs.append((path, shardschema.stamp_of(os.stat(path)), "example", offsets, {5}))
     seen: list[int] = []
-    with shardschema.pool(2) as ex:
-        got = shardschema.scan_local(jobs, lambda done, total: seen.append(done), executor=ex)
+    with LocalPool(2) as runner:
+        got = shardschema.scan_local(jobs, lambda done, total: seen.append(done), runner)
         assert got[0] is not None and got[1] is not None
         assert got[0].to_json() == shardschema.scan_records("example", records[:5] + records[6:]).to_json()
         assert got[1].records == 9
         assert seen[-1] == 311
         _write_shard(tmp_path / "b.tfrecord", _examples(10, 50))   # same size, another file
-        again = shardschema.scan_local(jobs, executor=ex)
+        again = shardschema.scan_local(jobs, runner=runner)
         assert again[0] is not None and again[1] is None
 
 

@@ -221,10 +221,11 @@ def _read_schema(src: Any, indexes: list, cache: Any, runner: Any) -> dict:
     """Every shard's part of the schema, into its index (so into the files shipped beside it); the
     dataset's schema summary (SPEC 5)."""
     from tfrfs.view.records import RecordStore
+    from tfrfs.jobs.runner import scan_pool
     from tfrfs.view.schema import Schema
     store = RecordStore(indexes, src.readers)
     try:
-        schema = Schema(store, cache.save)
+        schema = Schema(store, cache.save, scan_pool)
         _schema_progress(schema)
         _read_tallies(runner, src, schema)
         schema.tallies()
@@ -237,7 +238,7 @@ def _read_tallies(runner: Any, src: Any, schema: Any) -> None:
     """The shards' parts of ``schema`` that are not known yet, read as shard jobs on ``runner``
     and kept as the schema keeps what it reads itself (with the shard's index, in the cache)."""
     from tfrfs.jobs.runner import Where
-    from tfrfs.index.build import read_tallies
+    from tfrfs.jobs.indexing import read_tallies
     store = schema.store
 
     def keep(n: int, idx: Any, tally: Any) -> None:

@@ -238,7 +238,7 @@ def open_mount(source: str | Source, *, writable: bool = False, records: str | N
                             overlay=session, on_bad=cache.save)
         if session is not None:
             session.attach(store)
-        tree = Tree(disc, store, Schema(store, cache.save))
+        tree = Tree(disc, store, Schema(store, cache.save, jobs.scan_pool))
         if src.manifest is not None and src.local_root is not None and staging is None:
             from tfrfs.index.manifest import FolderCheck
             tree.check_folders(FolderCheck(tree, cache))

@@ -27,7 +27,7 @@ from tfrfs.errors import UsageError
 from tfrfs.index.discovery import (HIDDEN_DIRS, INDEX_SUFFIXES, SNIFF_BYTES, TMP_PREFIX, Discovery, ShardFile,
                                    SourceFiles, discover, judge_head, shipped_names)
 from tfrfs.index.shard_index import IndexCache, IndexProgress, ShardIndex, default_cache_dir
-from tfrfs.index.build import index_all, index_job, reading_schema
+from tfrfs.jobs.indexing import index_all, index_job, reading_schema
 from tfrfs.index.memory import IndexMemory
 from tfrfs.index.manifest import Manifest
 from tfrfs.storage.base import Storage

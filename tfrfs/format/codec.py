@@ -1,9 +1,9 @@
 """Feature values <-> files (SPEC 3.2, 3.3, 4, and the content rules of 7).
 
-Reading: ``value_from_proto`` turns a ``Feature`` into a ``Value``; ``render`` decides how it is
-shown (the first row of the SPEC 3.2 table that fits) and produces the exact bytes;
-``raw_shapes`` finds the raw pixel arrays of a record (3.3); ``render_feature_list`` does the
-same for a SequenceExample feature list (4).
+Reading: ``value_from_proto`` turns a ``Feature`` into a ``Value``; ``render`` shows it as the
+first row of the SPEC 3.2 table that fits (which row: ``shown_as``, whose names such as
+``raw_shapes`` and ``suffix_of`` codec also offers) and produces the exact bytes;
+``render_feature_list`` does the same for a SequenceExample feature list (4).
 
 Writing: ``parse``, ``parse_list``, ``parse_feature_list`` and ``parse_raw_png`` turn file content
 back into values and raise ``errors.Invalid`` with a reason a user can act on when the content
@@ -22,20 +22,22 @@ renders (integers, floats, encoded images) avoid regexes and per-value allocatio
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import numbers
 import struct
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence, Union
+from typing import Any, Callable, Sequence, Union
 
 from json.encoder import encode_basestring  # the C escaper json.dumps uses, without ASCII escaping
 
-from PIL import Image
-
 from tfrfs.errors import Invalid
 from tfrfs.format.jsontext import format_float32
+# What a value is shown as is decided in shown_as, raw pixels <-> PNG in raw_png: the names a
+# caller of codec used before they moved there stay part of codec's face.
+from tfrfs.format.raw_png import encode_png, parse_raw_png  # noqa: F401
+from tfrfs.format.shown_as import (Shape, is_text, raw_shape, raw_shapes, single_suffix,  # noqa: F401
+                                   sniff_media, steps_suffix, suffix_of, texts)
 
 KINDS = ("int64_list", "float_list", "bytes_list", "none")
 
@@ -45,10 +47,7 @@ DIR_SUFFIXES = (".list", ".steps")
 
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
-_CHANNELS = (1, 3, 4)
-_PIXEL_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
 _F32 = struct.Struct("<f")
-_U32 = struct.Struct("<I")
 
 
 # --------------------------------------------------------------------------------------------
@@ -68,15 +67,6 @@ class Value:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown feature kind {self.kind!r}")
-
-
-@dataclass(frozen=True)
-class Shape:
-    """The shape of a raw pixel array (SPEC 3.3): uint8 samples, row-major, channels last."""
-
-    height: int
-    width: int
-    channels: int
 
 
 @dataclass(frozen=True)
@@ -248,138 +238,6 @@ _PLAIN: dict[str, Callable[[Sequence[Any]], tuple]] = {
 
 
 # --------------------------------------------------------------------------------------------
-# Media sniffing and text
-
-
-@dataclass(frozen=True)
-class _Magic:
-    suffix: str
-    parts: tuple[tuple[int, bytes], ...]  # (offset, bytes) that must all match
-    length_at: int | None = None  # offset of a little-endian u32 that must equal the length
-
-
-# SPEC 3.2's magic bytes table. The first two bytes of every entry are distinct from those of
-# entries of other formats, so a lookup by them finds the candidates without scanning the table.
-_MAGIC_TABLE = (
-    _Magic(".jpg", ((0, b"\xff\xd8\xff"),)),
-    _Magic(".png", ((0, b"\x89PNG\r\n\x1a\n"),)),
-    _Magic(".gif", ((0, b"GIF87a"),)),
-    _Magic(".gif", ((0, b"GIF89a"),)),
-    _Magic(".bmp", ((0, b"BM"),), length_at=2),
-    _Magic(".webp", ((0, b"RIFF"), (8, b"WEBP"))),
-    _Magic(".tif", ((0, b"II*\x00"),)),
-    _Magic(".tif", ((0, b"MM\x00*"),)),
-    _Magic(".wav", ((0, b"RIFF"), (8, b"WAVE"))),
-    _Magic(".flac", ((0, b"fLaC"),)),
-    _Magic(".mp3", ((0, b"ID3"),)),
-    _Magic(".ogg", ((0, b"OggS"),)),
-)
-_MAGIC_BY_HEAD: dict[bytes, tuple[_Magic, ...]] = {}
-for _m in _MAGIC_TABLE:
-    _head = _m.parts[0][1][:2]
-    _MAGIC_BY_HEAD[_head] = _MAGIC_BY_HEAD.get(_head, ()) + (_m,)
-del _m, _head
-
-
-def _matches(magic: _Magic, data: bytes | memoryview) -> bool:
-    for offset, want in magic.parts:
-        if data[offset:offset + len(want)] != want:
-            return False
-    if magic.length_at is not None:
-        at = magic.length_at
-        return len(data) >= at + 4 and _U32.unpack_from(data, at)[0] == len(data)
-    return True
-
-
-def sniff_media(data: bytes | memoryview) -> str | None:
-    """The suffix of the image or sound ``data`` is by its magic bytes (SPEC 3.2), or None."""
-    for magic in _MAGIC_BY_HEAD.get(bytes(data[:2]), ()):
-        if _matches(magic, data):
-            return magic.suffix
-    return None
-
-
-def is_text(data: bytes) -> bool:
-    """Valid UTF-8 with no NUL byte."""
-    if b"\x00" in data:
-        return False
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def _texts(values: Sequence[bytes]) -> list[str] | None:
-    """The values decoded as text, or None when any of them is not text."""
-    out = []
-    for v in values:
-        if b"\x00" in v:
-            return None
-        try:
-            out.append(v.decode("utf-8"))
-        except UnicodeDecodeError:
-            return None
-    return out
-
-
-def single_suffix(data: bytes) -> str:
-    """Suffix of a one-value bytes feature that is not a raw pixel array (SPEC 3.2 rows 4-6)."""
-    return sniff_media(data) or (".txt" if is_text(data) else ".bin")
-
-
-# --------------------------------------------------------------------------------------------
-# Raw pixel arrays (SPEC 3.3)
-
-
-def _one_int(value: Value | None) -> int | None:
-    if value is None or value.kind != "int64_list" or len(value.values) != 1:
-        return None
-    return value.values[0]
-
-
-def raw_shapes(record_values: Mapping[str, Value]) -> dict[str, Shape]:
-    """The Shape of every one-value bytes feature of a record that is a raw pixel array.
-
-    A ``PREFIXdepth`` or ``PREFIXchannels`` feature counts only when it is one int64 value; when
-    neither does, every channel count in 1, 3, 4 is tried. A value is decoded only when exactly
-    one shape fits its length; height and width must be positive (PNG has no empty image).
-    """
-    shapes: dict[str, Shape] = {}
-    for key, value in record_values.items():
-        if value.kind == "bytes_list" and len(value.values) == 1:
-            shape = raw_shape(key, len(value.values[0]), record_values.get)
-            if shape is not None:
-                shapes[key] = shape
-    return shapes
-
-
-def raw_shape(key: str, size: int, get: Callable[[str], Value | None]) -> Shape | None:
-    """The Shape of one-value bytes feature ``key`` of ``size`` bytes if it is a raw pixel array
-    (see ``raw_shapes``); ``get`` gives the record's other features."""
-    prefix = key[:key.rfind("/") + 1]
-    height = _one_int(get(prefix + "height"))
-    width = _one_int(get(prefix + "width"))
-    if height is None or width is None or height <= 0 or width <= 0:
-        return None
-    declared = {c for c in (_one_int(get(prefix + "depth")), _one_int(get(prefix + "channels")))
-                if c is not None}
-    fitting = {c for c in (declared or _CHANNELS) if c in _CHANNELS and height * width * c == size}
-    return Shape(height, width, fitting.pop()) if len(fitting) == 1 else None
-
-
-def _encode_png(data: bytes, shape: Shape) -> bytes:
-    if shape.channels not in _PIXEL_MODES or len(data) != shape.height * shape.width * shape.channels:
-        raise ValueError(f"{len(data)} bytes are not a raw pixel array of shape {shape}")
-    image = Image.frombytes(_PIXEL_MODES[shape.channels], (shape.width, shape.height), data)
-    buf = io.BytesIO()
-    # No metadata chunks and a fixed zlib level keep the bytes the same on every render (stat
-    # sizes must not change); level 1 because this runs when a user opens a record folder.
-    image.save(buf, format="PNG", compress_level=1)
-    return buf.getvalue()
-
-
-# --------------------------------------------------------------------------------------------
 # Render (SPEC 3.2, 4)
 
 
@@ -405,11 +263,11 @@ def _render_bytes(values: tuple, shape: Shape | None) -> View:
     if len(values) == 1:
         data = values[0]
         if shape is not None:
-            return FileView(".png", _encode_png(data, shape), shape)
+            return FileView(".png", encode_png(data, shape), shape)
         return FileView(single_suffix(data), data)
-    texts = _texts(values)
-    if texts is not None:  # zero values land here too: "[]"
-        return FileView(".json", (_json_texts(texts) + "\n").encode("utf-8"))
+    as_text = texts(values)
+    if as_text is not None:  # all text, as shown_as.bytes_suffix has it; zero values too: "[]"
+        return FileView(".json", (_json_texts(as_text) + "\n").encode("utf-8"))
     return DirView(".list", tuple((name, FileView(single_suffix(v), v))
                                   for name, v in zip(index_names(len(values)), values)))
 
@@ -434,36 +292,24 @@ def render(value: Value, shape: Shape | None = None) -> View:
     return _RENDER[value.kind](value.values)
 
 
-def suffix_of(value: Value) -> str:
-    """The suffix ``render(value)`` would give, without rendering (no float text, no copies)."""
-    if value.kind != "bytes_list":
-        return ".json"
-    if len(value.values) == 1:
-        return single_suffix(value.values[0])
-    return ".json" if all(is_text(v) for v in value.values) else ".list"
-
-
 def render_feature_list(steps: Sequence[Value]) -> View:
     """How a SequenceExample feature list is shown (SPEC 4).
 
     All steps int64, all float, or all text: one ``.json`` array of per-step arrays (``[]`` for
     zero steps); otherwise a ``.steps`` folder with one entry per step, rendered like a feature.
     """
-    if not steps:
-        return FileView(".json", b"[]\n")
-    kind = steps[0].kind
-    if all(s.kind == kind for s in steps):
+    if steps_suffix(steps) == ".json":
+        if not steps:
+            return FileView(".json", b"[]\n")
+        kind = steps[0].kind
         if kind == "int64_list":
             body = ", ".join(_json_ints(s.values) for s in steps)
             return FileView(".json", f"[{body}]\n".encode("ascii"))
         if kind == "float_list":
             body = ", ".join(_json_floats(s.values) for s in steps)
             return FileView(".json", f"[{body}]\n".encode("ascii"))
-        if kind == "bytes_list":
-            texts = [_texts(s.values) for s in steps]
-            if all(t is not None for t in texts):
-                body = ", ".join(_json_texts(t) for t in texts)  # type: ignore[arg-type]
-                return FileView(".json", f"[{body}]\n".encode("utf-8"))
+        body = ", ".join(_json_texts(texts(s.values) or ()) for s in steps)
+        return FileView(".json", f"[{body}]\n".encode("utf-8"))
     return DirView(".steps", tuple((name, render(step))
                                    for name, step in zip(index_names(len(steps)), steps)))
 
@@ -695,49 +541,3 @@ def parse_feature_list(data: bytes, kind: str | None) -> tuple[Value, ...]:
         kind = _infer_kind([x for step in obj for x in step])
     convert = _CONVERT[kind]
     return tuple(Value(kind, convert(step)) for step in obj)
-
-
-_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-# Pillow mode of a decoded PNG -> (mode to convert to, channels). Chosen so no sample is lost:
-# bilevel becomes 0/255 gray; gray+alpha becomes RGBA (gray repeated) rather than dropping alpha;
-# palette images expand to RGB, or RGBA when the palette carries transparency (decided below).
-_PNG_MODES = {
-    "L": ("L", 1),
-    "RGB": ("RGB", 3),
-    "RGBA": ("RGBA", 4),
-    "1": ("L", 1),
-    "LA": ("RGBA", 4),
-    "PA": ("RGBA", 4),
-    "P": ("RGB", 3),
-}
-
-
-def parse_raw_png(data: bytes) -> tuple[bytes, Shape]:
-    """The raw uint8 pixels and Shape of a PNG written for a key shown as raw pixel arrays.
-
-    16-bit PNGs are refused rather than cut to 8 bits: silently dropping precision from a
-    dataset is worse than asking for an 8-bit save. A transparency key colour in a gray or
-    RGB PNG (tRNS) is ignored, as 3.3 has no way to hold it. An animated PNG gives its first frame.
-    """
-    if not data.startswith(_PNG_MAGIC):
-        raise Invalid("this key holds raw pixel arrays: the file must be a PNG image")
-    # IHDR is always the first chunk; its bit depth byte sits at offset 24.
-    if len(data) > 24 and data[12:16] == b"IHDR" and data[24] == 16:
-        raise Invalid("16-bit PNG: raw pixel arrays hold 8-bit samples; save the image as 8-bit")
-    try:
-        with Image.open(io.BytesIO(data), formats=["PNG"]) as image:
-            image.load()
-            mode = image.mode
-            if mode not in _PNG_MODES:
-                raise Invalid(f"PNG mode {mode} cannot be stored as 8-bit gray, RGB or RGBA pixels")
-            target, channels = _PNG_MODES[mode]
-            if mode == "P" and ("transparency" in image.info or image.palette.mode == "RGBA"):
-                target, channels = "RGBA", 4
-            if mode != target:
-                image = image.convert(target)
-            return image.tobytes(), Shape(image.height, image.width, channels)
-    except Invalid:
-        raise
-    except Exception as exc:  # Pillow raises OSError, ValueError, SyntaxError, DecompressionBombError...
-        raise Invalid(f"cannot decode the PNG: {exc}") from None

@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from tfrfs.errors import UsageError
-
-RECORD_KINDS = ("example", "sequence", "raw")
+from tfrfs.format.record_kinds import RECORD_KINDS
 
 # Passed to libfuse as given. (uid, gid and umask are libfuse options too, but libfuse's umask
 # would make every file executable (0777 & ~umask): tfrfs applies them itself, see Owner.)

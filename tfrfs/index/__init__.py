@@ -1,6 +1,7 @@
 """What is known about a dataset before a record is read: shard discovery, the compact record
 offsets and their cache, index files beside shards and the loaders' own index files, the manifest
-(SPEC 1.2), TFDS metadata, and each shard's schema tally (SPEC 5).
+(SPEC 1.2), TFDS metadata, and each shard's schema tally (SPEC 5). Work that runs in parallel
+runs on a runner given from above (``running.Runner``; ``tfrfs.jobs.runner`` holds them).
 
 May import: ``tfrfs.storage``, ``tfrfs.format``, ``tfrfs.errors``.
 """

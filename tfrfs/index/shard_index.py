@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from tfrfs.index import idxfile
-from tfrfs.format import proto
+from tfrfs.format.record_kinds import choose_kind, parse_problem
 from tfrfs.format import salvage
 from tfrfs.format import tfrecord
 from tfrfs.errors import DataLoss
@@ -42,8 +42,6 @@ from tfrfs.index.discovery import (  # noqa: F401
 
 log = logging.getLogger("tfrfs")
 
-KIND_SAMPLE = 16
-RECORD_KINDS = ("example", "sequence", "raw")
 
 
 def default_cache_dir() -> Path:
@@ -191,40 +189,6 @@ class ShardIndex:
 
 def _cache_key(shard: ShardFile) -> str:
     return hashlib.sha256(shard.path.encode("utf-8", "surrogateescape")).hexdigest()[:32]
-
-
-def parse_problem(data: bytes, kind: str) -> str | None:
-    """Why ``data`` does not parse as a record of ``kind``, or None when it does."""
-    if kind == "raw":
-        return None
-    cls = proto.SequenceExample if kind == "sequence" else proto.Example
-    try:
-        cls.FromString(data)
-    except Exception as exc:  # noqa: BLE001 - protobuf raises several types
-        return f"record does not parse as {cls.__name__}: {exc or type(exc).__name__}"
-    return None
-
-
-def detect_kind(records: Iterable[bytes]) -> str:
-    """SPEC 2: the record kind of a shard, from its non-empty records whose checksums hold.
-
-    Only the first ``KIND_SAMPLE`` such records are looked at, so that
-    indexing never reads a whole shard.
-    """
-    kind = "example"
-    for n, data in enumerate(records):
-        if n >= KIND_SAMPLE:
-            break
-        try:
-            # Not kept: one parsed copy at a time beside the bytes (a record may be 2 GiB).
-            lists = proto.SequenceExample.FromString(data).HasField("feature_lists")
-        except Exception:  # noqa: BLE001
-            return "raw"
-        if lists:
-            kind = "sequence"
-        elif parse_problem(data, "example"):
-            return "raw"
-    return kind
 
 
 def _sample_records(reader: ShardReader, idx: ShardIndex) -> Iterator[bytes]:
@@ -475,7 +439,7 @@ class IndexCache:
         idx = ShardIndex(shard, shard.path, offsets, "example")
         reader = self.readers.open(shard.path)
         try:
-            idx.detected_kind = detect_kind(_sample_records(reader, idx))
+            idx.detected_kind = choose_kind(_sample_records(reader, idx))
         finally:
             reader.close()
         return idx
@@ -532,7 +496,7 @@ class IndexCache:
             offsets.append(walk.end if walk.count else 0)
             idx = ShardIndex(shard, data_path, offsets, "example",
                              salvage.merge_stream_problem(stream_problem, walk), ends=walk.ends)
-            idx.detected_kind = detect_kind(_sample_records(reader, idx))
+            idx.detected_kind = choose_kind(_sample_records(reader, idx))
         finally:
             reader.close()
         idx.problems.sort(key=lambda p: p.offset)

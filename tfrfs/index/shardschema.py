@@ -11,25 +11,27 @@ maximum all follow from it, and removing a record is adding it with weight -1.
 
 The scan reads each record one level deep (``proto.ShallowExample``) and looks at a feature's
 bytes only the first time they are seen in a shard (numeric lists of the usual packed encoding
-are counted from their bytes directly). It runs on every core, shards split in parts.
+are counted from their bytes directly). It runs on the runner it is given (every core, shards
+split in parts), or here.
 """
 
 from __future__ import annotations
 
-import codecs
 import os
 import struct
 import threading
 import time
 from array import array
-from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from typing import Any, Callable, Iterable, Iterator
 
 import crc32c
 
 from tfrfs.format import codec
 from tfrfs.index import idxfile
+from tfrfs.index.running import Runner
 from tfrfs.format import proto
+from tfrfs.format import record_kinds
+from tfrfs.format import shown_as
 from tfrfs.format import wire
 
 VERSION = 1
@@ -116,14 +118,14 @@ class Scanner:
             self.tally.records += weight
             return
         try:
+            message = record_kinds.decode(data, kind, shallow=True)
             if kind == "sequence":
-                seq = proto.ShallowSequenceExample.FromString(data)
-                flists = seq.feature_lists.feature_list
-                gives = (self._features(seq.context.feature),
+                flists = message.feature_lists.feature_list
+                gives = (self._features(message.context.feature),
                          tuple([(key, self._list_row(key, flists[key])) for key in flists]))
             else:
-                gives = (self._features(proto.ShallowExample.FromString(data).features.feature), ())
-        except Exception:  # noqa: BLE001 - protobuf raises several types; such a record is reported when opened
+                gives = (self._features(message.features.feature), ())
+        except Exception:  # noqa: BLE001 - Unparsable, or a feature that does not; reported when opened
             self.tally.skipped += weight
             return
         records = self._records
@@ -213,7 +215,7 @@ class Scanner:
             steps = [codec.value_from_proto(f) for f in proto.FeatureList.FromString(value).feature]
             kinds = {s.kind for s in steps}
             kind = kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else "empty")
-            row = (kind, len(steps), _steps_suffix(steps), any(_ends_in_newline(s) for s in steps), False)
+            row = (kind, len(steps), shown_as.steps_suffix(steps), any(_ends_in_newline(s) for s in steps), False)
             if len(value) <= _MEMO_VALUE and len(seen) < _MEMO_KEYS:
                 seen[value] = row
         return row
@@ -242,9 +244,9 @@ def _numeric_row(value: bytes) -> Row | None:
     tag = value[0]
     if size == 2:
         if tag == 0x1A:
-            return ("int64_list", 0, ".json", False, False)
+            return ("int64_list", 0, shown_as.JSON, False, False)
         if tag == 0x12:
-            return ("float_list", 0, ".json", False, False)
+            return ("float_list", 0, shown_as.JSON, False, False)
         return None
     if size < 4 or value[2] != 0x0A or value[3] != size - 4:
         return None
@@ -252,9 +254,9 @@ def _numeric_row(value: bytes) -> Row | None:
         body = value[4:]
         if body and body[-1] & 0x80:
             return None
-        return ("int64_list", len(body) - len(body.translate(None, _HIGH)), ".json", False, False)
+        return ("int64_list", len(body) - len(body.translate(None, _HIGH)), shown_as.JSON, False, False)
     if tag == 0x12 and (size - 4) % 4 == 0:
-        return ("float_list", (size - 4) // 4, ".json", False, False)
+        return ("float_list", (size - 4) // 4, shown_as.JSON, False, False)
     return None
 
 
@@ -290,9 +292,9 @@ def _feature_row(data: bytes) -> Row:
         # renderer would show it, without parsing it into a message and a Value (a third of
         # the time a 2 KB text record takes).
         one = data[span[0]:span[1]]
-        return ("bytes_list", 1, codec.single_suffix(one), one.endswith(b"\n"), False)
+        return ("bytes_list", 1, shown_as.single_suffix(one), one.endswith(b"\n"), False)
     value = codec.value_from_proto(proto.Feature.FromString(data))
-    return (value.kind, len(value.values), codec.suffix_of(value), _ends_in_newline(value), False)
+    return (value.kind, len(value.values), shown_as.suffix_of(value), _ends_in_newline(value), False)
 
 
 def _with_raw(feats: Any, rows: list[tuple[str, Row]]) -> list[tuple[str, Row]]:
@@ -311,7 +313,7 @@ def _with_raw(feats: Any, rows: list[tuple[str, Row]]) -> list[tuple[str, Row]]:
             if prefix + "height" in feats and prefix + "width" in feats:
                 feature = feats[key]
                 span = wire.single_bytes_value(feature, 0, len(feature))
-                if span is not None and codec.raw_shape(key, span[1] - span[0], get) is not None:
+                if span is not None and shown_as.raw_shape(key, span[1] - span[0], get) is not None:
                     row = (row[0], row[1], row[2], row[3], True)
         out.append((key, row))
     return out
@@ -340,54 +342,21 @@ def _large_feature_row(view: memoryview, start: int, end: int) -> Row:
         return _feature_row(bytes(view[start:end]))   # not one list: leave it to protobuf
     tag, lstart, lend = lists[0]
     if tag == 0x0A:
-        values = [(s, e) for t, s, e in wire.fields(view, lstart, lend) if t == 0x0A]
-        newline = any(e > s and view[e - 1] == 0x0A for s, e in values)
-        if len(values) == 1:
-            s, e = values[0]
-            suffix = codec.sniff_media(view[s:e]) or (".txt" if _is_text(view[s:e]) else ".bin")
-        else:
-            suffix = ".json" if all(_is_text(view[s:e]) for s, e in values) else ".list"
-        return ("bytes_list", len(values), suffix, newline, False)
+        values = [view[s:e] for t, s, e in wire.fields(view, lstart, lend) if t == 0x0A]
+        newline = any(len(v) and v[-1] == 0x0A for v in values)
+        return ("bytes_list", len(values), shown_as.bytes_suffix(values), newline, False)
     packed = list(wire.fields(view, lstart, lend))
     if tag == 0x12 and len(packed) == 1 and (packed[0][2] - packed[0][1]) % 4 == 0:
-        return ("float_list", (packed[0][2] - packed[0][1]) // 4, ".json", False, False)
+        return ("float_list", (packed[0][2] - packed[0][1]) // 4, shown_as.JSON, False, False)
     if tag == 0x1A and len(packed) == 1:
         _, s, e = packed[0]
         continued = sum(len(bytes(view[p:min(e, p + _CHUNK)]).translate(None, _HIGH)) for p in range(s, e, _CHUNK))
-        return ("int64_list", (e - s) - continued, ".json", False, False)
+        return ("int64_list", (e - s) - continued, shown_as.JSON, False, False)
     return _feature_row(bytes(view[start:end]))
-
-
-def _is_text(view: memoryview) -> bool:
-    """``codec.is_text`` of a large value, a chunk at a time."""
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    try:
-        for p in range(0, len(view), _CHUNK):
-            chunk = bytes(view[p:p + _CHUNK])
-            if b"\x00" in chunk:
-                return False
-            decoder.decode(chunk)
-        decoder.decode(b"", final=True)
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 def _ends_in_newline(value: codec.Value) -> bool:
     return value.kind == "bytes_list" and any(v.endswith(b"\n") for v in value.values)
-
-
-def _steps_suffix(steps: list[codec.Value]) -> str:
-    """What ``codec.render_feature_list`` shows these steps as, without rendering them."""
-    if not steps:
-        return ".json"
-    kind = steps[0].kind
-    if all(s.kind == kind for s in steps):
-        if kind in ("int64_list", "float_list"):
-            return ".json"
-        if kind == "bytes_list" and all(codec.is_text(v) for s in steps for v in s.values):
-            return ".json"
-    return ".steps"
 
 
 # --- scanning shards ----------------------------------------------------------------------
@@ -492,29 +461,6 @@ def parts_of(count: int, shard: int) -> list[Part]:
     return [Part(shard, s, min(count, s + PART_RECORDS)) for s in range(0, max(count, 1), PART_RECORDS)]
 
 
-def workers() -> int:
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
-
-
-def _nice_worker() -> None:
-    """Scan workers yield to the mount's own work (and to the user's)."""
-    try:
-        os.nice(10)
-    except OSError:
-        pass
-
-
-def pool(n: int | None = None, *, nice: bool = False, fork: bool = False) -> Executor:
-    """A process pool for ``scan_part``: started fresh (never forked from a daemon's threads);
-    ``nice``: its workers yield to other work (a read nobody waits for). ``fork``: forked
-    instead when this process runs one thread only (a command, a daemon before it serves), which
-    starts each worker in milliseconds rather than a third of a second."""
-    import multiprocessing
-    context = "fork" if fork and threading.active_count() == 1 else "forkserver"
-    return ProcessPoolExecutor(n or workers(), mp_context=multiprocessing.get_context(context),
-                               initializer=_nice_worker if nice else None)
-
-
 Progress = Callable[[int, int], None]    # (records done, records in all)
 
 
@@ -525,59 +471,58 @@ class Stopped(Exception):
     """The scan was asked to stop (the mount is closing)."""
 
 
-def scan_local(jobs: list[Job], progress: Progress | None = None, executor: Executor | None = None,
-               stop: threading.Event | None = None, nice: bool = False) -> list[Tally | None]:
-    """The tally of each job's records, on all cores (one task per ``PART_RECORDS`` records);
-    None for a job whose file was replaced meanwhile. Raises Stopped once ``stop`` is set (the
-    parts under way finish first)."""
+def scan_local(jobs: list[Job], progress: Progress | None = None, runner: Runner | None = None,
+               stop: threading.Event | None = None) -> list[Tally | None]:
+    """The tally of each job's records, on ``runner`` (one task per ``PART_RECORDS`` records), or
+    here without one; None for a job whose file was replaced meanwhile. Raises Stopped once
+    ``stop`` is set (the parts under way finish first)."""
     total = sum(len(job[3]) - 1 for job in jobs)
     tallies: list[Tally | None] = [Tally(job[2]) for job in jobs]
     if total == 0:
         return tallies
-    if executor is None and (total <= PART_RECORDS or workers() == 1):
-        # Fewer records than a worker takes to start: read them here.
-        for n, (path, stamp, kind, offsets, skip) in enumerate(jobs):
-            if stop is not None and stop.is_set():
-                raise Stopped
-            result = scan_part(path, stamp, kind, offsets.tobytes(), 0, tuple(skip), idxfile.typecode(offsets))
-            tallies[n] = Tally.from_json(result) if result is not None else None
-            if progress is not None:
-                progress(sum(len(j[3]) - 1 for j in jobs[:n + 1]), total)
-        return tallies
-    own = executor is None
-    ex = executor or pool(nice=nice)
-    done = 0
-    last = time.monotonic()
-    try:
-        futures = {}
+    parts: list[Part] = []
+    tasks: list[tuple[Any, ...]] = []
+    here = runner is None or runner.workers <= 1 or total <= PART_RECORDS
+    if not here:
+        assert runner is not None
         for n, (path, stamp, kind, offsets, skip) in enumerate(jobs):
             for part in parts_of(len(offsets) - 1, n):
-                if part.stop <= part.start:
-                    continue
-                mine = tuple(i for i in skip if part.start <= i < part.stop)
-                fut = ex.submit(scan_part, path, stamp, kind, offsets[part.start:part.stop + 1].tobytes(),
-                                part.start, mine, idxfile.typecode(offsets))
-                futures[fut] = part
-        for fut in as_completed(futures):
-            if stop is not None and stop.is_set():
-                raise Stopped
-            part = futures[fut]
-            result = fut.result()
-            got = Tally.from_json(result) if result is not None else None
-            whole = tallies[part.shard]
-            if got is None or whole is None:
-                tallies[part.shard] = None
-            else:
-                whole.add(got)
-            done += part.stop - part.start
-            now = time.monotonic()
-            if progress is not None and (now - last > 0.5 or done == total):
-                progress(done, total)
-                last = now
-    finally:
-        if own:
-            ex.shutdown(wait=True, cancel_futures=True)
+                if part.stop > part.start:
+                    mine = tuple(i for i in skip if part.start <= i < part.stop)
+                    parts.append(part)
+                    tasks.append((path, stamp, kind, offsets[part.start:part.stop + 1].tobytes(), part.start,
+                                  mine, idxfile.typecode(offsets)))
+        results = runner.run(scan_part, tasks)
+    else:
+        # Fewer records than a worker takes to start, or no runner: read them here, shard by shard.
+        for n, (path, stamp, kind, offsets, skip) in enumerate(jobs):
+            parts.append(Part(n, 0, len(offsets) - 1))
+            tasks.append((path, stamp, kind, offsets.tobytes(), 0, tuple(skip), idxfile.typecode(offsets)))
+        results = ((k, _unless_stopped(stop, scan_part, task)) for k, task in enumerate(tasks))
+    done = 0
+    last = time.monotonic()
+    for k, result in results:
+        if stop is not None and stop.is_set():
+            raise Stopped
+        part = parts[k]
+        got = Tally.from_json(result) if result is not None else None
+        whole = tallies[part.shard]
+        if got is None or whole is None:
+            tallies[part.shard] = None
+        else:
+            whole.add(got)
+        done += part.stop - part.start
+        now = time.monotonic()
+        if progress is not None and (now - last > 0.5 or done == total or here):
+            progress(done, total)
+            last = now
     return tallies
+
+
+def _unless_stopped(stop: threading.Event | None, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    if stop is not None and stop.is_set():
+        raise Stopped
+    return fn(*args)
 
 
 def scan_records(kind: str, records: Iterable[bytes]) -> Tally:

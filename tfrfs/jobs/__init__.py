@@ -1,6 +1,6 @@
 """Work that runs shard by shard (SPEC 8): index, verify, inspect, repair, reshard and the commit's
-shards, as plain functions, and the runner that runs them in process, on a local pool or on Ray;
-publishing a new dataset whole or not at all.
+shards, as plain functions (indexing on every core among them), and the runner that runs them in
+process, on a local pool or on Ray; publishing a new dataset whole or not at all.
 
 May import: ``tfrfs.index``, ``tfrfs.storage``, ``tfrfs.format``, ``tfrfs.errors``.
 """

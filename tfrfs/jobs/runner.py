@@ -21,6 +21,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,10 @@ RAY_WINDOW = 64      # Ray tasks under way at least
 RAY_ENV = "RAY_ADDRESS"
 
 Job = tuple[Any, ...]   # the arguments of one call of the job function
+
+
+class WorkersLost(RuntimeError):
+    """Worker processes kept stopping: a job could not be run (see ``LocalPool``)."""
 
 
 class Runner(ABC):
@@ -82,29 +87,58 @@ class InProcess(Runner):
             yield n, fn(*job)
 
 
+class Threads(Runner):
+    """Threads of this process: for jobs that wait on requests (remote shards), not on a core."""
+
+    name = "threads"
+
+    def __init__(self, workers: int, prefix: str = "tfrfs-job") -> None:
+        self.workers = workers
+        self.prefix = prefix
+
+    def run(self, fn: Callable[..., Any], jobs: Sequence[Job]) -> Iterator[tuple[int, Any]]:
+        from concurrent.futures import ThreadPoolExecutor, as_completed
+        with ThreadPoolExecutor(max(1, min(self.workers, len(jobs))), thread_name_prefix=self.prefix) as pool:
+            futures = {pool.submit(fn, *job): n for n, job in enumerate(jobs)}
+            try:
+                for fut in as_completed(futures):
+                    yield futures[fut], fut.result()
+            finally:
+                for fut in futures:
+                    fut.cancel()
+
+
 def cores() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
 
+def process_pool(workers: int, *, nice: bool = False) -> ProcessPoolExecutor:
+    """The pool of local worker processes every runner and indexer here uses: forked when this
+    process runs one thread (a command, a daemon before it serves: a worker starts in
+    milliseconds), else started by a fork server (never forked from a daemon's threads).
+    ``nice``: the workers yield to other work (a read nobody waits for, beside a mount's own)."""
+    import multiprocessing
+    context = "fork" if threading.active_count() == 1 else "forkserver"
+    # A fork server started earlier holds the environment of that moment: the workers take
+    # this process's as it is now (a store's credentials, set since, among it).
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(context),
+                               initializer=_start_worker, initargs=(dict(os.environ), nice))
+
+
 class LocalPool(Runner):
-    """A pool of local worker processes, one per core (forked when this process runs one thread,
-    else started by a fork server)."""
+    """A pool of local worker processes, one per core (see ``process_pool``); ``nice``: they yield
+    to other work."""
 
     name = "local processes"
 
-    def __init__(self, workers: int | None = None) -> None:
+    def __init__(self, workers: int | None = None, *, nice: bool = False) -> None:
         self.workers = workers or cores()
-        self._pool: Any = None
+        self.nice = nice
+        self._pool: ProcessPoolExecutor | None = None
 
-    def _executor(self) -> Any:
+    def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-            context = "fork" if threading.active_count() == 1 else "forkserver"
-            # A fork server started earlier holds the environment of that moment: the workers take
-            # this process's as it is now (a store's credentials, set since, among it).
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context(context),
-                                             initializer=_take_environment, initargs=(dict(os.environ),))
+            self._pool = process_pool(self.workers, nice=self.nice)
         return self._pool
 
     def run(self, fn: Callable[..., Any], jobs: Sequence[Job]) -> Iterator[tuple[int, Any]]:
@@ -141,10 +175,10 @@ class LocalPool(Runner):
                     for n in lost:
                         tries[n] += 1
                         if tries[n] > RETRIES:
-                            raise RuntimeError(f"a worker process was lost {tries[n]} times running job {n}") from None
+                            raise WorkersLost(f"a worker process was lost {tries[n]} times running job {n}") from None
                     fresh_pools += 1
                     if fresh_pools > RETRIES + 1:
-                        raise RuntimeError("worker processes keep stopping before any job finishes") from None
+                        raise WorkersLost("worker processes keep stopping before any job finishes") from None
                     # Every job the broken pool held is lost with it: they all run again.
                     log.warning("a worker process stopped; its jobs run again in new workers")
                     todo.extend(lost)
@@ -171,9 +205,20 @@ class LocalPool(Runner):
             self._pool = None
 
 
-def _take_environment(env: dict[str, str]) -> None:
+def _start_worker(env: dict[str, str], nice: bool) -> None:
     os.environ.clear()
     os.environ.update(env)
+    if nice:
+        try:
+            os.nice(10)
+        except OSError:
+            pass
+
+
+def scan_pool(nice: bool) -> LocalPool:
+    """The runner a mount's schema scan reads tallies on (``view.schema.Schema``): every core,
+    yielding to other work when ``nice`` (a scan in the background)."""
+    return LocalPool(nice=nice)
 
 
 _ray_lock = threading.Lock()

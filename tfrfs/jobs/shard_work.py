@@ -1,7 +1,7 @@
 """What the shard jobs of ``index``, ``verify``, ``inspect``, ``repair`` and ``commit SOURCE`` (SPEC 8)
 share: cutting a large shard in parts, reaching a shard's plain stream from any process, and
 gathering the results in job order. The jobs themselves live with their commands
-(``indexbuild.index_job`` and ``tally_job``, ``verify.verify_job``, ``repair.repair_job``,
+(``indexing.index_job`` and ``tally_job``, ``verify.verify_job``, ``repair.repair_job``,
 ``repack.write_job``); the runners of ``jobs`` run them here, in local worker processes or as
 Ray tasks.
 

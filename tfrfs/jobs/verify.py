@@ -14,7 +14,8 @@ from tfrfs.jobs import runner as jobs
 from tfrfs.format import salvage
 from tfrfs.jobs import shard_work as shardjobs
 from tfrfs.format import tfrecord
-from tfrfs.index.shard_index import IndexCache, ShardFile, detect_kind, parse_problem
+from tfrfs.format.record_kinds import choose_kind, parse_problem
+from tfrfs.index.shard_index import IndexCache, ShardFile
 from tfrfs.jobs.runner import Where
 from tfrfs.jobs.shard_work import Part
 from tfrfs.dataset.sources import Source
@@ -60,7 +61,7 @@ def verify_shard(shard: ShardFile, stream: Stream, records: str | None = None,
     report = ShardReport(shard)
     with stream() as (pread, size, stream_problem):
         if records is None:
-            records = detect_kind(_sound_records(pread, size))
+            records = choose_kind(_sound_records(pread, size))
         report.kind = records
         first = part.first if part is not None else 0
         walk = salvage.Walk(pread, part.stop if part is not None else size, with_data=True, count=first,
@@ -95,11 +96,11 @@ def merge(parts: list[ShardReport]) -> ShardReport:
 
 def shard_kind(pread: tfrecord.PRead, size: int) -> str:
     """The record kind ``verify_shard`` finds for a whole shard."""
-    return detect_kind(_sound_records(pread, size))
+    return choose_kind(_sound_records(pread, size))
 
 
 def _sound_records(pread: tfrecord.PRead, size: int) -> Iterator[bytes]:
-    """The records whose data checksums hold, from the start (for ``detect_kind``)."""
+    """The records whose data checksums hold, from the start (for ``choose_kind``)."""
     walk = salvage.Walk(pread, size, with_data=True)
     for _, length, data in walk:
         if walk.ok and length:

@@ -30,7 +30,7 @@ from tfrfs.format import proto
 from tfrfs.jobs import publish
 from tfrfs.format import tfrecord
 from tfrfs.errors import Invalid
-from tfrfs.index.shard_index import KIND_SAMPLE, detect_kind
+from tfrfs.format.record_kinds import KIND_SAMPLE, choose_kind
 from tfrfs.jobs.publish import Dest
 from tfrfs.jobs.shardwrite import ShardWriter
 
@@ -287,7 +287,7 @@ def write_records(dest: Dest, name: str, compression: str, records: Iterable[byt
             break
     if not first:
         return None
-    w = ShardWriter(dest, name, compression, detect_kind(r for r in first if r))
+    w = ShardWriter(dest, name, compression, choose_kind(r for r in first if r))
     out = bytearray()
     try:
         def put(data: bytes) -> None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from tfrfs.format import codec
-from tfrfs.format import proto
+from tfrfs.format import record_kinds
 from tfrfs.index import record_runs as ranges
 from tfrfs.errors import DamagedRecord, Invalid, UsageError
 from tfrfs.jobs.runner import Where
@@ -315,12 +315,10 @@ class _ExampleRows(_RawRows):
 
     def add(self, part: Part, index: int, data: bytes) -> None:
         shard = part.shard
-        cls = proto.SequenceExample if part.kind == "sequence" else proto.Example
         try:
-            message = cls.FromString(data)
-        except Exception as exc:  # noqa: BLE001 - protobuf raises several types
-            raise DamagedRecord(shard, index, -1, f"the record does not parse as {cls.__name__}: "
-                                                  f"{exc or type(exc).__name__}") from None
+            message = record_kinds.decode(data, part.kind)
+        except record_kinds.Unparsable as exc:
+            raise DamagedRecord(shard, index, -1, exc.message) from None
         feats = message.context.feature if part.kind == "sequence" else message.features.feature
         for key, kinds in self.columns.features:
             value = codec.value_from_proto(feats[key]) if key in feats else None

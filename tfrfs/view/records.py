@@ -16,7 +16,7 @@ import threading
 from collections import OrderedDict
 from typing import Any, Callable, Generic, Hashable, Sequence, TypeVar, overload
 
-from tfrfs.format import proto
+from tfrfs.format import record_kinds
 from tfrfs.format import tfrecord
 from tfrfs.errors import DataLoss, Unreachable
 from tfrfs.index.shard_index import ShardIndex
@@ -143,8 +143,7 @@ class RecordStore:
         return self.original(shard, rid)
 
     def parse(self, shard: int, data: bytes) -> Any:
-        cls = proto.SequenceExample if self.kinds[shard] == "sequence" else proto.Example
-        return cls.FromString(data)
+        return record_kinds.decode(data, self.kinds[shard])
 
     def message(self, shard: int, rid: RecordId) -> Any:
         """The record's current content as a mutable message (writable mounts)."""

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 from tfrfs.format import codec
 from tfrfs.format import names
 from tfrfs.format import proto
+from tfrfs.format import record_kinds
 from tfrfs.format import wire
 from tfrfs.view.nodes import DataFile, Dir, InShard, Loc, Node
 from tfrfs.view.pins import NamePin, PinKey, Shown, apply_pinned_paths
@@ -57,7 +58,7 @@ def render(data: bytes, options: Options, *, damaged: str | None = None, pin: Na
     mtime = options.mtime_ns
     try:
         if options.kind == "sequence":
-            seq = proto.SequenceExample.FromString(data)
+            seq = record_kinds.decode(data, "sequence")
             root = Dir(mtime_ns=mtime)
             if not made or seq.HasField("context"):
                 root.children["context"] = _features_dir(seq.context.feature, "context", options, damaged, p)
@@ -65,11 +66,12 @@ def render(data: bytes, options: Options, *, damaged: str | None = None, pin: Na
                 root.children["feature_lists"] = _feature_lists_dir(seq.feature_lists.feature_list, options,
                                                                     damaged, p)
         else:
-            root = _features_dir(proto.Example.FromString(data).features.feature, "", options, damaged, p)
-    except Exception as exc:  # noqa: BLE001 - any parse failure means "show it raw"
-        what = "SequenceExample" if options.kind == "sequence" else "Example"
-        return RecordView(Dir(mtime_ns=mtime), 64, failure=f"record does not parse as {what}: "
-                                                           f"{exc or type(exc).__name__}", damaged=damaged)
+            root = _features_dir(record_kinds.decode(data, "example").features.feature, "", options, damaged, p)
+    except record_kinds.Unparsable as exc:   # shown raw (SPEC 2)
+        return RecordView(Dir(mtime_ns=mtime), 64, failure=exc.message, damaged=damaged)
+    except Exception as exc:  # noqa: BLE001 - a message read lazily may fail only as its features are read
+        return RecordView(Dir(mtime_ns=mtime), 64, failure=record_kinds.problem_text(options.kind, exc),
+                          damaged=damaged)
     shown = p.shown or {}
     return RecordView(root, 256 + len(data) * 2 + 128 * len(shown), shown, p.remaining(), damaged=damaged)
 

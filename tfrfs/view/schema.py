@@ -28,6 +28,7 @@ from tfrfs.index import shardschema
 from tfrfs.index.shard_index import ShardIndex
 from tfrfs.view.nodes import RecordId
 from tfrfs.view.records import RecordStore
+from tfrfs.index.running import Runner
 from tfrfs.index.shardschema import Tally
 
 log = logging.getLogger("tfrfs")
@@ -38,9 +39,13 @@ Progress = Callable[[int, int], None]    # (records done, records to read)
 class Schema:
     """Per feature key across the dataset: kind, records holding it, value counts, how shown."""
 
-    def __init__(self, store: RecordStore, save: Callable[[Any], None] | None = None) -> None:
+    def __init__(self, store: RecordStore, save: Callable[[Any], None] | None = None,
+                 runners: Callable[[bool], Runner] | None = None) -> None:
         self.store = store
         self.save = save                 # keeps a shard's index (with its tally) in the cache
+        # makes the runner tallies are read on (``jobs.runner.scan_pool``; True: in the background,
+        # its workers yield to other work); None: read in this process
+        self.runners = runners
         self.progress: Progress | None = None
         self._summary: dict | None = None
         self._staged: dict[tuple[str, str], _Learned] = {}   # (table, key) -> what staged values tell
@@ -112,8 +117,13 @@ class Schema:
             if self.progress is not None:
                 self.progress(done[0] + records, total)
         if jobs:
-            for (n, idx), tally in zip(local, shardschema.scan_local(
-                    jobs, report, stop=self._stop, nice=threading.current_thread() is self._background)):
+            runner = self.runners(threading.current_thread() is self._background) if self.runners else None
+            try:
+                tallies = shardschema.scan_local(jobs, report, runner, self._stop)
+            finally:
+                if runner is not None:
+                    runner.close()
+            for (n, idx), tally in zip(local, tallies):
                 if tally is None:
                     log.info("%s changed while its schema was read; it is read again", idx.shard.relpath)
                 else:

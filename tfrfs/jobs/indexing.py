@@ -1,8 +1,8 @@
 """Indexing local shards on every core (``tfrfs index``, the cold part of a mount).
 
 A shard's index is found by walking its headers from the first record to the last: one shard is
-one job, and the shards of a dataset are walked side by side, one worker process per core (fresh
-processes, never forked from a daemon's threads). A worker writes the index file into the cache
+one job, and the shards of a dataset are walked side by side on a runner (``jobs.runner``: by
+default one local worker process per core, never forked from a daemon's threads). A worker writes the index file into the cache
 directory itself and sends back only a few figures; the caller then loads each index from the
 cache, as a later mount would. ``tfrfs index`` also asks the worker for the shard's part of the
 schema (``shardschema``): it reads the records just after walking them, while they are in the
@@ -18,8 +18,6 @@ import contextlib
 import contextvars
 import logging
 import os
-from concurrent.futures import Executor, Future, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from array import array
@@ -57,18 +55,22 @@ def poolable(shard: ShardFile, cache: IndexCache) -> bool:
 
 
 def worth_a_pool(shards: list[ShardFile]) -> bool:
-    return len(shards) > 1 and shardschema.workers() > 1 and sum(s.size for s in shards) >= POOL_BYTES
+    return len(shards) > 1 and jobs.cores() > 1 and sum(s.size for s in shards) >= POOL_BYTES
 
 
-def build_one(cache_dir: str, shard: ShardFile, schema: bool) -> int:
+def build_one(cache_dir: str, shard: ShardFile, schema: bool) -> str | None:
     """A worker's job: index ``shard`` from its headers into the cache at ``cache_dir`` (with its
-    schema's part when ``schema``). Returns its record count."""
-    cache = IndexCache(cache_dir)
-    idx = cache.build(shard)
-    if schema:
-        idx.tally = tally_of(idx)
-    cache.save(idx)
-    return idx.count
+    schema's part when ``schema``). None when done, else why it failed (then the caller indexes
+    it itself, and raises what it raises: a job that raises would end the whole run)."""
+    try:
+        cache = IndexCache(cache_dir)
+        idx = cache.build(shard)
+        if schema:
+            idx.tally = tally_of(idx)
+        cache.save(idx)
+    except Exception as exc:  # noqa: BLE001 - whatever it was, the job is done again by the caller
+        return str(exc or type(exc).__name__)
+    return None
 
 
 def tally_of(idx: ShardIndex) -> shardschema.Tally | None:
@@ -86,51 +88,43 @@ Done = Callable[[int, ShardIndex], None]   # (the shard's position in the list, 
 
 
 def build_all(shards: list[tuple[int, ShardFile]], cache: IndexCache, done: Done,
-              executor: Executor | None = None) -> None:
-    """Index ``shards`` (each with its position in the caller's list) in worker processes, the
-    largest first; ``done`` is called with each index, loaded from the cache, as it is ready. A
-    job that fails in its worker is done here (where its error, if any, is raised as the calling
-    process would raise it), after one message saying so."""
+              runner: jobs.Runner | None = None) -> None:
+    """Index ``shards`` (each with its position in the caller's list) on ``runner`` (a pool of
+    local processes by default), the largest first; ``done`` is called with each index, loaded
+    from the cache, as it is ready. A job that fails in its worker, or that the workers could not
+    run, is done here (where its error, if any, is raised as the calling process would raise
+    it), after one message saying so."""
     schema = _SCHEMA.get()
-    own = executor is None
+    own = runner is None
     if own:
         import multiprocessing
         # The fork server imports what the workers run once, before it forks them (when it is not
         # running yet): each worker starts ready instead of importing it again (~0.2 s).
         multiprocessing.get_context("forkserver").set_forkserver_preload([__name__])
-    ex = executor or shardschema.pool(min(shardschema.workers() + 1, len(shards)), fork=True)
-    here: list[tuple[int, ShardFile]] = []
+    run = runner or jobs.LocalPool(min(jobs.cores() + 1, len(shards)))
+    order = sorted(shards, key=lambda job: -job[1].size)
+    left = dict(order)
     try:
-        futures: dict[Future, tuple[int, ShardFile]] = {}
-        for n, shard in sorted(shards, key=lambda job: -job[1].size):
-            futures[ex.submit(build_one, str(cache.dir), shard, schema)] = (n, shard)
-        broken = False
-        for fut in as_completed(futures):
-            n, shard = futures[fut]
-            try:
-                fut.result()
-            except BrokenProcessPool:
-                if not broken:
-                    log.warning("a process indexing shards stopped; the shards it had not indexed "
-                                "are indexed in this process")
-                broken = True
-                here.append((n, shard))
-                continue
-            except Exception as exc:  # noqa: BLE001 - whatever it was, the job is done again here
+        for k, failed in run.run(build_one, [(str(cache.dir), shard, schema) for _, shard in order]):
+            n, shard = order[k]
+            if failed is not None:
                 log.warning("%s: indexing it in a worker process failed (%s); it is indexed in this process",
-                            shard.relpath, exc or type(exc).__name__)
-                here.append((n, shard))
+                            shard.relpath, failed)
                 continue
+            del left[n]
             idx = cache.load(shard)
             if idx is None:   # not in the cache after all (it cannot be written): indexed here
                 idx = cache.get(shard)[0]
             else:
                 cache.scans += 1
             done(n, idx)
+    except jobs.WorkersLost as exc:
+        log.warning("a process indexing shards stopped (%s); the shards it had not indexed are indexed "
+                    "in this process", exc)
     finally:
         if own:
-            ex.shutdown(wait=True, cancel_futures=True)
-    for n, shard in sorted(here):
+            run.close()
+    for n, shard in sorted(left.items()):
         done(n, cache.get(shard)[0])
 
 
@@ -156,16 +150,13 @@ def index_all(shards: Iterable[ShardFile], cache: IndexCache,
             if progress:
                 progress(n, len(shards), records)
         return out
-    from concurrent.futures import ThreadPoolExecutor, as_completed
     found: dict[int, ShardIndex] = {}
-    with ThreadPoolExecutor(min(workers, len(shards)), thread_name_prefix="tfrfs-index") as pool:
-        futures = {pool.submit(cache.get, shard): n for n, shard in enumerate(shards)}
-        for done, fut in enumerate(as_completed(futures), 1):
-            idx, _ = fut.result()
-            found[futures[fut]] = idx
-            records += idx.count
-            if progress:
-                progress(done, len(shards), records)
+    threads = jobs.Threads(workers, "tfrfs-index")
+    for done, (n, (idx, _)) in enumerate(threads.run(cache.get, [(shard,) for shard in shards]), 1):
+        found[n] = idx
+        records += idx.count
+        if progress:
+            progress(done, len(shards), records)
     return [found[n] for n in range(len(shards))]
 
 
