@@ -522,3 +522,30 @@ def read_manifest(root) -> dict:
     """The JSON body of the manifest at a dataset's root (SPEC 1.2)."""
     with open(f"{root}/{MANIFEST}", "rb") as f:
         return json.loads(f.read())
+
+
+def manifest_records(root) -> dict[str, list[bytes]]:
+    """{path: records} of every shard the manifest at ``root`` names, in its order, each shard
+    read as one that must be whole and checked against its entry: size, compression, record count
+    and, where the entry names a shipped index, that file's size and CRC-32C and the offsets in it
+    (every record's, then the stream's end), its header's count and shard size."""
+    body = read_manifest(root)
+    out: dict[str, list[bytes]] = {}
+    for entry in body["shards"]:
+        path = f"{root}/{entry['path']}"
+        with open(path, "rb") as f:
+            size = len(f.read())
+        assert entry["size"] == size, (entry, size)
+        assert entry["compression"] in (NONE, GZIP, ZLIB), entry
+        records = written_records(path, entry["compression"])
+        assert entry["count"] == len(records), (entry, len(records))
+        if entry.get("index"):
+            # "file" names the index beside the shard (a name in the shard's folder).
+            with open(path.rsplit("/", 1)[0] + "/" + entry["index"]["file"], "rb") as f:
+                data = f.read()
+            assert entry["index"]["size"] == len(data) and entry["index"]["crc32c"] == _crc32c.crc32c(data), entry
+            head, offsets = read_index_file(data)
+            assert head["count"] == len(records) and head["size"] == size, (entry, head)
+            assert offsets == record_offsets(path, entry["compression"]), entry["path"]
+        out[entry["path"]] = records
+    return out
