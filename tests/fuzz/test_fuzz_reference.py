@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import REALDATA
+from support import example_pb
 from mutator import compress, make_base, mutants, plain_fault
 from reference import (GZIP, NONE, ZLIB, frame, inflate, masked_crc, named_like_shard, parse_example,
                        parse_sequence_example, read_file,
@@ -460,6 +461,9 @@ def test_example_decoder_reads_what_tensorflow_writes(features, steps):
     for key, (kind, vals) in features.items():
         ex.features.feature[key].CopyFrom(_tf_feature(kind, vals))
     assert parse_example(ex.SerializeToString()) == {k: (kind, list(v)) for k, (kind, v) in features.items()}
+    # The suite's own message classes (support/example_pb.py) read and write the same bytes.
+    assert example_pb.Example.FromString(ex.SerializeToString()).SerializeToString(deterministic=True) == \
+        ex.SerializeToString(deterministic=True)
     seq = pb.SequenceExample()
     seq.context.CopyFrom(ex.features)
     for key, fl in steps.items():
