@@ -19,7 +19,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     # One start-up of each kind of Ray cluster for the whole run (support/ray_fixtures.py).
     from support.ray_fixtures import order_by_cluster
     order_by_cluster(items)
-
+    if config.pluginmanager.hasplugin("xdist"):
+        # For `pytest -n N --dist loadgroup` (scripts/test): a worker takes a whole module, so its
+        # module-scoped fixtures (datasets, TensorFlow workers) are made once, and the modules on Ray
+        # go to one worker, one after another: a process holds one Ray session, and two clusters at
+        # once would only fight over two cores.
+        for item in items:
+            module = getattr(item, "module", None)
+            if module is None:
+                continue
+            ray = "/cluster/" in str(getattr(item, "path", ""))
+            item.add_marker(pytest.mark.xdist_group("ray" if ray else item.nodeid.split("::")[0]))
 
 REPO = Path(__file__).resolve().parent.parent
 REALDATA = Path(os.environ.get("TFRFS_REALDATA", REPO.parent / "shared" / "realdata"))
