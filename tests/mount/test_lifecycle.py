@@ -325,7 +325,7 @@ def test_libfuses_own_loop_never_commits_on_a_signal(src: Path, tmp_path: Path) 
     be told from a signal: nothing is committed at the end, SIGINT ends the mount as SIGTERM does,
     and the log says why; tfrfs umount still commits."""
     before = disk_files(src)
-    code = ("import sys; from tfrfs import fuse_loop; fuse_loop.Loop.usable = lambda self: False; "
+    code = ("import sys; from tfrfs.fuse import loop as fuse_loop; fuse_loop.Loop.usable = lambda self: False; "
             "from tfrfs.cli import main; sys.exit(main(sys.argv[1:]))")
     log = tmp_path / "daemon.log"
     for sig in (signal.SIGINT, signal.SIGTERM, None):
