@@ -15,21 +15,28 @@ import pytest
 pytest_plugins = ["support.remote_fixtures", "support.ray_fixtures"]
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+def pytest_collection_modifyitems(items: list) -> None:
     # One start-up of each kind of Ray cluster for the whole run (support/ray_fixtures.py).
     from support.ray_fixtures import order_by_cluster
     order_by_cluster(items)
-    if config.pluginmanager.hasplugin("xdist"):
-        # For `pytest -n N --dist loadgroup` (scripts/test): a worker takes a whole module, so its
-        # module-scoped fixtures (datasets, TensorFlow workers) are made once, and the modules on Ray
-        # go to one worker, one after another: a process holds one Ray session, and two clusters at
-        # once would only fight over two cores.
-        for item in items:
-            module = getattr(item, "module", None)
-            if module is None:
-                continue
-            ray = "/cluster/" in str(getattr(item, "path", ""))
-            item.add_marker(pytest.mark.xdist_group("ray" if ray else item.nodeid.split("::")[0]))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """For `pytest -n N` (scripts/test): a worker takes a whole test module, so its module-scoped
+    fixtures (datasets, TensorFlow workers) are made once, and all of tests/cluster goes to one
+    worker, one module after another: a process holds one Ray session, each kind of cluster is
+    then started once, and two clusters at once would only fight over two cores. (This is what
+    ``--dist loadgroup`` with xdist_group marks would do, but pytest-xdist 3.8 cannot rename test
+    ids under pytest 9, which its groups rely on.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/cluster" if path.startswith("tests/cluster/") else path
+    return ByModule(config, log)
+
 
 REPO = Path(__file__).resolve().parent.parent
 REALDATA = Path(os.environ.get("TFRFS_REALDATA", REPO.parent / "shared" / "realdata"))
