@@ -82,7 +82,10 @@ def _start_local(prepare=None):
     with pytest.MonkeyPatch.context() as mp:
         if prepare is not None:
             prepare(mp)
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        # address="local": a cluster of its own, never one found on the machine (ray.init() alone
+        # joins the cluster another run's `ray start` or two-node cluster left in /tmp/ray, and then
+        # refuses num_cpus).
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     return RayCluster(_address(), 1), ray.shutdown
 
 
