@@ -110,7 +110,10 @@ install_tfrfs() {
     if [ -n "${TFRFS_REINSTALL:-}" ] || [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ] ||
         [ ! -x "$VENV/bin/tfrfs" ] || ! modules_ok "${BASE_MODULES[@]}" "$@"; then
         say "installing $name into $VENV (pip install -e)"
-        "$PY" -m pip install -q -e "$spec"
+        # --no-compile: byte-compiling every module of TensorFlow and Ray (some 18,000 files) at
+        # install takes minutes, though a run imports a small part of them; Python compiles a
+        # module when it is first imported and keeps the result beside it.
+        "$PY" -m pip install -q --no-compile -e "$spec"
         printf '%s\n' "$want" >"$stamp"
     else
         say "$name is installed in $VENV"

@@ -14,6 +14,30 @@ import pytest
 # The loopback servers' fixtures (s3_server, s3_proxy, http_server, http_proxy, s3) for tests/remote.
 pytest_plugins = ["support.remote_fixtures", "support.ray_fixtures"]
 
+
+def pytest_collection_modifyitems(items: list) -> None:
+    # One start-up of each kind of Ray cluster for the whole run (support/ray_fixtures.py).
+    from support.ray_fixtures import order_by_cluster
+    order_by_cluster(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """For `pytest -n N` (scripts/test): a worker takes a whole test module, so its module-scoped
+    fixtures (datasets, TensorFlow workers) are made once, and all of tests/cluster goes to one
+    worker, one module after another: a process holds one Ray session, each kind of cluster is
+    then started once, and two clusters at once would only fight over two cores. (This is what
+    ``--dist loadgroup`` with xdist_group marks would do, but pytest-xdist 3.8 cannot rename test
+    ids under pytest 9, which its groups rely on.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/cluster" if path.startswith("tests/cluster/") else path
+    return ByModule(config, log)
+
+
 REPO = Path(__file__).resolve().parent.parent
 REALDATA = Path(os.environ.get("TFRFS_REALDATA", REPO.parent / "shared" / "realdata"))
 
@@ -134,3 +158,27 @@ def tfrfs_mount(tmp_path: Path) -> Iterator[Mounts]:
         problems = mounts.cleanup()
     if problems:
         pytest.fail("\n".join(problems))
+
+
+@pytest.fixture(scope="session")
+def _tf_written(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tests/interop/tf_fixtures.py's shards, written once a run: starting TensorFlow to write
+    them takes half a minute on a loaded machine, and four test modules read them."""
+    pytest.importorskip("tensorflow")
+    out = tmp_path_factory.mktemp("tf_written")
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "interop" / "tf_fixtures.py"), str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=REPO,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO)))
+    if proc.returncode != 0:
+        raise AssertionError(f"tf_fixtures.py exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    return out
+
+
+@pytest.fixture(scope="module")
+def tf_written(_tf_written: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the TensorFlow-written fixtures (``clean/``, ``damaged/``, ``fixtures.json``) for
+    this module alone: what a module does to its copy, no other module sees."""
+    import shutil
+    out = tmp_path_factory.mktemp("tf_fixtures")
+    shutil.copytree(_tf_written, out, symlinks=True, dirs_exist_ok=True)
+    return out

@@ -6,8 +6,6 @@ features (where ``ray.data.read_tfrecords`` changes them), damage named, a bucke
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,20 +15,15 @@ from support.tfview import sha, tf_view
 
 ray = pytest.importorskip("ray")
 
-TESTS = Path(__file__).resolve().parent.parent
-INTEROP = TESTS / "interop"
 PETS = "Tensorflow-Ion-Detetection/models/research/object_detection/test_data/pets_examples.record"
 CSV = "tfx/tfx/components/testdata/csv_example_gen/Split-eval"
 LITE = "tfrecord_lite/tests"
 
 
 @pytest.fixture(scope="module")
-def interop(tmp_path_factory) -> Path:
+def interop(tf_written: Path) -> Path:
     """The clean TensorFlow-written shards (every kind of feature, GZIP and ZLIB, SequenceExamples)."""
-    pytest.importorskip("tensorflow")
-    out = tmp_path_factory.mktemp("tf_fixtures")
-    subprocess.run([sys.executable, str(INTEROP / "tf_fixtures.py"), str(out)], check=True, capture_output=True)
-    return out / "clean"
+    return tf_written / "clean"
 
 
 def rows_of(dataset) -> list[dict]:

@@ -24,12 +24,8 @@ TF_ROUNDTRIP = Path(__file__).resolve().parent / "tf_roundtrip.py"
 
 
 @pytest.fixture(scope="module")
-def interop(tmp_path_factory) -> Path:
-    pytest.importorskip("tensorflow")
-    out = tmp_path_factory.mktemp("tf_fixtures")
-    subprocess.run([sys.executable, str(TESTS / "interop" / "tf_fixtures.py"), str(out)], check=True,
-                   capture_output=True)
-    return out / "clean"
+def interop(tf_written: Path) -> Path:
+    return tf_written / "clean"
 
 
 def sound_records(source: Path, cache: Path) -> list[bytes]:

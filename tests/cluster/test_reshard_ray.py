@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tfrfs.index import idxfile
-from tfrfs.index import manifest
 from tfrfs.format import proto
-from tfrfs.format import tfrecord
+
+from support import reference
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,7 +37,7 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for s in range(8):
         recs = [_record(n + i) for i in range(2500)]
         n += len(recs)
-        (root / f"train-{s:05d}-of-00008.tfrecord").write_bytes(b"".join(tfrecord.frame(r) for r in recs))
+        (root / f"train-{s:05d}-of-00008.tfrecord").write_bytes(b"".join(reference.frame(r) for r in recs))
     return root
 
 
@@ -51,13 +50,13 @@ def _reshard(src: Path, dest: Path, *extra: str, env: dict | None = None, wait: 
     return proc
 
 
-def _content(folder: Path) -> dict[str, tuple[bytes, bytes]]:
-    """Each shard's bytes and its index file's offsets (the identity inside differs by design)."""
-    m = manifest.parse((folder / manifest.NAME).read_bytes())
+def _content(folder: Path) -> dict[str, tuple[bytes, list[int]]]:
+    """Each shard's bytes and its index file's offsets (the identity inside differs by design),
+    read by the test suite's own reader."""
     out = {}
-    for e in m.shards:
-        _, offsets = idxfile.load((folder / (e.path + idxfile.SUFFIX)).read_bytes())
-        out[e.path] = ((folder / e.path).read_bytes(), offsets.tobytes())
+    for e in reference.read_manifest(folder)["shards"]:
+        _, offsets = reference.read_index_file((folder / (e["path"] + ".tfrfs-idx")).read_bytes())
+        out[e["path"]] = ((folder / e["path"]).read_bytes(), offsets)
     return out
 
 
@@ -115,17 +114,17 @@ def test_ray_write_gives_back_the_records(ray_local, tmp_path: Path) -> None:
     ds = ray.data.from_items([{"record": r} for r in records])
     got = tfrfs.ray.write(ds, str(tmp_path / "out"), shards=4)
     assert got["records"] == len(records) and got["shards"] == 4
-    m = manifest.parse((tmp_path / "out" / manifest.NAME).read_bytes())
-    back = [r for e in m.shards for r in tfrecord.iter_records(tmp_path / "out" / e.path)]
+    # Read back by the test suite's own reader, which also checks the manifest and shipped indexes.
+    back = [r for rs in reference.manifest_records(tmp_path / "out").values() for r in rs]
     assert back == records
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".tfrfs-commit")]
     # Example-shaped rows are serialized here.
     rows = [{"id": [i], "tag": [b"x"], "w": [0.5]} for i in range(20)]
     tfrfs.ray.write(ray.data.from_items(rows), str(tmp_path / "ex"), compression="gzip")
-    m = manifest.parse((tmp_path / "ex" / manifest.NAME).read_bytes())
-    ids = [proto.Example.FromString(r).features.feature["id"].int64_list.value[0]
-           for e in m.shards for r in tfrecord.iter_records(tmp_path / "ex" / e.path)]
-    assert ids == list(range(20))
+    written = [r for rs in reference.manifest_records(tmp_path / "ex").values() for r in rs]
+    assert [reference.parse_example(r) for r in written] == \
+        [{"id": ("int64_list", [i]), "tag": ("bytes_list", [b"x"]), "w": ("float_list", [0.5])} for i in range(20)]
+    assert all(e["compression"] == "GZIP" for e in reference.read_manifest(tmp_path / "ex")["shards"])
 
 
 def test_ray_write_is_all_or_nothing(ray_local, tmp_path: Path) -> None:

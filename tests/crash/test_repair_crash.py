@@ -20,8 +20,9 @@ import pytest
 from tfrfs import cli
 from tfrfs.storage import durable
 from tfrfs.format import proto
-from tfrfs.format import tfrecord
 from tfrfs.edit.repack import TMP_PREFIX
+
+from support import reference
 
 NAME = "toy-train.tfrecord-00000-of-00001"
 CRASHED = 86
@@ -38,7 +39,8 @@ def _records() -> list[bytes]:
 
 
 RECORDS = _records()
-FRAMES = [tfrecord.frame(r) for r in RECORDS]
+# Framed by the test suite's own writer: REPAIRED below is what a repair must leave, byte for byte.
+FRAMES = [reference.frame(r) for r in RECORDS]
 
 
 def _damaged() -> bytes:

@@ -15,9 +15,10 @@ import pytest
 from tfrfs.storage import durable
 from tfrfs.index import manifest
 from tfrfs.format import proto
-from tfrfs.format import tfrecord
 from tfrfs.cli.parser import main
 from tfrfs.index.shard_index import TMP_PREFIX
+
+from support import reference
 
 CRASHED = 86
 
@@ -39,7 +40,7 @@ def _source(root: Path) -> Path:
     root.mkdir(parents=True)
     for s in range(3):
         (root / f"part-{s:05d}-of-00003.tfrecord").write_bytes(
-            b"".join(tfrecord.frame(r) for r in RECORDS[s * 20:(s + 1) * 20]))
+            b"".join(reference.frame(r) for r in RECORDS[s * 20:(s + 1) * 20]))
     return root
 
 
@@ -85,8 +86,9 @@ def _crash_at(n: int, src: Path, dest: str, cache: Path) -> None:
 
 
 def _records_in(folder: Path) -> list[bytes]:
-    m = manifest.parse((folder / manifest.NAME).read_bytes())
-    return [r for e in m.shards for r in tfrecord.iter_records(folder / e.path)]
+    """The records of the shards the manifest names, in its order, read by the test suite's own
+    reader (which also checks each shard against its manifest entry and shipped index)."""
+    return [r for records in reference.manifest_records(folder).values() for r in records]
 
 
 def test_a_reshard_killed_at_every_step_leaves_dest_absent_or_complete(tmp_path: Path) -> None:

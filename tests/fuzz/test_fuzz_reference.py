@@ -9,10 +9,13 @@ import zlib
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from conftest import REALDATA
+from support import example_pb
 from mutator import compress, make_base, mutants, plain_fault
-from reference import (GZIP, NONE, ZLIB, frame, inflate, masked_crc, named_like_shard, read_file,
+from reference import (GZIP, NONE, ZLIB, frame, inflate, masked_crc, named_like_shard, parse_example,
+                       parse_sequence_example, read_file,
                        shard_view, walk)
 
 RECS = [b"first record", b"", b"third, a bit longer " * 3, b"4", b"fifth record here"]
@@ -427,3 +430,61 @@ def test_reference_of_any_mutant_is_consistent(m):
     assert view.tf_count <= len(view.sound_records)
     if not view.problems:
         assert view.tf_count == len(view.records)
+
+
+# --- records as features: the hand-written wire decoder, against TensorFlow's own classes ----------
+
+_kinds = st.sampled_from(["bytes_list", "float_list", "int64_list", None])
+_values = {"bytes_list": st.lists(st.binary(max_size=20), max_size=4),
+           "float_list": st.lists(st.floats(width=32, allow_nan=False), max_size=4),
+           "int64_list": st.lists(st.integers(-(1 << 63), (1 << 63) - 1), max_size=4),
+           None: st.just([])}
+_feature = _kinds.flatmap(lambda k: st.tuples(st.just(k), _values[k]))
+_features = st.dictionaries(st.text(max_size=8), _feature, max_size=4)
+
+
+def _tf_feature(kind, vals):
+    from tensorflow.core.example import feature_pb2
+    f = feature_pb2.Feature()
+    if kind is not None:
+        getattr(f, kind).value.extend(vals)
+    return f
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(features=_features, steps=st.dictionaries(st.text(max_size=8), st.lists(_feature, max_size=3), max_size=3))
+def test_example_decoder_reads_what_tensorflow_writes(features, steps):
+    """``parse_example`` and ``parse_sequence_example`` are the test suite's reader of the records
+    tfrfs writes; here they read records that TensorFlow's generated classes serialized."""
+    pb = pytest.importorskip("tensorflow.core.example.example_pb2")
+    ex = pb.Example()
+    for key, (kind, vals) in features.items():
+        ex.features.feature[key].CopyFrom(_tf_feature(kind, vals))
+    assert parse_example(ex.SerializeToString()) == {k: (kind, list(v)) for k, (kind, v) in features.items()}
+    # The suite's own message classes (support/example_pb.py) read and write the same bytes.
+    assert example_pb.Example.FromString(ex.SerializeToString()).SerializeToString(deterministic=True) == \
+        ex.SerializeToString(deterministic=True)
+    seq = pb.SequenceExample()
+    seq.context.CopyFrom(ex.features)
+    for key, fl in steps.items():
+        seq.feature_lists.feature_list[key].feature.extend(_tf_feature(k, v) for k, v in fl)
+    context, lists = parse_sequence_example(seq.SerializeToString())
+    assert context == parse_example(ex.SerializeToString())
+    assert lists == {k: [(kind, list(v)) for kind, v in fl] for k, fl in steps.items()}
+
+
+def test_example_decoder_merges_and_reads_unpacked_values():
+    """What a parser must accept though TensorFlow does not write it: unpacked repeated scalars,
+    a message field given twice (merged), a map key given twice (the last wins)."""
+    def key(n, t):
+        return bytes([n << 3 | t])
+
+    def ld(n, body):
+        return key(n, 2) + bytes([len(body)]) + body
+
+    ints = ld(3, key(1, 0) + b"\x05" + key(1, 0) + b"\x7f")                 # int64_list 5, 127
+    floats = ld(2, key(1, 5) + struct.pack("<f", 1.5))
+    entry = lambda k, f: ld(1, ld(1, k) + ld(2, f))                          # noqa: E731
+    data = ld(1, entry(b"a", ints) + entry(b"b", floats)) + ld(1, entry(b"a", floats))
+    assert parse_example(data) == {"a": ("float_list", [1.5]), "b": ("float_list", [1.5])}
+    assert parse_example(ld(1, entry(b"n", ints))) == {"n": ("int64_list", [5, 127])}

@@ -60,11 +60,12 @@ def run_oracle(*sources: str | Path, sample: int | None = None) -> dict:
 
 
 @pytest.fixture(scope="session")
-def tfdata(tmp_path_factory) -> dict:
-    """Fixtures written by TensorFlow, and the oracle's view of them (one TF process each)."""
+def tfdata(_tf_written: Path, tmp_path_factory) -> dict:
+    """Fixtures written by TensorFlow (a copy of the run's, conftest ``_tf_written``), and the
+    oracle's view of them (one TF process)."""
     _need_tf_and_fuse()
     out = tmp_path_factory.mktemp("tf_fixtures")
-    run_tf_script(str(TESTS / "tf_fixtures.py"), str(out))
+    shutil.copytree(_tf_written, out, symlinks=True, dirs_exist_ok=True)
     clean, damaged = out / "clean", out / "damaged"
     single = clean / "gz_shard.tfrecord.gz"
     lone = damaged / "firsthdr.bin"          # not named like a shard: a damaged shard only as SOURCE

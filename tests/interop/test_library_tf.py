@@ -15,18 +15,16 @@ import pytest
 import tfrfs
 from conftest import REALDATA
 from support.tfview import differences, sha, tf_view
-from test_interop_tf import REALDATA_DAMAGED, TESTS, _need_tf_and_fuse, run_tf_script
+from test_interop_tf import REALDATA_DAMAGED, _need_tf_and_fuse
 
 pytestmark = [pytest.mark.tf]
 
 
 @pytest.fixture(scope="module")
-def clean(tmp_path_factory) -> Path:
+def clean(tf_written: Path) -> Path:
     """The clean TensorFlow-written fixtures (every feature kind, GZIP/ZLIB, SequenceExamples)."""
     _need_tf_and_fuse()
-    out = tmp_path_factory.mktemp("tf_fixtures")
-    run_tf_script(str(TESTS / "tf_fixtures.py"), str(out))
-    return out / "clean"
+    return tf_written / "clean"
 
 
 def compare_with_tensorflow(ds, root: Path, *, skip: tuple[str, ...] = ()) -> list[str]:

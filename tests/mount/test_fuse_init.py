@@ -20,7 +20,7 @@ pytestmark = pytest.mark.mount
 # Imported first by every Python started with this folder first on PYTHONPATH: the operations'
 # init fails, as a bug or a libfuse that refuses a request there would make it fail.
 _FAIL_INIT = '''
-from tfrfs import fuse_ops
+from tfrfs.fuse import operations as fuse_ops
 
 class InitFails(fuse_ops.Operations):
     def init_with_config(self, conn, config):

@@ -21,6 +21,7 @@ from tfrfs.format import tfrecord
 from conftest import run_tfrfs
 from support.daemons import daemon_pid
 from support.files import tmpfs
+from support import reference
 
 pytestmark = [pytest.mark.mount, pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="no /dev/fuse")]
 
@@ -43,8 +44,8 @@ def write_source(src: Path) -> None:
 
 
 def blob_of(shard: Path, record: int = 0) -> bytes:
-    data = list(tfrecord.iter_records(shard))[record]
-    return proto.Example.FromString(data).features.feature["blob"].bytes_list.value[0]
+    data = reference.written_records(shard)[record]
+    return reference.values(data, "blob")[0]
 
 
 def memory_kib(pid: int) -> dict[str, int]:

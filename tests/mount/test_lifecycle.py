@@ -13,10 +13,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tfrfs.format import proto
 from tfrfs.format import tfrecord
 from tfrfs.index.shard_index import STAGING_DIR
 from tfrfs.sample import write_sample
@@ -24,6 +24,7 @@ from tfrfs.sample import write_sample
 from conftest import force_unmount, is_mounted, run_tfrfs
 from support.daemons import daemon_pid, wait_gone
 from support.files import disk_files
+from support import example_pb, reference
 
 pytestmark = pytest.mark.mount
 
@@ -39,12 +40,13 @@ def src(tmp_path: Path) -> Path:
     return dest
 
 
-def records(path: Path) -> list[proto.Example]:
-    """A shard's records, read with tfrfs's own framing reader (no TensorFlow)."""
-    return [proto.Example.FromString(r) for r in tfrecord.iter_records(path)]
+def records(path: Path) -> list[Any]:
+    """A shard's records, read by the test suite's own reader and message classes (no TensorFlow,
+    nothing of tfrfs)."""
+    return [example_pb.Example.FromString(r) for r in reference.written_records(path)]
 
 
-def int_feature(ex: proto.Example, key: str) -> list[int]:
+def int_feature(ex: Any, key: str) -> list[int]:
     return list(ex.features.feature[key].int64_list.value)
 
 
@@ -74,7 +76,7 @@ def status_lines(target: Path) -> list[str]:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_stop_signal_unmounts_without_committing(sig: int, src: Path, tfrfs_mount) -> None:
     before = disk_files(src)
-    clips = len(list(tfrecord.iter_records(src / "clips.tfrecord")))
+    clips = len(reference.written_records(src / "clips.tfrecord"))
     mnt = tfrfs_mount(src, "--rw")
     edit(mnt)
     stop(mnt, sig)
@@ -93,7 +95,7 @@ def test_stop_signal_unmounts_without_committing(sig: int, src: Path, tfrfs_moun
     assert "committed 2 shard(s), 2 record(s) changed" in proc.stdout, proc.stdout
     assert "rewritten  tabular.tfrecord.gz" in proc.stdout and f"unmounted {mnt2}" in proc.stdout
     assert int_feature(records(src / "tabular.tfrecord.gz")[0], "age") == [5]
-    assert len(list(tfrecord.iter_records(src / "clips.tfrecord"))) == clips - 1
+    assert len(reference.written_records(src / "clips.tfrecord")) == clips - 1
     assert status_lines(src) == ["nothing staged"]
     assert not (src / STAGING_DIR).exists()
 
@@ -323,7 +325,7 @@ def test_libfuses_own_loop_never_commits_on_a_signal(src: Path, tmp_path: Path) 
     be told from a signal: nothing is committed at the end, SIGINT ends the mount as SIGTERM does,
     and the log says why; tfrfs umount still commits."""
     before = disk_files(src)
-    code = ("import sys; from tfrfs import fuse_loop; fuse_loop.Loop.usable = lambda self: False; "
+    code = ("import sys; from tfrfs.fuse import loop as fuse_loop; fuse_loop.Loop.usable = lambda self: False; "
             "from tfrfs.cli import main; sys.exit(main(sys.argv[1:]))")
     log = tmp_path / "daemon.log"
     for sig in (signal.SIGINT, signal.SIGTERM, None):

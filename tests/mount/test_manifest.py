@@ -13,6 +13,7 @@ import crc32c
 import pytest
 
 from conftest import run_tfrfs
+from support import reference
 from support.daemons import daemon_pid
 from tfrfs.index import idxfile
 from tfrfs.index import manifest
@@ -223,8 +224,9 @@ def test_commit_keeps_the_shipped_indexes_and_the_manifest_in_step(tmp_path: Pat
     for rel, count in ((shards[0], RECORDS - 1), (shards[1], RECORDS)):
         st = (root / rel).stat()
         data = (root / (rel + idxfile.SUFFIX)).read_bytes()
-        meta, offsets = idxfile.load(data)
+        meta, offsets = reference.read_index_file(data)    # the test suite's own reader
         assert (meta["size"], meta["count"]) == (st.st_size, count), "the index file beside it follows"
+        assert offsets == reference.record_offsets(root / rel), "its offsets are the shard's records'"
         e = entries[rel]
         assert (e["size"], e["count"], e["mtime_ns"]) == (st.st_size, count, st.st_mtime_ns)
         assert e["index"]["crc32c"] == crc32c.crc32c(data) and e["index"]["size"] == len(data)

@@ -21,6 +21,7 @@ from tfrfs.format import tfrecord
 from tfrfs.sample import write_sample
 
 from conftest import force_unmount, is_mounted, run_tfrfs
+from support import example_pb, reference
 
 pytestmark = pytest.mark.mount
 
@@ -47,8 +48,8 @@ def test_layout_and_contents(sample: Path, tfrfs_mount) -> None:
     shard = mnt / "train" / "train-00000-of-00002.tfrecord"
     assert sorted(os.listdir(shard)) == [f"{i:06d}" for i in range(12)]
     rec = shard / "000000"
-    records = list(tfrecord.iter_records(sample / "train" / "train-00000-of-00002.tfrecord"))
-    ex = proto.Example.FromString(records[0])
+    records = reference.written_records(sample / "train" / "train-00000-of-00002.tfrecord")
+    ex = example_pb.Example.FromString(records[0])
     feats = ex.features.feature
     assert (rec / "image" / "encoded.jpg").read_bytes() == feats["image/encoded"].bytes_list.value[0]
     assert json.loads((rec / "image" / "height.json").read_text()) == list(feats["image/height"].int64_list.value)
@@ -256,7 +257,7 @@ def test_raw_pixels_are_png(sample: Path, tfrfs_mount) -> None:
     png = mnt / "mnist_raw.tfrecord" / "000000" / "image_raw.png"
     img = Image.open(png)
     assert img.size == (28, 28) and img.mode == "L"
-    ex = proto.Example.FromString(next(tfrecord.iter_records(sample / "mnist_raw.tfrecord")))
+    ex = example_pb.Example.FromString(reference.written_records(sample / "mnist_raw.tfrecord")[0])
     assert img.tobytes() == ex.features.feature["image_raw"].bytes_list.value[0]
     no = tfrfs_mount(sample, "--no-decode-raw")
     assert (no / "mnist_raw.tfrecord" / "000000" / "image_raw.bin").read_bytes() == img.tobytes()

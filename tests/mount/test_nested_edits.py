@@ -23,6 +23,7 @@ from tfrfs.format import proto
 from tfrfs.format import tfrecord
 
 from conftest import run_tfrfs
+from support import example_pb, reference
 
 pytestmark = [pytest.mark.mount,
               pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="no /dev/fuse")]
@@ -65,8 +66,9 @@ def _example_source(tmp_path: Path, items: list[bytes]) -> Path:
 
 
 def _stored(src: Path, shard: str) -> list[Any]:
-    cls = proto.SequenceExample if shard.startswith("s") else proto.Example
-    return [cls.FromString(r) for r in tfrecord.iter_records(src / shard)]
+    """The committed records, read by the test suite's own reader and message classes."""
+    cls = example_pb.SequenceExample if shard.startswith("s") else example_pb.Example
+    return [cls.FromString(r) for r in reference.written_records(src / shard)]
 
 
 def _steps(seq: Any, key: str = "frames/jpeg") -> list[list[bytes]]:

@@ -34,6 +34,7 @@ from tfrfs.format import tfrecord
 
 from conftest import force_unmount, is_mounted, run_tfrfs
 from support.machines import machine_settings
+from support import example_pb, reference
 
 pytestmark = [pytest.mark.mount,
               pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="no /dev/fuse")]
@@ -60,9 +61,10 @@ def write_source(src: Path) -> None:
         w.close()
 
 
-def committed(src: Path) -> proto.Example:
-    (record,) = list(tfrecord.iter_records(src / SHARD))
-    return proto.Example.FromString(record)
+def committed(src: Path) -> Any:
+    """The committed record, read by the test suite's own reader and message classes."""
+    (record,) = reference.written_records(src / SHARD)
+    return example_pb.Example.FromString(record)
 
 
 def _put(buf: bytearray, offset: int, data: bytes) -> None:

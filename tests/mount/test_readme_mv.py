@@ -12,6 +12,7 @@ from tfrfs.format import proto
 from tfrfs.format import tfrecord
 
 from conftest import REPO, run_tfrfs
+from support import reference
 
 pytestmark = pytest.mark.mount
 
@@ -38,6 +39,5 @@ def test_readme_mv_moves_a_record_to_another_shard(tmp_path: Path, tfrfs_mount) 
     assert proc.returncode == 0, proc.stderr
     assert len(list((mnt / "shard-a").iterdir())) == 9 and len(list((mnt / "shard-b").iterdir())) == 11
     assert run_tfrfs("umount", str(mnt)).returncode == 0
-    moved = [proto.Example.FromString(r).features.feature["from"].bytes_list.value[0]
-             for r in tfrecord.iter_records(src / "shard-b")]
+    moved = [reference.values(r, "from")[0] for r in reference.written_records(src / "shard-b")]
     assert moved == [f"shard-b/{i}".encode() for i in range(10)] + [b"shard-a/7"]

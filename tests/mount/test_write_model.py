@@ -60,6 +60,7 @@ from PIL import Image
 from tfrfs.format import proto  # message definitions only
 
 from conftest import force_unmount, is_mounted, run_tfrfs
+from support import example_pb
 from support.machines import machine_settings
 
 pytestmark = [pytest.mark.mount,
@@ -570,9 +571,9 @@ def _canon_proto(f: Any) -> tuple:
 
 def canon_stored(data: bytes, seq: bool) -> Any:
     if not seq:
-        ex = proto.Example.FromString(data)
+        ex = example_pb.Example.FromString(data)   # the test suite's own classes: read what tfrfs wrote
         return {k: _canon_proto(f) for k, f in ex.features.feature.items()}
-    m = proto.SequenceExample.FromString(data)
+    m = example_pb.SequenceExample.FromString(data)
     # A record committed without context/ or feature_lists/ gets them empty (SPEC 4): present.
     assert m.HasField("context") and m.HasField("feature_lists"), "a SequenceExample without its two parts"
     return ("sequence", {k: _canon_proto(f) for k, f in m.context.feature.items()},

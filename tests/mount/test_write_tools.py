@@ -36,6 +36,7 @@ from tfrfs.sample import write_sample
 
 from conftest import is_mounted, run_tfrfs
 from support.tfworker import TfWorker
+from support import reference
 
 pytestmark = [pytest.mark.mount]
 
@@ -192,7 +193,7 @@ def orig(template: Path, tf: TFReader) -> dict[str, list[bytes]]:
     """The sample's records before any edit, as TensorFlow reads them."""
     got = tf.dump([(template / rel, kind) for rel, kind in SHARDS.items()])
     out = {rel: got[str(template / rel)]["raw"] for rel in SHARDS}
-    assert out == {rel: list(tfrecord.iter_records(template / rel)) for rel in SHARDS}
+    assert out == {rel: reference.written_records(template / rel) for rel in SHARDS}
     return out
 
 

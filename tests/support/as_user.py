@@ -28,6 +28,10 @@ def user_env(home: Path, tmp: Path, user: str) -> dict[str, str]:
     """The caller's environment, with the user's own HOME and TMPDIR; root's XDG folders dropped."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("XDG_")}
     env.update(HOME=str(home), TMPDIR=str(tmp), USER=user, LOGNAME=user)
+    # The virtualenv is root's, installed without byte-compiling (scripts/setup.sh): the user
+    # cannot keep what Python compiles beside the modules, so it goes under TMPDIR, compiled once
+    # for the whole run rather than again by every process the tests start.
+    env.setdefault("PYTHONPYCACHEPREFIX", str(tmp / "pycache"))
     return env
 
 

@@ -16,6 +16,7 @@ from tfrfs.storage.readers import default_readers
 from tfrfs.index import shard_index as index
 
 from inprocess import Session
+from support import reference
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_index import example, write_shard  # noqa: E402
@@ -24,9 +25,8 @@ from test_index import example, write_shard  # noqa: E402
 def kinds_of(root: Path, shard: str) -> list[dict[str, str | None]]:
     """Each committed record's feature kinds."""
     out = []
-    for data in tfrecord.iter_records(root / shard):
-        m = proto.Example.FromString(data)
-        out.append({k: f.WhichOneof("kind") for k, f in m.features.feature.items()})
+    for data in reference.written_records(root / shard):
+        out.append({k: kind for k, (kind, _) in reference.parse_example(data).items()})
     return out
 
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import REPO, run_tfrfs
-from tfrfs.index import idxfile
-from tfrfs.index import manifest
+from support import reference
 from tfrfs.format import proto
 from tfrfs.format import tfrecord
 
@@ -41,12 +40,13 @@ def _reshard(src: Path, dest: Path, *extra: str) -> tuple[int, str]:
     return proc.returncode, proc.stdout
 
 
-def _content(folder: Path) -> dict[str, tuple[bytes, bytes, int]]:
-    m = manifest.parse((folder / manifest.NAME).read_bytes())
+def _content(folder: Path) -> dict[str, tuple[bytes, list[int], int]]:
+    """Each shard the manifest names: its bytes, its shipped index's offsets and its record count,
+    read by the test suite's own reader."""
     out = {}
-    for e in m.shards:
-        meta, offsets = idxfile.load((folder / (e.path + idxfile.SUFFIX)).read_bytes())
-        out[e.path] = ((folder / e.path).read_bytes(), offsets.tobytes(), e.count)
+    for e in reference.read_manifest(folder)["shards"]:
+        meta, offsets = reference.read_index_file((folder / (e["path"] + ".tfrfs-idx")).read_bytes())
+        out[e["path"]] = ((folder / e["path"]).read_bytes(), offsets, e["count"])
     return out
 
 

@@ -11,9 +11,9 @@ from typing import cast
 import pytest
 from PIL import Image
 
-from tfrfs.format import proto
 from tfrfs.sample import CLASS_ID, main, write_sample
-from tfrfs.format.tfrecord import iter_records
+
+from support import example_pb, reference
 
 OD_SHARDS = {
     "train/train-00000-of-00002.tfrecord": 12,
@@ -38,7 +38,7 @@ def sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _examples(path: Path) -> list:
-    return [proto.Example.FromString(r) for r in iter_records(path)]
+    return [example_pb.Example.FromString(r) for r in reference.written_records(path)]
 
 
 def _files(root: Path) -> set[str]:
@@ -54,11 +54,11 @@ def test_layout_and_size(tmp_path: Path) -> None:
 
 def test_record_counts_and_kinds(sample: Path) -> None:
     for rel, count in SHARDS.items():
-        records = list(iter_records(sample / rel))
+        records = reference.written_records(sample / rel)
         assert len(records) == count, rel
         for data in records:
             # Every Example also parses as a SequenceExample: the kind is told by feature_lists.
-            seq = proto.SequenceExample.FromString(data)
+            seq = example_pb.SequenceExample.FromString(data)
             assert bool(seq.feature_lists.feature_list) == (rel == "clips.tfrecord"), rel
     assert (sample / "tabular.tfrecord.gz").read_bytes()[:2] == b"\x1f\x8b"
 
@@ -125,8 +125,8 @@ def test_raw_pixel_arrays(sample: Path) -> None:
 
 
 def test_sequence_clips(sample: Path) -> None:
-    for data in iter_records(sample / "clips.tfrecord"):
-        seq = proto.SequenceExample.FromString(data)
+    for data in reference.written_records(sample / "clips.tfrecord"):
+        seq = example_pb.SequenceExample.FromString(data)
         ctx = seq.context.feature
         assert ctx["video/id"].bytes_list.value[0].startswith(b"clip-")
         n = ctx["video/num_frames"].int64_list.value[0]

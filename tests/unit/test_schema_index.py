@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inprocess import Session
+from support.reference import read_index_file   # the test suite's own reader of index files
 from tfrfs.format import codec
-from tfrfs.index import idxfile
 from tfrfs.format import proto
 from tfrfs.index import shardschema
 from tfrfs.index.shard_index import IndexCache, discover
@@ -212,7 +212,7 @@ def test_the_tally_is_kept_in_the_index_file_and_read_back(tmp_path: Path) -> No
     assert first["features"]["id"]["records"] == 705
     assert first["features"]["label"]["ending_in_newline"] == 705
     for entry in (cache / "index").iterdir():
-        meta, _ = idxfile.header(entry.read_bytes())
+        meta, _ = read_index_file(entry.read_bytes())
         assert meta["schema"]["records"] in (700, 5)
     assert _schema_of(root, cache) == (True, first)      # nothing to read: the index files hold it
 
@@ -237,7 +237,7 @@ def test_a_shipped_index_carries_the_tally(tmp_path: Path) -> None:
     root.mkdir()
     _write_shard(root / "a.tfrecord", _examples(50))
     assert main(["index", str(root), "--beside", "--cache-dir", str(tmp_path / "c1")]) == 0
-    meta, _ = idxfile.header((root / ("a.tfrecord" + idxfile.SUFFIX)).read_bytes())
+    meta, _ = read_index_file((root / "a.tfrecord.tfrfs-idx").read_bytes())
     assert meta["schema"]["records"] == 50
     ready, schema = _schema_of(root, tmp_path / "c2")
     assert ready

@@ -20,6 +20,7 @@ from tfrfs.dataset.assembly import discard, open_mount, staged_in
 from tfrfs.edit.journal import Staging
 
 from inprocess import Session
+from support import reference
 
 
 def example(i: int) -> bytes:
@@ -46,8 +47,7 @@ def src(tmp_path: Path) -> Path:
 
 
 def labels(path: Path) -> list[int]:
-    return [proto.Example.FromString(r).features.feature["label"].int64_list.value[0]
-            for r in tfrecord.iter_records(path)]
+    return [reference.values(r, "label")[0] for r in reference.written_records(path)]
 
 
 def session(src: Path, tmp_path: Path) -> Session:

@@ -26,6 +26,7 @@ from tfrfs.edit.repack import TMP_PREFIX
 from tfrfs.index.tfds_info import ShardFigures as F
 
 from inprocess import Session
+from support import reference
 
 XOFY = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
 INDEXED = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_INDEX}"
@@ -313,7 +314,7 @@ def toy(root: Path) -> None:
 def shard_figures(root: Path) -> dict[str, tuple[int, int]]:
     out = {}
     for p in sorted(root.glob("toy-*")):
-        recs = list(tfrecord.iter_records(p))
+        recs = reference.written_records(p)
         out[p.name] = (len(recs), sum(map(len, recs)))
     return out
 
@@ -377,7 +378,7 @@ def test_a_failed_commit_updates_the_metadata_of_what_it_committed(tmp_path: Pat
     assert len(result.notes) == 1
     assert result.notes[0].startswith(f"{tfds.INFO}: split 'train': 1 shard length changed, 10 -> 9 records")
     assert json.loads((root / tfds.INFO).read_text())["splits"][0]["shardLengths"] == ["4", "5"]
-    assert len(list(tfrecord.iter_records(second))) == 5
+    assert len(reference.written_records(second)) == 5
 
 
 CRASHED = 86
