@@ -108,3 +108,33 @@ def test_the_read_side_never_imports_the_write_side() -> None:
                 continue
             found += [(name, m) for m in modules if m == "tfrfs.edit" or m.startswith("tfrfs.edit.")]
     assert found == []
+
+
+def test_no_module_takes_a_private_name_of_another() -> None:
+    """A name with a leading underscore is its module's own: another module that imports it
+    (``from tfrfs.x import _name``) or reaches for it (``x._name`` on an imported tfrfs module)
+    depends on what its owner may change without notice. Shared names are public."""
+    import ast
+    root = os.path.dirname(tfrfs.__file__)
+    found = []
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(folder, name)
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read())
+            modules: set[str] = set()   # local names bound to tfrfs modules
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tfrfs"):
+                    for alias in node.names:
+                        if alias.name.startswith("_") and not alias.name.startswith("__"):
+                            found.append(f"{os.path.relpath(path, root)}:{node.lineno}: imports {alias.name}")
+                        modules.add(alias.asname or alias.name)
+                elif isinstance(node, ast.Import):
+                    modules.update(a.asname or a.name.split(".")[0] for a in node.names if a.name.startswith("tfrfs"))
+            for node in ast.walk(tree):
+                if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
+                        and node.attr.startswith("_") and not node.attr.startswith("__")):
+                    found.append(f"{os.path.relpath(path, root)}:{node.lineno}: uses {node.value.id}.{node.attr}")
+    assert found == []

@@ -65,7 +65,7 @@ def open_args(args: argparse.Namespace) -> Source:
     if store is None:
         store = parse_options(getattr(args, "options", None) or [])
     if getattr(args, "cache_dir", None):
-        _check_folder(args.cache_dir, "--cache-dir")
+        check_folder(args.cache_dir, "--cache-dir")
     # A read-only mount starts from the dataset's manifest when it has one (SPEC 1.2); the other
     # commands (and --rw) list the source, as they read or write every shard.
     mounting = getattr(args, "command", None) == "mount" and not getattr(args, "rw", False)
@@ -93,7 +93,7 @@ def open_dataset(args: argparse.Namespace, *, quiet: bool = False,
              f"{done_bytes / 2**20:,.0f}/{total_bytes / 2**20:,.0f} MiB", done == total)
 
     if not getattr(args, "cache_dir", None):
-        _check_folder(str(default_cache_dir()), "cache folder", hint="choose one with --cache-dir DIR (-o cache_dir=DIR)")
+        check_folder(str(default_cache_dir()), "cache folder", hint="choose one with --cache-dir DIR (-o cache_dir=DIR)")
     src = open_args(args)
     try:
         budget = getattr(args, "index_memory", None)
@@ -110,7 +110,7 @@ def open_dataset(args: argparse.Namespace, *, quiet: bool = False,
     return src, indexes, cache
 
 
-def _check_folder(path: str | Path, what: str, *, hint: str = "", room: bool = False) -> None:
+def check_folder(path: str | Path, what: str, *, hint: str = "", room: bool = False) -> None:
     """That ``path`` is a folder this user can write in, made if missing; ``room``: with room for
     a block more. Raises UsageError."""
     hint = f"; {hint}" if hint else ""
@@ -145,14 +145,14 @@ def check_options(args: argparse.Namespace) -> None:
     """The values of the options ``args`` holds that only the work would find bad, checked
     before it starts: folders, the Ray address, sizes. Raises UsageError."""
     if getattr(args, "cache_dir", None):
-        _check_folder(args.cache_dir, "--cache-dir")
+        check_folder(args.cache_dir, "--cache-dir")
     if getattr(args, "index_dir", None):
         check_index_dir(args.index_dir)
     if getattr(args, "out_dir", None):
         if is_url(args.out_dir):
             raise UsageError(f"--out-dir {args.out_dir}: give a local folder (--beside writes the index "
                              "files into the bucket, beside its shards)")
-        _check_folder(args.out_dir, "--out-dir", room=True)
+        check_folder(args.out_dir, "--out-dir", room=True)
     if getattr(args, "index_memory", None) is not None and args.index_memory < 1:
         raise UsageError(f"--index-memory {args.index_memory}: give a size of 1 byte or more (like 128M)")
     if getattr(args, "ray", None) is not None:

@@ -22,7 +22,7 @@ from tfrfs.fuse import options
 from tfrfs.errors import TfrfsError, UsageError
 from tfrfs.index.shard_index import default_cache_dir, named_like_shard
 from tfrfs.storage.factory import is_url
-from tfrfs.cli.common import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, FSTYPE, Progress, _check_folder, check_options, open_dataset
+from tfrfs.cli.common import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, FSTYPE, Progress, check_folder, check_options, open_dataset
 
 
 MOUNT_WAIT_S = 120.0
@@ -53,7 +53,7 @@ def _check_mountpoint(mnt: str) -> None:
 
 def _check_log(path: Path, what: str) -> None:
     """That the log file ``path`` can be written (its folder made if missing). Raises UsageError."""
-    _check_folder(path.parent, f"{what}'s folder")
+    check_folder(path.parent, f"{what}'s folder")
     try:
         with open(path, "ab"):
             pass
@@ -96,9 +96,9 @@ def cmd_mount(args: argparse.Namespace) -> int:
     args.mountpoint = os.path.abspath(args.mountpoint)
     if args.cache_dir:
         args.cache_dir = os.path.abspath(args.cache_dir)
-        _check_folder(args.cache_dir, "--cache-dir")
+        check_folder(args.cache_dir, "--cache-dir")
     else:
-        _check_folder(default_cache_dir(), "cache folder", hint="choose one with --cache-dir DIR (-o cache_dir=DIR)")
+        check_folder(default_cache_dir(), "cache folder", hint="choose one with --cache-dir DIR (-o cache_dir=DIR)")
     if args.log:
         args.log = os.path.abspath(args.log)
     if args.index_dir:

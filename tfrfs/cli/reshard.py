@@ -100,7 +100,8 @@ def cmd_reshard(args: argparse.Namespace) -> int:
     from tfrfs.jobs.publish import Dest
     from tfrfs.storage.factory import is_url
     from tfrfs.storage.fsspec_store import parse_options
-    from tfrfs.jobs.reshard import Tasks, copy_shard, make_plan, manifest_body, new_info, order_problems, sizes
+    from tfrfs.jobs.reshard import Tasks, copy_shard, make_plan
+    from tfrfs.jobs.reshardresult import manifest_body, new_info, order_problems, sizes
     from tfrfs.jobs.reshardplan import check_template
     if args.name is not None:
         # Which fields a name may use is known once SOURCE is (a TFDS dataset's or not): make_plan

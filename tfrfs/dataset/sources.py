@@ -457,7 +457,7 @@ def index_with(source: Source, runner: jobs.Runner, progress: SourceProgress | N
         idx = cache.load(shard)
         if idx is not None:
             done(n, idx)
-        elif cache._candidates(shard):
+        elif cache.shipped_candidates(shard):
             done(n, cache.get(shard)[0])   # an index file beside it: read here
         else:
             cold.append(n)

@@ -59,7 +59,7 @@ class ShardResult:
     bytes: int
 
 
-class _FaultedFile:
+class FaultedFile:
     """A file object whose writes pass through the durable fault seam."""
 
     def __init__(self, f: BinaryIO, path: str) -> None:
@@ -272,7 +272,7 @@ def _old_stream(where: Where, plan: ShardPlan) -> Iterator[_Source | None]:
 def _write_planned(fd: int, plan: ShardPlan, src: _Source | None, staging: Staging) -> None:
     ch, path = plan.ch, plan.tmp
     with open(fd, "r+b", buffering=0, closefd=False) as out:
-        writer = tfrecord.StreamWriter(_FaultedFile(out, path), plan.compression)  # type: ignore[arg-type]
+        writer = tfrecord.StreamWriter(FaultedFile(out, path), plan.compression)  # type: ignore[arg-type]
         for step in plan.steps:
             if isinstance(step, int):
                 _write_staged(staging.edit_path(ch, step), 0, out, writer, path)

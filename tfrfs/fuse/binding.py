@@ -38,6 +38,7 @@ _READDIR_PLUS = 1 << 0        # readdir flag: the kernel wants attributes too
 _FILL_DIR_PLUS = 1 << 1       # filler flag: this entry's attributes are complete
 
 LIBFUSE = fuse._libfuse._handle   # the libfuse the binding loaded, for what fuse_loop does below it
+LIBFUSE_PATH: str = fuse._libfuse_path   # its file, for messages
 
 
 def errno_of(exc: Exception, op: str, args: tuple) -> int:

@@ -32,7 +32,7 @@ import threading
 from typing import Any, Callable, Iterator, Mapping
 
 from tfrfs.fuse import loop as fuse_loop
-from tfrfs.fuse.binding import LIBFUSE, Edge, FuseBinding, errno_of, fuse  # noqa: F401 - errno_of: the map, here too
+from tfrfs.fuse.binding import LIBFUSE, LIBFUSE_PATH, Edge, FuseBinding, errno_of, fuse  # noqa: F401 - errno_of: the map, here too
 from tfrfs.fuse import mountrecord
 from tfrfs.errors import Busy, DataLoss, NoAttr, TfrfsError
 from tfrfs.dataset.assembly import Mount
@@ -487,7 +487,7 @@ def mount(m: Mount, mountpoint: str, *, poll_us: int, options: Mapping[str, str 
             ops.ended = lambda: loop.ended
     else:
         log.warning("this libfuse lacks a function the request loop needs; using libfuse's own loop "
-                    "(no --poll-us): %s", fuse._libfuse_path)
+                    "(no --poll-us): %s", LIBFUSE_PATH)
         if m.writable:
             log.warning("with libfuse's own loop an unmount cannot be told from SIGTERM or Ctrl-C, so "
                         "staged edits are committed only by tfrfs commit and tfrfs umount")

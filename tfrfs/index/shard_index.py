@@ -358,7 +358,7 @@ class IndexCache:
         cached = self.load(shard)
         if cached is not None:
             return cached.tally
-        for path, files in self._candidates(shard):
+        for path, files in self.shipped_candidates(shard):
             if not path.endswith(idxfile.SUFFIX):
                 continue
             try:
@@ -371,7 +371,7 @@ class IndexCache:
 
     # -- shipped indexes -------------------------------------------------------------
 
-    def _candidates(self, shard: ShardFile) -> list[tuple[str, SourceFiles]]:
+    def shipped_candidates(self, shard: ShardFile) -> list[tuple[str, SourceFiles]]:
         """Index files that may be the shard's, and what reads each: beside the shard (through
         the source), then in ``index_dir`` (a local folder)."""
         found = [(path, self.files) for path in shard.shipped]
@@ -393,7 +393,7 @@ class IndexCache:
         why the others found were ignored."""
         from tfrfs.index import loader_files as loaderidx
         ignored: list[str] = []
-        for path, files in self._candidates(shard):
+        for path, files in self.shipped_candidates(shard):
             try:
                 data = files.read_bytes(path)
             except OSError as exc:

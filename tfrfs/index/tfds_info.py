@@ -50,7 +50,7 @@ def figures_of(idx: ShardIndex) -> ShardFigures:
     return ShardFigures(count, framed - gaps - count * tfrecord.OVERHEAD)
 
 
-class _Template:
+class FileTemplate:
     """A split's shard file names as TFDS makes them from ``filepathTemplate``."""
 
     def __init__(self, info: dict, split: dict) -> None:
@@ -101,13 +101,13 @@ def _listed(split: dict) -> list | None:
     return lengths if isinstance(lengths, list) else None
 
 
-def _splits(info: dict) -> list[dict]:
+def splits_of(info: dict) -> list[dict]:
     """The splits that list shards (a ``dataset_info.json`` of another tool has none)."""
     splits = info.get("splits")
     return [s for s in splits if isinstance(s, dict) and _listed(s) is not None] if isinstance(splits, list) else []
 
 
-def _like(old: object, value: int) -> object:
+def number_like(old: object, value: int) -> object:
     """``value`` in the type the file used (TFDS writes 64-bit counts as strings)."""
     return value if isinstance(old, int) and not isinstance(old, bool) else str(value)
 
@@ -127,8 +127,8 @@ def _few(names: Iterable[str]) -> str:
 
 def place(info: dict, name: str) -> tuple[dict, int] | None:
     """(split, shard number) of the shard file ``name`` in ``info``, or None when no split lists it."""
-    for split in _splits(info):
-        t = _Template(info, split)
+    for split in splits_of(info):
+        t = FileTemplate(info, split)
         names = t.names(len(_listed(split) or ())) if t.match(name) else []
         if name in names:
             return split, names.index(name)
@@ -148,13 +148,13 @@ def follow(info: dict, shards: dict[str, ShardFigures], changed: Collection[str]
     them. When not, each file the split lists gets its length, and what does not fit is reported.
     A split with no file here is left alone (a partial copy of the dataset)."""
     out = Followed()
-    splits = _splits(info)
+    splits = splits_of(info)
     if not splits:
         return out
     touched = set(changed or ())
     fitted: set[str] = set()
     for split in splits:
-        t = _Template(info, split)
+        t = FileTemplate(info, split)
         if not t.usable:
             continue
         fits = {name: shards[name] for name in shards if t.match(name)}
@@ -171,7 +171,7 @@ def follow(info: dict, shards: dict[str, ShardFigures], changed: Collection[str]
     return out
 
 
-def _follow_split(split: dict, t: _Template, fits: dict[str, ShardFigures], touched: set[str], gone: set[str],
+def _follow_split(split: dict, t: FileTemplate, fits: dict[str, ShardFigures], touched: set[str], gone: set[str],
                   edited: bool, out: Followed) -> None:
     label = f"split {split.get('name')!r}"
     listed = len(_listed(split) or ())
@@ -200,7 +200,7 @@ def _follow_split(split: dict, t: _Template, fits: dict[str, ShardFigures], touc
                             f"named {fitting} to be listed: rename them, then commit again")
 
 
-def _whole(t: _Template, fits: dict[str, ShardFigures], listed: int, gone: set[str]) -> int | None:
+def _whole(t: FileTemplate, fits: dict[str, ShardFigures], listed: int, gone: set[str]) -> int | None:
     """n when ``fits`` are exactly shards 0..n-1 of a split of n, named as TFDS names them."""
     if t.counted:
         counts = {int(m.group("n")) for m in map(t.match, fits) if m is not None}
@@ -221,7 +221,7 @@ def _set(split: dict, figures: list[ShardFigures | None], edited: bool, label: s
     its ``numBytes`` when every shard is here and the split changed (``edited``, or its lengths)."""
     old = list(split["shardLengths"])
     sample = old[0] if old else "0"
-    new = [old[i] if f is None else _like(old[i] if i < len(old) else sample, f.records)
+    new = [old[i] if f is None else number_like(old[i] if i < len(old) else sample, f.records)
            for i, f in enumerate(figures)]
     what = []
     differ = sum(1 for a, b in zip(old, new) if _int(a) != _int(b))
@@ -231,12 +231,12 @@ def _set(split: dict, figures: list[ShardFigures | None], edited: bool, label: s
                     else f"{differ} shard length{'s' if differ != 1 else ''} changed")
         what.append(f"{sum(_int(v) or 0 for v in old)} -> {sum(_int(v) or 0 for v in new)} records")
         if "numShards" in split:
-            split["numShards"] = _like(split["numShards"], len(new))
+            split["numShards"] = number_like(split["numShards"], len(new))
     if (edited or what) and all(f is not None for f in figures):
         total = sum(f.data_bytes for f in figures if f is not None)
         if _int(split.get("numBytes")) != total:
             what.append(f"numBytes {split.get('numBytes', 0)} -> {total}")
-            split["numBytes"] = _like(split.get("numBytes", "0"), total)
+            split["numBytes"] = number_like(split.get("numBytes", "0"), total)
     if what:
         out.changes.append(f"{label}: {', '.join(what)}")
 

@@ -177,7 +177,7 @@ def _index_local(shards: list[ShardFile], cache: IndexCache, progress: ProgressF
         idx = cache.load(shard)
         if idx is not None:
             done(n, idx)
-        elif poolable(shard, cache) and not cache._candidates(shard):
+        elif poolable(shard, cache) and not cache.shipped_candidates(shard):
             scan.append((n, shard))
         else:
             done(n, cache.get(shard)[0])

@@ -27,7 +27,7 @@ from tfrfs.index import tfds_info as tfds
 from tfrfs.format import tfrecord
 from tfrfs.errors import UsageError
 from tfrfs.index.shard_index import DAMAGED_DIR, ShardFile
-from tfrfs.edit.repack import TMP_PREFIX, _FaultedFile, check_new_shard
+from tfrfs.edit.repack import TMP_PREFIX, FaultedFile, check_new_shard
 from tfrfs.dataset.sources import Source
 from tfrfs.edit.journal import Staging
 from tfrfs.jobs.verify import Progress, ShardReport, verify_source
@@ -227,7 +227,7 @@ def _write_repaired(where: "jobs.Where", result: Repaired) -> None:
     try:
         with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "wb") as out:
             os.fchmod(out.fileno(), mode)
-            _copy_sound(where, result, _FaultedFile(out, tmp))  # type: ignore[arg-type]
+            _copy_sound(where, result, FaultedFile(out, tmp))  # type: ignore[arg-type]
             out.flush()
             durable.fsync(out.fileno(), tmp)
             result.written_size = os.fstat(out.fileno()).st_size

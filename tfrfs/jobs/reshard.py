@@ -31,7 +31,6 @@ import crc32c
 
 from tfrfs.index import idxfile
 from tfrfs.jobs import reshardplan
-from tfrfs.index import shardschema
 from tfrfs.index import tfds_info as tfds
 from tfrfs.format import tfrecord
 from tfrfs.errors import DataLoss, UsageError
@@ -455,7 +454,7 @@ def tfds_info(root: str, files: Any) -> dict | None:
         info = json.loads(files.read_bytes(_join(root, tfds.INFO)))
     except (OSError, ValueError):
         return None
-    return info if isinstance(info, dict) and tfds._splits(info) else None
+    return info if isinstance(info, dict) and tfds.splits_of(info) else None
 
 
 def _join(root: str, rel: str) -> str:
@@ -486,11 +485,11 @@ def make_plan(src: Any, indexes: list[ShardIndex], dest: Dest, *, shards: int | 
             g.indexes.append(idx)
             g.numbers.append(n)
         # Shards in their split's order (TFDS reads them so), splits in the file's order.
-        for split in tfds._splits(info):
+        for split in tfds.splits_of(info):
             g2 = by_split.get(str(split.get("name")))
             if g2 is None:
                 continue
-            t = tfds._Template(info, split)
+            t = tfds.FileTemplate(info, split)
             names = t.names(len(split["shardLengths"]))
             pairs = sorted(zip(g2.indexes, g2.numbers), key=lambda p: names.index(p[0].shard.relpath))
             g2.indexes, g2.numbers = [p[0] for p in pairs], [p[1] for p in pairs]
@@ -509,7 +508,7 @@ def make_plan(src: Any, indexes: list[ShardIndex], dest: Dest, *, shards: int | 
             assert info is not None
             if template is not None:
                 g.split["filepathTemplate"] = template
-            g.names = tfds._Template(info, g.split).names(len(g.cuts))
+            g.names = tfds.FileTemplate(info, g.split).names(len(g.cuts))
         else:
             g.names = [reshardplan.shard_name(template or reshardplan.PLAIN_TEMPLATE, i, len(g.cuts), fixed)
                        for i in range(len(g.cuts))]
@@ -549,70 +548,3 @@ def _stream_size(idx: ShardIndex) -> int:
         return os.path.getsize(idx.data_path)
     except OSError:
         return -1
-
-
-# --- after the jobs -----------------------------------------------------------------------------
-
-def manifest_body(done: list[dict], extra_files: dict[str, tuple[int, int]], source_tallies: list | None = None) -> dict:
-    """The new dataset's manifest (SPEC 1.2), from the jobs' figures."""
-    import time
-    shards = [{"path": d["name"], "size": d["size"], "identity": d["identity"], "mtime_ns": d["mtime_ns"],
-               "compression": d["compression"], "kind": d["kind"], "count": d["count"],
-               "stream_size": d["stream_size"], "problems": [], "bad": d["bad"], "gaps": [],
-               "index": {"file": d["index"]["file"], "size": d["index"]["size"], "crc32c": d["index"]["crc32c"]}}
-              for d in done]
-    files = {d["index"]["file"]: {"path": d["index"]["file"], "size": d["index"]["size"],
-                                  "mtime_ns": d["index"]["mtime_ns"]} for d in done}
-    for name, (size, mtime_ns) in extra_files.items():
-        files[name] = {"path": name, "size": size, "mtime_ns": mtime_ns}
-    return {"tfrfs_manifest": 1, "shards": shards, "files": [files[k] for k in sorted(files)],
-            "dirs": [{"path": "", "mtime_ns": time.time_ns()}], "schema": schema_summary(done, source_tallies)}
-
-
-def schema_summary(done: list[dict], source_tallies: list | None = None) -> dict | None:
-    """The new dataset's schema (SPEC 5), merged from the jobs' tallies (else from SOURCE's shards':
-    the same records); None when one is unknown."""
-    tallies = [shardschema.Tally.from_json(d["tally"]) if d.get("tally") else None for d in done]
-    if any(t is None for t in tallies):
-        if source_tallies is None:
-            return None
-        tallies = source_tallies
-    tables = shardschema.summarize([t for t in tallies if t is not None], True)
-    out: dict = {"shards": [{"shard": d["name"], "records": d["count"], "kind": d["kind"],
-                             "compression": d["compression"]} for d in done],
-                 "features": tables["features"]}
-    if tables["feature_lists"]:
-        out["feature_lists"] = tables["feature_lists"]
-    return out
-
-
-def new_info(plan: Plan, done: list[dict]) -> tuple[bytes | None, list[str]]:
-    """The new ``dataset_info.json`` (each split's ``shardLengths`` and ``numBytes``), and notes."""
-    if plan.info is None:
-        return None, []
-    figures = {d["name"]: tfds.ShardFigures(d["count"], d["data_bytes"]) for d in done}
-    followed = tfds.follow(plan.info, figures, None)
-    for g in plan.groups:   # numBytes always follows: the records may have been dropped or not
-        if g.split is not None and all(n in figures for n in g.names):
-            total = sum(figures[n].data_bytes for n in g.names)
-            g.split["numBytes"] = tfds._like(g.split.get("numBytes", "0"), total)
-    return (json.dumps(plan.info, indent=2, ensure_ascii=False) + "\n").encode(), followed.problems
-
-
-def order_problems(plan: Plan, done: list[dict]) -> list[tuple[str, dict]]:
-    """Everything dropped, once each, in SOURCE's order: what the indexes found, and the records
-    whose data checksums the jobs found failing."""
-    seen: dict[tuple[str, int], dict] = {}
-    number = {s.relpath: n for n, s in enumerate(plan.sources)}
-    for rel, p in plan.problems:
-        seen.setdefault((rel, p["offset"]), p)
-    for d in done:
-        for p in d.get("dropped", ()):
-            rel = p.get("shard") or ""
-            seen.setdefault((rel, p["offset"]), p)
-    return [(rel, p) for (rel, _), p in sorted(seen.items(), key=lambda kv: (number.get(kv[0][0], -1), kv[0][1]))]
-
-
-def sizes(done: list[dict]) -> tuple[int, int]:
-    return sum(d["count"] for d in done), sum(d["size"] for d in done)
-

@@ -330,7 +330,7 @@ def _sink_class() -> Any:
             return write_records(self.dest, TEMPLATE.format(ctx.task_idx), self.compression, records())
 
         def on_write_complete(self, write_result: Any) -> None:
-            from tfrfs.jobs.reshard import manifest_body
+            from tfrfs.jobs.reshardresult import manifest_body
             done = sorted((r for r in write_result.write_returns if r), key=lambda r: r["name"])
             publish.check(self.dest, done)
             publish.publish(self.dest, manifest_body(done, {}), {}, self.key)
