@@ -29,7 +29,7 @@ from tfrfs.storage import durable
 from tfrfs.format import proto
 from tfrfs.edit import repack
 from tfrfs.format import tfrecord
-from tfrfs.index.shard_index import STAGING_DIR
+from tfrfs.index.discovery import STAGING_DIR
 from tfrfs.edit.journal import INTENT, Staging, shard_id
 
 from conftest import force_unmount, is_mounted, run_tfrfs

@@ -16,7 +16,7 @@ from tfrfs.storage import durable
 from tfrfs.index import manifest
 from tfrfs.format import proto
 from tfrfs.cli.parser import main
-from tfrfs.index.shard_index import TMP_PREFIX
+from tfrfs.index.discovery import TMP_PREFIX
 
 from support import reference
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tfrfs.format import tfrecord
-from tfrfs.index.shard_index import STAGING_DIR
+from tfrfs.index.discovery import STAGING_DIR
 from tfrfs.sample import write_sample
 
 from conftest import force_unmount, is_mounted, run_tfrfs

@@ -10,7 +10,7 @@ from typing import Iterator
 
 import pytest
 
-from tfrfs.index.shard_index import STAGING_DIR
+from tfrfs.index.discovery import STAGING_DIR
 
 
 def disk_files(root: Path) -> dict[str, bytes]:

@@ -265,7 +265,7 @@ def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
 def commit_writers(folder: Path) -> dict[int, set[str]]:
     """The processes that hold a commit's temporary shard file in ``folder`` open now (read from
     /proc): pid -> the files' names."""
-    from tfrfs.index.shard_index import TMP_PREFIX
+    from tfrfs.index.discovery import TMP_PREFIX
     prefix = os.path.join(str(folder), TMP_PREFIX)
     out: dict[int, set[str]] = {}
     for entry in os.listdir("/proc"):

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tfrfs import cli
+from tfrfs.index import discovery
 from tfrfs.index import shard_index as index
 from tfrfs.format import proto
 from tfrfs.index import tfds_info as tfds
@@ -58,7 +59,7 @@ SOUND = [0, 1, 3, 4, 6, 7]
     ("a.tfrecord.index", False), ("a.tfindex", False), ("a.tfrecord.bak", False), ("data_tfrecord_eval.gz", False),
     ("notes.txt", False), ("a.recordings", False), ("x.tfrecord-00003.bak", False)])
 def test_named_like_a_shard(name: str, like: bool) -> None:
-    assert index.named_like_shard(name) is like
+    assert discovery.named_like_shard(name) is like
 
 
 def test_damaged_first_header_named_like_a_shard_is_a_shard(tmp_path: Path) -> None:
@@ -67,19 +68,19 @@ def test_damaged_first_header_named_like_a_shard_is_a_shard(tmp_path: Path) -> N
     (tmp_path / "a.tfrecord").write_bytes(bytes(bad))
     (tmp_path / "a.bin").write_bytes(bytes(bad))            # not named like one: a plain file
     (tmp_path / "z.tfrecord.gz").write_bytes(b"\x1f\x8b\x08\x00" + bytes(40))   # gzip, hopeless
-    d = index.discover(str(tmp_path))
+    d = discovery.discover(str(tmp_path))
     assert {s.relpath: s.compression for s in d.shards} == {"a.tfrecord": "NONE", "z.tfrecord.gz": "GZIP"}
     assert d.plain_files == ("a.bin",)
     # Given alone: a.bin holds sound records after its damaged start, so it is a damaged shard.
-    assert [s.relpath for s in index.discover(str(tmp_path / "a.bin")).shards] == ["a.bin"]
+    assert [s.relpath for s in discovery.discover(str(tmp_path / "a.bin")).shards] == ["a.bin"]
     (tmp_path / "junk.bin").write_bytes(os.urandom(5000))
     with pytest.raises(UsageError, match="not a TFRecord file"):
-        index.discover(str(tmp_path / "junk.bin"))
+        discovery.discover(str(tmp_path / "junk.bin"))
 
 
 def test_index_of_a_damaged_shard_is_persisted_with_its_gaps(tmp_path: Path) -> None:
     (tmp_path / "d.tfrecord").write_bytes(damaged_bytes())
-    shard = index.discover(str(tmp_path)).shards[0]
+    shard = discovery.discover(str(tmp_path)).shards[0]
     cache = index.IndexCache(tmp_path / "cache")
     built, from_cache = cache.get(shard)
     assert not from_cache
@@ -122,7 +123,7 @@ def test_verify_and_repair_through_the_command_line(tmp_path: Path, capsys: pyte
     assert not [p for p in os.listdir(src) if p.startswith(".tfrfs-commit-")]
     assert cli.main(["verify", str(src)]) == 0
     # The backup folder is never a shard folder of the mount, and repairing again finds nothing.
-    assert [s.relpath for s in index.discover(str(src)).shards] == ["d.tfrecord", "ok.tfrecord"]
+    assert [s.relpath for s in discovery.discover(str(src)).shards] == ["d.tfrecord", "ok.tfrecord"]
     assert cli.main(["repair", str(src)]) == 0
 
 
@@ -175,7 +176,7 @@ def test_tfds_metadata_follows_a_repair(tmp_path: Path) -> None:
 def test_zeroed_tail_of_a_preallocated_shard(tmp_path: Path) -> None:
     """A writer that died after preallocating: sound records, then zeros to the end."""
     (tmp_path / "p.tfrecord").write_bytes(b"".join(FRAMES[:3]) + bytes(100_000))
-    shard = index.discover(str(tmp_path)).shards[0]
+    shard = discovery.discover(str(tmp_path)).shards[0]
     idx, _ = index.IndexCache(tmp_path / "cache").get(shard)
     assert idx.count == 3 and len(idx.problems) == 1
     p = idx.problems[0]
@@ -236,8 +237,8 @@ def test_a_damaged_plain_shard_that_starts_like_zlib_stays_plain(tmp_path: Path)
     (tmp_path / "x.tfrecord").write_bytes(bytes(buf))
     (tmp_path / "y.tfrecord").write_bytes(gzip.compress(bytes(buf)))       # a gzip shard, not so named
     (tmp_path / "z.tfrecord.gz").write_bytes(b"\x1f\x8b\x08\x00" + bytes(40))  # hopeless, but named gzip
-    got = {s.relpath: s.compression for s in index.discover(str(tmp_path)).shards}
+    got = {s.relpath: s.compression for s in discovery.discover(str(tmp_path)).shards}
     assert got == {"x.tfrecord": "NONE", "y.tfrecord": "GZIP", "z.tfrecord.gz": "GZIP"}
-    idx, _ = index.IndexCache(tmp_path / "c").get(next(s for s in index.discover(str(tmp_path)).shards
+    idx, _ = index.IndexCache(tmp_path / "c").get(next(s for s in discovery.discover(str(tmp_path)).shards
                                                         if s.relpath == "x.tfrecord"))
     assert idx.count == 2

@@ -13,6 +13,7 @@ from tfrfs.format import proto
 from tfrfs.format import tfrecord
 from tfrfs.view.records import RecordStore
 from tfrfs.storage.readers import default_readers
+from tfrfs.index import discovery
 from tfrfs.index import shard_index as index
 
 from inprocess import Session
@@ -97,7 +98,7 @@ def test_iterating_the_kinds_of_a_store_with_records_given_ends(tmp_path: Path) 
     write_shard(root / "a.tfrecord", [example(id=1)])
     write_shard(root / "b.tfrecord", [example(id=2)])
     cache = index.IndexCache(tmp_path / "c")
-    indexes = [cache.get(s)[0] for s in index.discover(str(root)).shards]
+    indexes = [cache.get(s)[0] for s in discovery.discover(str(root)).shards]
     for records in (None, "example", "sequence", "raw"):
         store = RecordStore(list(indexes), default_readers(), records=records)
         try:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tfrfs.index import discovery
 from tfrfs.index import shard_index as index
 from tfrfs.format.record_kinds import choose_kind
 from tfrfs.format import proto
@@ -46,9 +47,9 @@ def test_discover_dir_mirrors_tree_and_skips_staging(tmp_path: Path) -> None:
     (tmp_path / "sub" / "info.json").write_text("{}")
     (tmp_path / "empty.tfrecord").write_bytes(b"")
     (tmp_path / "empty.txt").write_bytes(b"")
-    (tmp_path / index.STAGING_DIR).mkdir()
-    write_shard(tmp_path / index.STAGING_DIR / "x.tfrecord", [example(x=3)])
-    d = index.discover(str(tmp_path))
+    (tmp_path / discovery.STAGING_DIR).mkdir()
+    write_shard(tmp_path / discovery.STAGING_DIR / "x.tfrecord", [example(x=3)])
+    d = discovery.discover(str(tmp_path))
     assert {s.relpath: s.compression for s in d.shards} == {
         "a.data": "NONE", "empty.tfrecord": "NONE", "sub/b.tfrecord.gz": "GZIP"}
     assert set(d.plain_files) == {"sub/info.json", "empty.txt"}
@@ -58,18 +59,18 @@ def test_discover_dir_mirrors_tree_and_skips_staging(tmp_path: Path) -> None:
 def test_discover_errors(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("hello")
     with pytest.raises(UsageError, match="no such file"):
-        index.discover(str(tmp_path / "missing"))
+        discovery.discover(str(tmp_path / "missing"))
     with pytest.raises(UsageError, match="not a TFRecord file"):
-        index.discover(str(tmp_path / "notes.txt"))
+        discovery.discover(str(tmp_path / "notes.txt"))
     with pytest.raises(UsageError, match="no TFRecord shard"):
-        index.discover(str(tmp_path))
+        discovery.discover(str(tmp_path))
     with pytest.raises(UsageError, match="no file matches"):
-        index.discover(str(tmp_path / "*.tfrecord"))
+        discovery.discover(str(tmp_path / "*.tfrecord"))
 
 
 def test_named_empty_file_is_a_shard(tmp_path: Path) -> None:
     (tmp_path / "plain").write_bytes(b"")
-    d = index.discover(str(tmp_path / "plain"))
+    d = discovery.discover(str(tmp_path / "plain"))
     assert [s.relpath for s in d.shards] == ["plain"]
 
 
@@ -77,7 +78,7 @@ def test_glob(tmp_path: Path) -> None:
     for n in range(3):
         write_shard(tmp_path / f"s-{n}.rec", [example(x=n)])
     (tmp_path / "readme.rec.txt").write_text("not a shard")
-    d = index.discover(str(tmp_path / "*.rec*"))
+    d = discovery.discover(str(tmp_path / "*.rec*"))
     assert [s.relpath for s in d.shards] == ["s-0.rec", "s-1.rec", "s-2.rec"]
 
 
@@ -94,7 +95,7 @@ def test_detect_kind(records: list[bytes], kind: str) -> None:
 def test_index_cache_round_trip_and_invalidation(tmp_path: Path) -> None:
     shard_path = write_shard(tmp_path / "s.tfrecord", [example(i=i) for i in range(100)])
     cache = index.IndexCache(tmp_path / "cache")
-    shard = index.discover(str(shard_path)).shards[0]
+    shard = discovery.discover(str(shard_path)).shards[0]
     built, cached = cache.get(shard)
     assert not cached and built.count == 100 and built.detected_kind == "example"
     again, cached = cache.get(shard)
@@ -102,7 +103,7 @@ def test_index_cache_round_trip_and_invalidation(tmp_path: Path) -> None:
     # A changed shard (new size and mtime) is indexed again.
     write_shard(shard_path, [example(i=i) for i in range(5)])
     os.utime(shard_path, ns=(time.time_ns(), time.time_ns() + 10**9))
-    shard = index.discover(str(shard_path)).shards[0]
+    shard = discovery.discover(str(shard_path)).shards[0]
     fresh, cached = cache.get(shard)
     assert not cached and fresh.count == 5
 
@@ -111,7 +112,7 @@ def test_compressed_shard_indexes_plain_stream(tmp_path: Path) -> None:
     recs = [example(i=i) for i in range(10)]
     p = write_shard(tmp_path / "s.tfrecord.zz", recs, tfrecord.ZLIB)
     cache = index.IndexCache(tmp_path / "cache")
-    idx, _ = cache.get(index.discover(str(p)).shards[0])
+    idx, _ = cache.get(discovery.discover(str(p)).shards[0])
     fd = os.open(idx.data_path, os.O_RDONLY)
     try:
         got = [tfrecord.read_record(fd, *idx.span(i)) for i in range(idx.count)]
@@ -126,7 +127,7 @@ def test_damaged_shard_problems(tmp_path: Path) -> None:
     data = bytearray(p.read_bytes())
     data[12 + 2] ^= 0xFF            # data of record 0
     p.write_bytes(bytes(data) + b"\x01\x02")   # and trailing bytes
-    idx = index.IndexCache(tmp_path / "c").build(index.discover(str(p)).shards[0])
+    idx = index.IndexCache(tmp_path / "c").build(discovery.discover(str(p)).shards[0])
     assert idx.count == 4
     assert 0 in idx.bad
     reasons = [pr.reason for pr in idx.problems]
@@ -136,7 +137,7 @@ def test_damaged_shard_problems(tmp_path: Path) -> None:
 
 def test_index_memory_is_eight_bytes_a_record(tmp_path: Path) -> None:
     p = write_shard(tmp_path / "m.tfrecord", [b""] * 1000)
-    idx = index.IndexCache(tmp_path / "c").build(index.discover(str(p)).shards[0])
+    idx = index.IndexCache(tmp_path / "c").build(discovery.discover(str(p)).shards[0])
     assert idx.offsets.itemsize * len(idx.offsets) <= 8 * (idx.count + 1)
 
 
@@ -163,7 +164,7 @@ def test_index_files_beside_a_shard_save_the_scan_and_are_shown_as_plain_files(t
     indexes, cache = index_source(src)
     ship_indexes(src, indexes, cache)
     (data / "empty.tfrecord.idx").write_bytes(b"")            # an index file is never a shard
-    d = index.discover(str(data))
+    d = discovery.discover(str(data))
     assert [s.relpath for s in d.shards] == ["a.tfrecord", "b.tfrecord"]
     assert sorted(d.plain_files) == ["a.tfrecord.tfrfs-idx", "b.tfrecord.tfrfs-idx", "empty.tfrecord.idx"]
     assert _scans(data, tmp_path / "c2") == (0, offsets)     # a new cache: the shipped files are used

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tfrfs.index import idxfile
+from tfrfs.index import discovery
 from tfrfs.index import shard_index as index
 from tfrfs.errors import DataLoss
 from tfrfs.index.memory import IndexMemory
@@ -22,10 +23,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_index import example, write_shard  # noqa: E402
 
 
-def make_shards(root: Path, n: int, records: int = 50) -> list[index.ShardFile]:
+def make_shards(root: Path, n: int, records: int = 50) -> list[discovery.ShardFile]:
     for s in range(n):
         write_shard(root / f"s{s}.tfrecord", [example(id=s * 1000 + i) for i in range(records)])
-    return list(index.discover(str(root)).shards)
+    return list(discovery.discover(str(root)).shards)
 
 
 class Owner:
@@ -129,7 +130,7 @@ def test_a_shipped_index_of_another_version_of_the_shard_is_refused(tmp_path: Pa
     shipped = Path(shard.path + idxfile.SUFFIX)
     shipped.write_bytes(cache.shipped_bytes(idx))
     rewrite_same_size_and_count(Path(shard.path), [example(id=i) for i in range(20)])
-    again = index.discover(str(tmp_path / "d")).shards[0]
+    again = discovery.discover(str(tmp_path / "d")).shards[0]
     assert (again.size, again.identity) == (shard.size, shard.identity), "same size, same time"
     got, ignored = index.IndexCache(tmp_path / "c2").from_shipped(again)
     assert got is None

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tfrfs.index import discovery
 from tfrfs.index import shard_index as index
 from tfrfs.jobs import indexing as indexbuild
 from tfrfs.format import proto
@@ -95,7 +96,7 @@ def test_offsets_of_many_small_records_cross_blocks(monkeypatch: pytest.MonkeyPa
 # --- shards indexed by workers ------------------------------------------------------------------
 
 
-def _dataset(root: Path) -> list[index.ShardFile]:
+def _dataset(root: Path) -> list[discovery.ShardFile]:
     """Shards of every sort a worker may get: sound, damaged, compressed (sound and damaged),
     empty, records the walk steps over, raw and sequence records."""
     rng = random.Random(7)
@@ -118,7 +119,7 @@ def _dataset(root: Path) -> list[index.ShardFile]:
     (root / "z.tfrecord.zlib").write_bytes(zlib.compress(shards["raw.tfrecord"]))
     cut = gzip.compress(shards["sound.tfrecord"])
     (root / "cut.tfrecord.gz").write_bytes(cut[:len(cut) // 2])
-    return list(index.discover(str(root)).shards)
+    return list(discovery.discover(str(root)).shards)
 
 
 def _same(a: ShardIndex, b: ShardIndex) -> None:
@@ -128,7 +129,7 @@ def _same(a: ShardIndex, b: ShardIndex) -> None:
     assert a.count == b.count and os.path.getsize(a.data_path) == os.path.getsize(b.data_path)
 
 
-def _in_process(shards: list[index.ShardFile], cache_dir: Path) -> list[ShardIndex]:
+def _in_process(shards: list[discovery.ShardFile], cache_dir: Path) -> list[ShardIndex]:
     cache = IndexCache(cache_dir)
     return [cache.build(s) for s in shards]
 
@@ -176,7 +177,7 @@ def _exit_at_start() -> None:
     os._exit(3)
 
 
-def _failing_build(self: IndexCache, shard: index.ShardFile) -> ShardIndex:
+def _failing_build(self: IndexCache, shard: discovery.ShardFile) -> ShardIndex:
     raise OSError(5, "Input/output error")
 
 

@@ -20,7 +20,8 @@ from support.reference import read_index_file   # the test suite's own reader of
 from tfrfs.format import codec
 from tfrfs.format import proto
 from tfrfs.index import shardschema
-from tfrfs.index.shard_index import IndexCache, discover
+from tfrfs.index.shard_index import IndexCache
+from tfrfs.index.discovery import discover
 from tfrfs.dataset.assembly import open_mount
 from tfrfs.format.tfrecord import frame
 

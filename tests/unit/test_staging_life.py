@@ -15,7 +15,7 @@ import pytest
 from tfrfs.format import proto
 from tfrfs.format import tfrecord
 from tfrfs.errors import Busy, UsageError
-from tfrfs.index.shard_index import STAGING_DIR
+from tfrfs.index.discovery import STAGING_DIR
 from tfrfs.dataset.assembly import discard, open_mount, staged_in
 from tfrfs.edit.journal import Staging
 

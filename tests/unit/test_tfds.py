@@ -21,7 +21,8 @@ from tfrfs.storage import durable
 from tfrfs.format import proto
 from tfrfs.index import tfds_info as tfds
 from tfrfs.format import tfrecord
-from tfrfs.index.shard_index import ShardFile, ShardIndex
+from tfrfs.index.shard_index import ShardIndex
+from tfrfs.index.discovery import ShardFile
 from tfrfs.edit.repack import TMP_PREFIX
 from tfrfs.index.tfds_info import ShardFigures as F
 

@@ -20,7 +20,8 @@ from tfrfs.fuse import canmount
 from tfrfs.fuse import mounttab
 from tfrfs.fuse import options
 from tfrfs.errors import TfrfsError, UsageError
-from tfrfs.index.shard_index import default_cache_dir, named_like_shard
+from tfrfs.index.shard_index import default_cache_dir
+from tfrfs.index.discovery import named_like_shard
 from tfrfs.storage.factory import is_url
 from tfrfs.cli.common import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, FSTYPE, Progress, check_folder, check_options, open_dataset
 

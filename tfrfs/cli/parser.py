@@ -11,7 +11,7 @@ from typing import NoReturn, Sequence
 from tfrfs import __version__
 from tfrfs.fuse import options
 from tfrfs.errors import TfrfsError, UsageError
-from tfrfs.index.shard_index import named_like_shard
+from tfrfs.index.discovery import named_like_shard
 from tfrfs.cli.common import EXIT_PROBLEMS, EXIT_USAGE, RAY_ADDRESS, add_run_options, check_options
 from tfrfs.cli.data import cmd_index, cmd_inspect, cmd_repair, cmd_verify
 from tfrfs.cli.mounting import POLL_US, cmd_mount

@@ -29,7 +29,8 @@ from tfrfs.edit import repack
 from tfrfs.edit.commit import CommitResult, Committer, PendingShard, WriteJobs, pending_of
 from tfrfs.errors import Busy, UsageError
 from tfrfs.storage.factory import open_storage
-from tfrfs.index.shard_index import Discovery, IndexCache, IndexProgress, ShardIndex, discover
+from tfrfs.index.shard_index import IndexCache, IndexProgress, ShardIndex
+from tfrfs.index.discovery import Discovery, discover
 from tfrfs.view.nodes import MetaFile
 from tfrfs.view.problems import Rejected
 from tfrfs.storage.readers import Readers

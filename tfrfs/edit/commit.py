@@ -29,7 +29,8 @@ from tfrfs.edit.journal import ShardChanges, Staging
 from tfrfs.edit.repack import CommitFailed, ShardPlan, ShardResult, Written
 from tfrfs.index import manifest
 from tfrfs.index import tfds_info as tfds
-from tfrfs.index.shard_index import IndexCache, ShardFile, local_identity
+from tfrfs.index.shard_index import IndexCache
+from tfrfs.index.discovery import ShardFile, local_identity
 from tfrfs.index.shardschema import Tally
 from tfrfs.jobs.runner import Where
 from tfrfs.view.nodes import PlainFile

@@ -11,7 +11,8 @@ from tfrfs.storage import durable
 from tfrfs.format import names
 from tfrfs.format import tfrecord
 from tfrfs.errors import Exists, Invalid, NotADir, NotEmpty, NotFound, NotPermitted
-from tfrfs.index.shard_index import ShardFile, ShardIndex
+from tfrfs.index.shard_index import ShardIndex
+from tfrfs.index.discovery import ShardFile
 from tfrfs.view.nodes import Dir, RecordDir, ShardDir
 from tfrfs.edit.stager import Stager, is_scratch, is_scratch_path, is_step_folder, split_path
 

@@ -65,7 +65,7 @@ from typing import Callable, Iterator
 from tfrfs.storage import durable
 from tfrfs.storage.durable import Streamed
 from tfrfs.errors import Busy
-from tfrfs.index.shard_index import STAGING_DIR
+from tfrfs.index.discovery import STAGING_DIR
 # shard_id and name_id are the journal's names too (its folders are named by them)
 from tfrfs.edit.intent import Intent, Op, added_blob, added_head, carry_out, name_id, parse_intent, prepare, shard_id
 from tfrfs.edit.writerlock import WriterLock

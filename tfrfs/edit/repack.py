@@ -31,7 +31,8 @@ from tfrfs.edit import mutate
 from tfrfs.format import salvage
 from tfrfs.format import tfrecord
 from tfrfs.errors import DataLoss, TfrfsError
-from tfrfs.index.shard_index import TMP_PREFIX, ShardFile, ShardIndex
+from tfrfs.index.shard_index import ShardIndex
+from tfrfs.index.discovery import TMP_PREFIX, ShardFile
 from tfrfs.jobs.runner import Where
 from tfrfs.edit.journal import ShardChanges, Staging
 

@@ -61,6 +61,14 @@ def errno_of(exc: Exception, op: str, args: tuple) -> int:
     return errno.EIO
 
 
+def _refusal(ops: Any, exc: Exception, name: str, args: tuple) -> Exception:
+    """What the binding is given for ``exc``: the errno it means. A request answered for damage
+    first has the kernel forget ``.tfrfs/errors``, so that a look at it shows the new line."""
+    if isinstance(exc, DataLoss):
+        ops._damage_told()
+    return fuse.FuseOSError(errno_of(exc, name, args))
+
+
 def mapped(op: Callable[..., Any]) -> Callable[..., Any]:
     """``op``, raising nothing but ``FuseOSError(errno_of(...))``; see ``Edge``."""
     name = op.__name__
@@ -83,9 +91,7 @@ def mapped(op: Callable[..., Any]) -> Callable[..., Any]:
                 with self.guard or contextlib.nullcontext():
                     yield from op(self, *args)   # its errors arise while the binding iterates
             except Exception as exc:
-                if isinstance(exc, DataLoss):
-                    self._damage_told()
-                raise fuse.FuseOSError(errno_of(exc, name, args)) from exc
+                raise _refusal(self, exc, name, args) from exc
             finally:
                 if watch is not None:
                     watch.end(token)
@@ -102,9 +108,7 @@ def mapped(op: Callable[..., Any]) -> Callable[..., Any]:
             with guard:
                 return op(self, *args)
         except Exception as exc:
-            if isinstance(exc, DataLoss):
-                self._damage_told()
-            raise fuse.FuseOSError(errno_of(exc, name, args)) from exc
+            raise _refusal(self, exc, name, args) from exc
         finally:
             if watch is not None:
                 watch.end(token)

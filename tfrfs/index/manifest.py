@@ -29,7 +29,8 @@ import crc32c
 
 from tfrfs.index import idxfile
 from tfrfs.format import tfrecord
-from tfrfs.index.shard_index import HIDDEN_DIRS, INDEX_SUFFIXES, TMP_PREFIX, Discovery, IndexCache, ShardFile, ShardIndex, SourceFiles, local_identity, shipped_names, sniff_file
+from tfrfs.index.shard_index import IndexCache, ShardIndex
+from tfrfs.index.discovery import HIDDEN_DIRS, INDEX_SUFFIXES, TMP_PREFIX, Discovery, ShardFile, SourceFiles, local_identity, shipped_names, sniff_file
 from tfrfs.view.nodes import Dir, PlainFile, ShardDir
 
 if TYPE_CHECKING:
@@ -383,7 +384,7 @@ class FolderCheck:
 
     def _new_folder(self, rel: str) -> None:
         """A folder the manifest does not name: found and indexed as a folder without one is."""
-        from tfrfs.index.shard_index import discover
+        from tfrfs.index.discovery import discover
         try:
             found = discover(os.path.join(self.root, rel), empty_ok=True)
         except Exception as exc:  # noqa: BLE001 - a folder that cannot be read is left out

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from tfrfs.index import idxfile
+from tfrfs.storage import durable
 from tfrfs.format.record_kinds import choose_kind, parse_problem
 from tfrfs.format import salvage
 from tfrfs.format import tfrecord
@@ -34,11 +35,7 @@ from tfrfs.storage.readers import Readers, ShardReader, default_readers
 from tfrfs.index.shardschema import Tally
 from tfrfs.format.tfrecord import Problem
 
-# What shards a SOURCE has is discovery's: callers have found these names here.
-from tfrfs.index.discovery import (  # noqa: F401
-    DAMAGED_DIR, Discovery, HIDDEN_DIRS, INDEX_SUFFIXES, SNIFF_BYTES, STAGING_DIR, ShardFile,
-    SourceFiles, TMP_PREFIX, damaged_compression, discover, judge_head, named_like_shard,
-    shipped_names, sniff_file, local_identity)
+from tfrfs.index.discovery import ShardFile, SourceFiles, shipped_names
 
 log = logging.getLogger("tfrfs")
 
@@ -470,16 +467,10 @@ class IndexCache:
         _, raw_path = self._paths(shard)
         raw_path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=raw_path.parent, prefix=".tmp-")
-        try:
+        with durable.removed_on_failure(tmp):
             with os.fdopen(fd, "wb") as out, self.files.open_stream(shard.path) as src:
                 problem = salvage.inflate(src, out, shard.compression)
             os.replace(tmp, raw_path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
         return str(raw_path), problem
 
     def build(self, shard: ShardFile) -> ShardIndex:

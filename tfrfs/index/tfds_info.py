@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Collection, Iterable
 
 from tfrfs.storage import durable
 from tfrfs.format import tfrecord
-from tfrfs.index.shard_index import TMP_PREFIX, ShardIndex
+from tfrfs.index.shard_index import ShardIndex
+from tfrfs.index.discovery import TMP_PREFIX
 
 if TYPE_CHECKING:
     from tfrfs.storage.places import Place

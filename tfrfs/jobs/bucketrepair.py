@@ -31,7 +31,7 @@ import crc32c
 
 from tfrfs.storage import durable
 from tfrfs.errors import DataLoss
-from tfrfs.index.shard_index import DAMAGED_DIR, TMP_PREFIX
+from tfrfs.index.discovery import DAMAGED_DIR, TMP_PREFIX
 from tfrfs.storage.base import Stat, Storage
 from tfrfs.storage.places import Place
 

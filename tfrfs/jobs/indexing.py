@@ -27,7 +27,8 @@ from tfrfs.jobs import runner as jobs
 from tfrfs.jobs import shard_work as shardjobs
 from tfrfs.index import shardschema
 from tfrfs.format import tfrecord
-from tfrfs.index.shard_index import IndexCache, ShardFile, ShardIndex, SourceFiles
+from tfrfs.index.shard_index import IndexCache, ShardIndex
+from tfrfs.index.discovery import ShardFile, SourceFiles
 from tfrfs.jobs.runner import Where
 
 log = logging.getLogger("tfrfs")

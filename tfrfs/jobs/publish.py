@@ -30,7 +30,7 @@ import crc32c
 
 from tfrfs.errors import UsageError
 from tfrfs.index.idxfile import SUFFIX
-from tfrfs.index.shard_index import TMP_PREFIX
+from tfrfs.index.discovery import TMP_PREFIX
 from tfrfs.index.manifest import NAME as MANIFEST
 from tfrfs.storage.base import Location, Storage, Writing
 from tfrfs.storage.factory import locate

@@ -26,7 +26,7 @@ from tfrfs.jobs import shard_work as shardjobs
 from tfrfs.index import tfds_info as tfds
 from tfrfs.format import tfrecord
 from tfrfs.errors import UsageError
-from tfrfs.index.shard_index import DAMAGED_DIR, ShardFile
+from tfrfs.index.discovery import DAMAGED_DIR, ShardFile
 from tfrfs.edit.repack import TMP_PREFIX, FaultedFile, check_new_shard
 from tfrfs.dataset.sources import Source
 from tfrfs.edit.journal import Staging

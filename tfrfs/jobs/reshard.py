@@ -34,7 +34,8 @@ from tfrfs.jobs import reshardplan
 from tfrfs.index import tfds_info as tfds
 from tfrfs.format import tfrecord
 from tfrfs.errors import DataLoss, UsageError
-from tfrfs.index.shard_index import INDEX_SUFFIXES, ShardIndex
+from tfrfs.index.shard_index import ShardIndex
+from tfrfs.index.discovery import INDEX_SUFFIXES
 from tfrfs.jobs.runner import Where
 from tfrfs.jobs.publish import Dest
 from tfrfs.jobs.shardwrite import ShardWriter

@@ -31,7 +31,8 @@ from tfrfs.index import idxfile
 from tfrfs.jobs import runner as jobs
 from tfrfs.format import salvage
 from tfrfs.format import tfrecord
-from tfrfs.index.shard_index import ShardFile, ShardIndex, SourceFiles
+from tfrfs.index.shard_index import ShardIndex
+from tfrfs.index.discovery import ShardFile, SourceFiles
 from tfrfs.jobs.runner import Where
 
 

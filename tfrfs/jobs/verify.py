@@ -15,7 +15,8 @@ from tfrfs.format import salvage
 from tfrfs.jobs import shard_work as shardjobs
 from tfrfs.format import tfrecord
 from tfrfs.format.record_kinds import choose_kind, parse_problem
-from tfrfs.index.shard_index import IndexCache, ShardFile
+from tfrfs.index.shard_index import IndexCache
+from tfrfs.index.discovery import ShardFile
 from tfrfs.jobs.runner import Where
 from tfrfs.jobs.shard_work import Part
 from tfrfs.dataset.sources import Source

@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import BinaryIO, Callable, Protocol
+from contextlib import contextmanager
+from typing import BinaryIO, Callable, Iterator, Protocol
 
 PathLike = str | os.PathLike[str]
 
@@ -92,6 +93,20 @@ def mkstemp(folder: PathLike, prefix: str = ".tmp-") -> tuple[int, str]:
     return tempfile.mkstemp(dir=folder, prefix=prefix)
 
 
+@contextmanager
+def removed_on_failure(tmp: PathLike) -> Iterator[None]:
+    """Remove the temporary file ``tmp`` when the block raises (whatever it raises: a fault,
+    a full disk, Ctrl-C), and raise on; a file already gone is no second error."""
+    try:
+        yield
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def write_file(path: PathLike, data: bytes | Streamed, *, prefix: str = ".tmp-", mode: int | None = None,
                sync: bool = True) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves the old or the new file, whole (and
@@ -100,7 +115,7 @@ def write_file(path: PathLike, data: bytes | Streamed, *, prefix: str = ".tmp-",
     not fsynced (the caller makes many files durable at once later, ``syncfs``)."""
     path = Path(path)
     fd, tmp = mkstemp(path.parent, prefix)
-    try:
+    with removed_on_failure(tmp):
         if mode is not None:
             os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
@@ -112,11 +127,5 @@ def write_file(path: PathLike, data: bytes | Streamed, *, prefix: str = ".tmp-",
             if sync:
                 fsync(f.fileno(), tmp)
         rename(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
     if sync:
         fsync_dir(path.parent)

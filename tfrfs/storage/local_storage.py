@@ -167,18 +167,12 @@ class LocalStorage(Storage):
         os.makedirs(folder, exist_ok=True)
         fd, tmp = durable.mkstemp(folder, TMP_PREFIX)
         os.close(fd)
-        try:
+        with durable.removed_on_failure(tmp):
             shutil.copyfile(src, tmp)
             os.chmod(tmp, 0o666 & ~_umask())
             with open(tmp, "rb") as f:
                 durable.fsync(f.fileno(), tmp)
             durable.rename(tmp, dst)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
         durable.fsync_dir(folder)
 
     def upload(self, local: str, path: str) -> None:
