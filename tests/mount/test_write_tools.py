@@ -34,7 +34,7 @@ from tfrfs.format import proto
 from tfrfs.format import tfrecord
 from tfrfs.sample import write_sample
 
-from conftest import is_mounted, run_tfrfs
+from conftest import daemon_pids, is_mounted, run_tfrfs, wait_ended
 from support.tfworker import TfWorker
 from support import reference
 
@@ -507,10 +507,13 @@ def test_rm_r(data: Path, template: Path, orig: dict, tfrfs_mount, tf: TFReader)
     assert os.listdir(mnt / "val") == []
     assert os.listdir(mnt / TRAIN1 / "000000" / "image" / "key") == []   # the folder stays until rmdir
     # fusermount3 -u commits too.
+    daemons = daemon_pids(mnt)
     subprocess.run(["fusermount3", "-u", str(mnt)], check=True)
     assert not is_mounted(mnt)
     # fusermount3 returns when the kernel lets go; the daemon commits after that, then exits.
     wait_for_log(tfrfs_mount, mnt, "committed val/val-00000-of-00001.tfrecord")
+    for pid in daemons:   # after its last shard it still clears the staged edits: let it end
+        wait_ended(pid)
     o = orig[TRAIN0]
     r1 = msg(orig[TRAIN1][1])
     delf(r1, *[k for k in r1.features.feature if k.startswith("image/object/")])
