@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -328,20 +328,11 @@ class Where:
     source: str
     options: tuple[tuple[str, Any], ...] = ()
     cache_dir: str | None = None
-    _opened: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @classmethod
     def of(cls, source: Any) -> "Where":
         """The ``Where`` of an opened ``sources.Source``."""
         return cls(source.name, tuple(sorted(source.storage.options.items())), str(source.cache_dir))
-
-    def __getstate__(self) -> dict:
-        return {"source": self.source, "options": self.options, "cache_dir": self.cache_dir}
-
-    def __setstate__(self, state: dict) -> None:
-        for k, v in state.items():
-            object.__setattr__(self, k, v)
-        object.__setattr__(self, "_opened", {})
 
     def _open(self) -> tuple["Storage", Any]:
         """This process's storage of the source and its shard readers (shared by the jobs it runs)."""
