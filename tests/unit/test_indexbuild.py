@@ -162,8 +162,7 @@ def test_workers_index_as_one_process_does(tmp_path: Path, pool_always: None) ->
 
 def test_the_schema_is_read_by_the_worker_that_walked_the_shard(tmp_path: Path, pool_always: None) -> None:
     shards = _dataset(tmp_path / "data")
-    with indexbuild.reading_schema():
-        got = indexbuild.index_all(shards, IndexCache(tmp_path / "cache"))
+    got = indexbuild.index_all(shards, IndexCache(tmp_path / "cache"), schema=True)
     jobs = [(i.data_path, shardschema.stamp_of(os.stat(i.data_path)), i.detected_kind, i.offsets, i.bad) for i in got]
     want = shardschema.scan_local(jobs)
     for idx, tally in zip(got, want):
@@ -207,10 +206,37 @@ def test_a_job_lost_in_its_worker_is_done_here(tmp_path: Path, caplog: pytest.Lo
     cache = IndexCache(tmp_path / "cache")
     found: dict[int, ShardIndex] = {}
     with caplog.at_level(logging.WARNING, logger="tfrfs"), _PoolStartingWith(init) as runner:
-        indexbuild.build_all(list(enumerate(shards)), cache, found.__setitem__, runner)
+        indexbuild.build_all(indexbuild.local_where(cache), list(enumerate(shards)), cache, found.__setitem__,
+                             runner)
     for n, want in enumerate(_in_process(shards, tmp_path / "alone")):
         _same(found[n], want)
     lines = [r.getMessage() for r in caplog.records if message in r.getMessage()]
     assert lines and all("\n" not in line for line in lines)
     if init is _exit_at_start:
         assert len(lines) == 1
+
+
+@pytest.mark.parametrize("schema", [False, True])
+@pytest.mark.parametrize("pooled", [False, True])
+def test_the_default_indexing_writes_the_cache_entries_a_runner_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                        schema: bool, pooled: bool) -> None:
+    """``index_source`` without a runner (a local pool, or this process for few bytes) and with
+    an explicit ``jobs.InProcess()`` runner write the same cache entry for every shard, byte for
+    byte, with and without the schema's part."""
+    from tfrfs.dataset.sources import index_source, open_source
+    if pooled:
+        monkeypatch.setattr(indexbuild, "POOL_BYTES", 0)
+        monkeypatch.setattr(jobs_runner, "cores", lambda: 2)
+    _dataset(tmp_path / "data")
+    entries: list[dict[str, bytes]] = []
+    for name, runner in (("default", None), ("inprocess", jobs_runner.InProcess())):
+        src = open_source(str(tmp_path / "data"), cache_dir=tmp_path / name)
+        try:
+            indexes, cache = index_source(src, runner=runner, schema=schema)
+            assert cache.scans == len(indexes)
+            assert all((i.tally is not None) == schema for i in indexes)
+        finally:
+            src.close()
+        files = sorted(p for p in (tmp_path / name).rglob("*") if p.is_file() and p.suffix != ".tmp")
+        entries.append({str(p.relative_to(tmp_path / name)): p.read_bytes() for p in files})
+    assert entries[0] and entries[0] == entries[1]

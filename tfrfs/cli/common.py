@@ -97,13 +97,9 @@ def open_dataset(args: argparse.Namespace, *, quiet: bool = False,
     src = open_args(args)
     try:
         budget = getattr(args, "index_memory", None)
-        if runner is not None:
-            from tfrfs.dataset.sources import index_with
-            indexes, cache = index_with(src, runner, None if quiet else report, schema,
-                                        getattr(args, "index_dir", None), IndexMemory(budget) if budget is not None else None)
-        else:
-            indexes, cache = index_source(src, None if quiet else report, getattr(args, "index_dir", None),
-                                          IndexMemory(budget) if budget is not None else None)
+        indexes, cache = index_source(src, None if quiet else report, getattr(args, "index_dir", None),
+                                      IndexMemory(budget) if budget is not None else None, runner=runner,
+                                      schema=schema)
     except BaseException:
         src.close()
         raise

@@ -6,8 +6,6 @@ index file, or a scan).
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import logging
 import os
 import posixpath
@@ -15,19 +13,18 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO
 
 import crc32c
 
 from tfrfs.index import idxfile
 from tfrfs.jobs import runner as jobs
 from tfrfs.index import manifest
-from tfrfs.jobs import shard_work as shardjobs
 from tfrfs.errors import UsageError
 from tfrfs.index.discovery import (HIDDEN_DIRS, INDEX_SUFFIXES, SNIFF_BYTES, TMP_PREFIX, Discovery, ShardFile,
                                    SourceFiles, discover, judge_head, shipped_names)
 from tfrfs.index.shard_index import IndexCache, IndexProgress, ShardIndex, default_cache_dir
-from tfrfs.jobs.indexing import index_all, index_job, reading_schema
+from tfrfs.jobs.indexing import index_shards
 from tfrfs.index.memory import IndexMemory
 from tfrfs.index.manifest import Manifest
 from tfrfs.storage.base import Storage
@@ -154,9 +151,12 @@ def _remote_discovery(store: Store, url: str, cache_dir: Path, found: Manifest) 
 
 
 def index_source(source: Source, progress: IndexProgress | None = None, index_dir: str | None = None,
-                 memory: IndexMemory | None = None) -> tuple[list[ShardIndex], IndexCache]:
+                 memory: IndexMemory | None = None, *, runner: jobs.Runner | None = None,
+                 schema: bool = False) -> tuple[list[ShardIndex], IndexCache]:
     """The indexes of SOURCE's shards (cached, shipped or built now; from its manifest, only what
-    the manifest says until a shard is touched), and the cache that gave them."""
+    the manifest says until a shard is touched), and the cache that gave them. The shards built
+    now are ``indexing.index_job``s (``schema``: with their schema's part) on ``runner``, or by
+    default on a local pool when worth it, or in threads for a store (see ``index_shards``)."""
     disc = source.discovery
     cache = IndexCache(source.cache_dir, source.readers, disc.access, index_dir, memory)
     if source.manifest is not None:
@@ -165,14 +165,10 @@ def index_source(source: Source, progress: IndexProgress | None = None, index_di
         if progress is not None:
             progress(len(indexes), len(indexes), sum(i.count for i in indexes), 0, 0)
         return indexes, cache
-    upto = [0, *itertools.accumulate(s.size for s in disc.shards)]   # bytes of the first n shards
-
-    def report(done: int, total: int, records: int) -> None:
-        if progress is not None:
-            progress(done, total, records, upto[done], upto[-1])
     workers = REMOTE_INDEX_WORKERS if source.storage.requests_overlap else 1
     try:
-        return index_all(disc.shards, cache, report, workers), cache
+        return index_shards(disc.shards, cache, jobs.Where.of(source), progress, runner=runner, schema=schema,
+                            workers=workers), cache
     finally:
         disc.access.done_indexing()
 
@@ -420,60 +416,3 @@ def write_manifest(source: Source, indexes: list[ShardIndex], cache: IndexCache,
     where = source.storage.join(disc.root, manifest.NAME)
     disc.access.write_bytes(where, data)
     return where
-
-
-# --- the indexes of a SOURCE's shards as shard jobs (``tfrfs index``, ``inspect``, ...) -------------
-
-SourceProgress = Callable[[int, int, int, int, int], None]   # as ``index.IndexProgress``
-
-
-def index_with(source: Source, runner: jobs.Runner, progress: SourceProgress | None = None,
-               schema: bool = False, index_dir: str | None = None,
-               memory: IndexMemory | None = None) -> tuple[list[ShardIndex], IndexCache]:
-    """The indexes of SOURCE's shards, as ``index_source`` gives them: those in the cache
-    or shipped beside their shards are taken here; the others are shard jobs on ``runner``
-    (``schema``: with their schema's part), whose index files this process writes into the
-    cache and loads from there, so the indexes are those one process makes, byte for byte. A
-    remote source without Ray is indexed by threads here (its requests overlap), as before."""
-    if source.manifest is not None or (source.storage.requests_overlap and not isinstance(runner, jobs.RayRunner)):
-        with reading_schema() if schema else contextlib.nullcontext():
-            return index_source(source, progress, index_dir, memory)
-    disc = source.discovery
-    shards = list(disc.shards)
-    cache = IndexCache(source.cache_dir, source.readers, disc.access, index_dir, memory)
-    found: dict[int, ShardIndex] = {}
-    total_bytes = sum(s.size for s in shards)
-    done_bytes = [0]
-    records = [0]
-
-    def done(n: int, idx: ShardIndex) -> None:
-        found[n] = idx
-        records[0] += idx.count
-        done_bytes[0] += shards[n].size
-        if progress is not None:
-            progress(len(found), len(shards), records[0], done_bytes[0], total_bytes)
-    cold: list[int] = []
-    for n, shard in enumerate(shards):
-        idx = cache.load(shard)
-        if idx is not None:
-            done(n, idx)
-        elif cache.shipped_candidates(shard):
-            done(n, cache.get(shard)[0])   # an index file beside it: read here
-        else:
-            cold.append(n)
-    where = jobs.Where.of(source)
-    todo = [(where, shards[n], schema) for n in cold]
-    try:
-        for n, data in zip(cold, shardjobs.gather(runner, index_job, todo)):
-            cache.save_bytes(shards[n], data)
-            idx = cache.load(shards[n])
-            if idx is None:
-                # Not usable here (a compressed shard whose stream a job on another machine made):
-                # indexed again in this process.
-                idx = cache.get(shards[n])[0]
-            else:
-                cache.scans += 1
-            done(n, idx)
-    finally:
-        disc.access.done_indexing()
-    return [found[n] for n in range(len(shards))], cache

@@ -1,24 +1,24 @@
-"""Indexing local shards on every core (``tfrfs index``, the cold part of a mount).
+"""Indexing shards on every core (``tfrfs index``, the cold part of a mount), or as shard jobs on
+any runner.
 
 A shard's index is found by walking its headers from the first record to the last: one shard is
-one job, and the shards of a dataset are walked side by side on a runner (``jobs.runner``: by
-default one local worker process per core, never forked from a daemon's threads). A worker writes the index file into the cache
-directory itself and sends back only a few figures; the caller then loads each index from the
-cache, as a later mount would. ``tfrfs index`` also asks the worker for the shard's part of the
-schema (``shardschema``): it reads the records just after walking them, while they are in the
-page cache, and the tally goes into the same index file.
+one job (``index_job``), and the shards of a dataset are walked side by side on a runner
+(``jobs.runner``: by default one local worker process per core, never forked from a daemon's
+threads). A job sends back its cache entry's bytes; the caller writes them into the cache and
+loads each index from there, as a later mount would. ``tfrfs index`` also asks the job for the
+shard's part of the schema (``shardschema``): it reads the records just after walking them, while
+they are in the page cache, and the tally goes into the same index file.
 
-Remote shards are not for a pool (their requests overlap in threads instead), and so few bytes
-that starting workers would cost more than it saves are indexed in the calling process.
+Remote shards are not for a local pool (their requests overlap in threads instead), and so few
+bytes that starting workers would cost more than it saves are indexed in the calling process.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
+import itertools
 import logging
 import os
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from array import array
 
@@ -35,19 +35,6 @@ log = logging.getLogger("tfrfs")
 
 POOL_BYTES = 64 << 20     # fewer bytes to walk than this in all: walked here (a worker takes ~0.1 s to start)
 
-_SCHEMA = contextvars.ContextVar("tfrfs_index_schema", default=False)
-
-
-@contextlib.contextmanager
-def reading_schema() -> Iterator[None]:
-    """Within it, shards indexed by workers also have their schema's part read (``tfrfs index``)."""
-    token = _SCHEMA.set(True)
-    try:
-        yield
-    finally:
-        _SCHEMA.reset(token)
-
-
 def poolable(shard: ShardFile, cache: IndexCache) -> bool:
     """Whether a worker can index ``shard`` as ``cache`` would: a local file, read by the local
     readers, through the local files."""
@@ -59,43 +46,61 @@ def worth_a_pool(shards: list[ShardFile]) -> bool:
     return len(shards) > 1 and jobs.cores() > 1 and sum(s.size for s in shards) >= POOL_BYTES
 
 
-def build_one(cache_dir: str, shard: ShardFile, schema: bool) -> str | None:
-    """A worker's job: index ``shard`` from its headers into the cache at ``cache_dir`` (with its
-    schema's part when ``schema``). None when done, else why it failed (then the caller indexes
-    it itself, and raises what it raises: a job that raises would end the whole run)."""
+def local_where(cache: IndexCache) -> Where:
+    """A ``Where`` for local shards indexed into ``cache`` (any local path opens the local
+    readers a worker needs; only shards ``poolable`` says yes to go to workers)."""
+    return Where(os.sep, (), str(cache.dir))
+
+
+# --- the one shard job: a shard's index -----------------------------------------------------------
+
+def index_job(where: Where, shard: ShardFile, schema: bool, keep_going: bool = False) -> bytes | str:
+    """Index ``shard`` from its headers (with its schema's part when ``schema``, unless it is to
+    be read in parts): the bytes of its cache entry (``IndexCache.entry_bytes``), which the caller
+    writes into the cache. A compressed shard's plain stream goes into the cache folder, where the
+    caller finds it when it shares that folder (one machine); else the caller inflates it again.
+    ``keep_going``: a failure is returned as text (why) instead of raised, so that one shard does
+    not end a pool's whole run; the caller then indexes that shard itself (and raises what it
+    raises)."""
     try:
-        cache = IndexCache(cache_dir)
+        cache = IndexCache(where.cache_dir, shardjobs.readers_of(where, shard), shardjobs.WhereFiles(where))
         idx = cache.build(shard)
-        if schema:
-            idx.tally = tally_of(idx)
-        cache.save(idx)
+        if schema and not shardjobs.large(shard, idx.count):
+            # Reading every record for the schema, the data checksums are checked on the way (for
+            # little more): a copy of the shard (``reshard``) then need not read them again.
+            failed: list[int] = []
+            idx.tally = _tally_of_index(cache, idx, failed)
+            idx.checked = tuple(failed)
+        return cache.entry_bytes(idx)
     except Exception as exc:  # noqa: BLE001 - whatever it was, the job is done again by the caller
+        if not keep_going:
+            raise
         return str(exc or type(exc).__name__)
-    return None
 
 
-def tally_of(idx: ShardIndex) -> shardschema.Tally | None:
-    """The schema's part of an indexed local shard, or None when its stream changed meanwhile."""
-    try:
-        stamp = shardschema.stamp_of(os.stat(idx.data_path))
-    except OSError:
-        return None
-    got = shardschema.scan_part(idx.data_path, stamp, idx.detected_kind, idx.offsets.tobytes(), 0,
-                                tuple(sorted(idx.bad)), idxfile.typecode(idx.offsets))
-    return shardschema.Tally.from_json(got) if got is not None else None
+def _loaded(cache: IndexCache, shard: ShardFile, data: bytes) -> ShardIndex:
+    """``data`` (a job's ``index_job`` bytes) written into the cache, and the index loaded from
+    there, as a later mount loads it."""
+    cache.save_bytes(shard, data)
+    idx = cache.load(shard)
+    if idx is None:
+        # Not in the cache after all (it cannot be written, or a compressed shard whose stream a
+        # job on another machine made): indexed here.
+        return cache.get(shard)[0]
+    cache.scans += 1
+    return idx
 
 
 Done = Callable[[int, ShardIndex], None]   # (the shard's position in the list, its index)
 
 
-def build_all(shards: list[tuple[int, ShardFile]], cache: IndexCache, done: Done,
-              runner: jobs.Runner | None = None) -> None:
-    """Index ``shards`` (each with its position in the caller's list) on ``runner`` (a pool of
-    local processes by default), the largest first; ``done`` is called with each index, loaded
-    from the cache, as it is ready. A job that fails in its worker, or that the workers could not
-    run, is done here (where its error, if any, is raised as the calling process would raise
-    it), after one message saying so."""
-    schema = _SCHEMA.get()
+def build_all(where: Where, shards: list[tuple[int, ShardFile]], cache: IndexCache, done: Done,
+              runner: jobs.Runner | None = None, schema: bool = False) -> None:
+    """Index ``shards`` (each with its position in the caller's list) by ``index_job`` on
+    ``runner`` (a pool of local processes by default), the largest first; ``done`` is called with
+    each index, loaded from the cache, as it is ready. A job that fails in its worker, or that the
+    workers could not run, is done here (where its error, if any, is raised as the calling
+    process would raise it), after one message saying so."""
     own = runner is None
     if own:
         import multiprocessing
@@ -106,19 +111,14 @@ def build_all(shards: list[tuple[int, ShardFile]], cache: IndexCache, done: Done
     order = sorted(shards, key=lambda job: -job[1].size)
     left = dict(order)
     try:
-        for k, failed in run.run(build_one, [(str(cache.dir), shard, schema) for _, shard in order]):
+        for k, got in run.run(index_job, [(where, shard, schema, True) for _, shard in order]):
             n, shard = order[k]
-            if failed is not None:
+            if isinstance(got, str):
                 log.warning("%s: indexing it in a worker process failed (%s); it is indexed in this process",
-                            shard.relpath, failed)
+                            shard.relpath, got)
                 continue
             del left[n]
-            idx = cache.load(shard)
-            if idx is None:   # not in the cache after all (it cannot be written): indexed here
-                idx = cache.get(shard)[0]
-            else:
-                cache.scans += 1
-            done(n, idx)
+            done(n, _loaded(cache, shard, got))
     except jobs.WorkersLost as exc:
         log.warning("a process indexing shards stopped (%s); the shards it had not indexed are indexed "
                     "in this process", exc)
@@ -126,22 +126,77 @@ def build_all(shards: list[tuple[int, ShardFile]], cache: IndexCache, done: Done
         if own:
             run.close()
     for n, shard in sorted(left.items()):
-        done(n, cache.get(shard)[0])
+        done(n, _here(where, cache, shard, schema))
+
+
+def _here(where: Where, cache: IndexCache, shard: ShardFile, schema: bool) -> ShardIndex:
+    """``shard`` indexed in this process: by the cache (as a mount does), or with its schema's
+    part by the job itself (so that its cache entry is the one a worker would have written)."""
+    if not schema:
+        return cache.get(shard)[0]
+    got = index_job(where, shard, schema)
+    assert isinstance(got, bytes)
+    return _loaded(cache, shard, got)
 
 
 # --- the indexes of many shards, in order --------------------------------------------------------
 
 ProgressFn = Callable[[int, int, int], None]   # (shards done, shards total, records so far)
+SourceProgress = Callable[[int, int, int, int, int], None]   # as ``index.IndexProgress``
 
 
-def index_all(shards: Iterable[ShardFile], cache: IndexCache,
-              progress: ProgressFn | None = None, workers: int = 1) -> list[ShardIndex]:
+def index_shards(shards: Sequence[ShardFile], cache: IndexCache, where: Where, progress: SourceProgress | None,
+                 *, runner: jobs.Runner | None = None, schema: bool = False, workers: int = 1) -> list[ShardIndex]:
+    """Every shard's index, in order: those in ``cache`` or shipped beside their shards are taken
+    here; the others are ``index_job``s (``schema``: with their schema's part). Without a
+    ``runner``, on a local pool when there are enough bytes to walk (else here), or ``workers``
+    at a time in threads (shards in a store: their requests overlap); with one, as shard jobs on
+    it (a store's shards on Ray only: without Ray, threads here still do it best), whose index
+    files this process writes into the cache and loads from there, so the indexes are those one
+    process makes, byte for byte."""
+    shards = list(shards)
+    if runner is None or (workers > 1 and not isinstance(runner, jobs.RayRunner)):
+        upto = [0, *itertools.accumulate(s.size for s in shards)]   # bytes of the first n shards
+
+        def report(done: int, total: int, records: int) -> None:
+            if progress is not None:
+                progress(done, total, records, upto[done], upto[-1])
+        return index_all(shards, cache, report, workers, where=where, schema=schema)
+    found: dict[int, ShardIndex] = {}
+    total_bytes = sum(s.size for s in shards)
+    done_bytes = 0
+    records = 0
+
+    def done(n: int, idx: ShardIndex) -> None:
+        nonlocal done_bytes, records
+        found[n] = idx
+        records += idx.count
+        done_bytes += shards[n].size
+        if progress is not None:
+            progress(len(found), len(shards), records, done_bytes, total_bytes)
+    cold: list[int] = []
+    for n, shard in enumerate(shards):
+        idx = cache.load(shard)
+        if idx is not None:
+            done(n, idx)
+        elif cache.shipped_candidates(shard):
+            done(n, cache.get(shard)[0])   # an index file beside it: read here
+        else:
+            cold.append(n)
+    todo = [(where, shards[n], schema) for n in cold]
+    for n, data in zip(cold, shardjobs.gather(runner, index_job, todo)):
+        done(n, _loaded(cache, shards[n], data))
+    return [found[n] for n in range(len(shards))]
+
+
+def index_all(shards: Iterable[ShardFile], cache: IndexCache, progress: ProgressFn | None = None,
+              workers: int = 1, *, where: Where | None = None, schema: bool = False) -> list[ShardIndex]:
     """Every shard's index, in order; ``workers`` shards at a time (remote shards: the requests
-    of many shards overlap)."""
+    of many shards overlap; their schema's parts are read later, by the schema)."""
     shards = list(shards)
     records = 0
     if workers <= 1 and len(shards) > 1:
-        return _index_local(shards, cache, progress)
+        return _index_local(shards, cache, progress, where or local_where(cache), schema)
     if workers <= 1 or len(shards) <= 1:
         out: list[ShardIndex] = []
         for n, shard in enumerate(shards, 1):
@@ -161,9 +216,10 @@ def index_all(shards: Iterable[ShardFile], cache: IndexCache,
     return [found[n] for n in range(len(shards))]
 
 
-def _index_local(shards: list[ShardFile], cache: IndexCache, progress: ProgressFn | None) -> list[ShardIndex]:
+def _index_local(shards: list[ShardFile], cache: IndexCache, progress: ProgressFn | None, where: Where,
+                 schema: bool) -> list[ShardIndex]:
     """``index_all`` of local shards: those in the cache or with an index file beside them are
-    taken here, the others are walked on every core (``indexbuild``) when there are enough."""
+    taken here, the others are walked on every core (``build_all``) when there are enough."""
     found: dict[int, ShardIndex] = {}
     records = 0
 
@@ -183,29 +239,11 @@ def _index_local(shards: list[ShardFile], cache: IndexCache, progress: ProgressF
         else:
             done(n, cache.get(shard)[0])
     if worth_a_pool([s for _, s in scan]):
-        build_all(scan, cache, done)
+        build_all(where, scan, cache, done, schema=schema)
     else:
         for n, shard in scan:
-            done(n, cache.get(shard)[0])
+            done(n, _here(where, cache, shard, schema))
     return [found[n] for n in range(len(shards))]
-
-
-# --- shard jobs: a shard's index, the schema's parts of many -----------------------------------------------------------------------------------
-
-def index_job(where: Where, shard: ShardFile, schema: bool) -> bytes:
-    """Index ``shard`` from its headers (with its schema's part when ``schema``, unless it is to
-    be read in parts): the bytes of its cache entry (``IndexCache.entry_bytes``). A compressed
-    shard's plain stream goes into the cache folder, where the caller finds it when it shares
-    that folder (one machine); else the caller inflates it again."""
-    cache = IndexCache(where.cache_dir, shardjobs.readers_of(where, shard), shardjobs.WhereFiles(where))
-    idx = cache.build(shard)
-    if schema and not shardjobs.large(shard, idx.count):
-        # Reading every record for the schema, the data checksums are checked on the way (for
-        # little more): a copy of the shard (``reshard``) then need not read them again.
-        failed: list[int] = []
-        idx.tally = _tally_of_index(cache, idx, failed)
-        idx.checked = tuple(failed)
-    return cache.entry_bytes(idx)
 
 
 def _tally_of_index(cache: IndexCache, idx: ShardIndex, failed: list[int] | None = None) -> shardschema.Tally:
