@@ -17,7 +17,7 @@ from tfrfs.index import record_runs as ranges
 from tfrfs.errors import DamagedRecord, Invalid, UsageError
 from tfrfs.format.record_kinds import RECORD_KINDS, Unparsable, decode
 from tfrfs.index.shard_index import IndexCache, ShardIndex
-from tfrfs.index.memory import IndexMemory
+from tfrfs.index.memory import IndexMemory, parse_size
 from tfrfs.jobs.runner import scan_pool
 from tfrfs.view.records import RecordStore
 from tfrfs.view.schema import Schema
@@ -177,11 +177,10 @@ def open(source: str, *, records: str | None = None, options: dict[str, Any] | N
     dataset's ``.tfrfs-manifest`` when it has one (no listing); ``index_memory``: bytes of record
     offsets held at once (an int, or a size such as ``"128M"``). Raises ``UsageError`` for a bad
     SOURCE or option."""
-    from tfrfs.fuse.options import size
     if records is not None and records not in RECORD_KINDS:
         raise UsageError(f"records={records!r}: one of {', '.join(RECORD_KINDS)}, or None (as each shard is)")
     try:
-        budget = size(index_memory) if isinstance(index_memory, str) else index_memory
+        budget = parse_size(index_memory) if isinstance(index_memory, str) else index_memory
     except ValueError as exc:
         raise UsageError(f"index_memory: {exc}") from None
     src = open_source(source, options=options, cache_dir=cache_dir, use_manifest=use_manifest)

@@ -12,6 +12,7 @@ from tfrfs import __version__
 from tfrfs.fuse import options
 from tfrfs.errors import TfrfsError, UsageError
 from tfrfs.index.discovery import named_like_shard
+from tfrfs.index.memory import parse_size
 from tfrfs.cli.common import EXIT_PROBLEMS, EXIT_USAGE, RAY_ADDRESS, add_run_options, check_options
 from tfrfs.cli.data import cmd_index, cmd_inspect, cmd_repair, cmd_verify
 from tfrfs.cli.mounting import POLL_US, cmd_mount
@@ -36,7 +37,7 @@ def _non_negative_int(text: str) -> int:
 def _size(text: str) -> int:
     """A size in bytes: a whole number with an optional K, M, G or T (powers of 1024)."""
     try:
-        return options.size(text)
+        return parse_size(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

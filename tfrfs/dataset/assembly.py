@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from tfrfs.jobs import runner as jobs
-from tfrfs.fuse import mountrecord
 from tfrfs.edit import repack
 from tfrfs.edit.commit import CommitResult, Committer, PendingShard, WriteJobs, pending_of
 from tfrfs.errors import Busy, UsageError
@@ -119,10 +118,9 @@ class Mount:
                             self.committer is not None and self.committer.running)
 
     def attach(self, mountpoint: str) -> None:
-        """Note that this mount is served at ``mountpoint`` (see ``mountrecord``); ``close`` forgets it."""
+        """Note that this mount is served at ``mountpoint`` (the FUSE side keeps the daemon's
+        record of it): the lock names it, and a writable mount readies its schema."""
         self.mountpoint = mountpoint
-        mountrecord.write(mountrecord.MountRecord(mountpoint, self.source_name, self.discovery.root,
-                                                  self.writable, os.getpid()))
         if self.staging is not None:
             self.staging.lock.note_holder(mountpoint=mountpoint, source=self.source_name)
             # The kind of a key new to the dataset needs the schema: have it ready by the first edit.
@@ -206,8 +204,6 @@ class Mount:
         self.tree.close()   # and with it the record store and its shard readers
         if self.staging is not None:
             self.staging.release()   # and with nothing staged, the staging folder goes
-        if self.mountpoint is not None:
-            mountrecord.remove(self.mountpoint, os.getpid())
 
 
 def open_mount(source: str | Source, *, writable: bool = False, records: str | None = None, decode_raw: bool = True,

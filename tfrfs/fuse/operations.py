@@ -494,8 +494,8 @@ def mount(m: Mount, mountpoint: str, *, poll_us: int, options: Mapping[str, str 
     m.attach(mountpoint)
     ops.watch = RequestWatch(note=lambda doc: mountrecord.write_busy(mountpoint, doc))
     ops.watch.start()
-    with _libfuse_main(loop.main if loop.usable() else None), _libfuse_signals(not loop.usable()), \
-            _stopped(ops.watch):
+    with _recorded(m, mountpoint), _libfuse_main(loop.main if loop.usable() else None), \
+            _libfuse_signals(not loop.usable()), _stopped(ops.watch):
         try:
             FuseBinding(ops, mountpoint, raw_fi=True, encoding="utf-8", errors="surrogateescape", **opts)
         except RuntimeError as exc:
@@ -512,6 +512,17 @@ def mount(m: Mount, mountpoint: str, *, poll_us: int, options: Mapping[str, str 
     if ops.init_failure is not None:
         failure = ops.init_failure
         raise MountFailed(f"init failed ({type(failure).__name__}: {failure}), so the mount ended")
+
+
+@contextlib.contextmanager
+def _recorded(m: Mount, mountpoint: str) -> Iterator[None]:
+    """This daemon's record of the mount at ``mountpoint`` (``mountrecord``: what ``tfrfs status``
+    names once the daemon is gone), kept while it serves and removed when it ends."""
+    mountrecord.write(mountrecord.MountRecord(mountpoint, m.source_name, m.discovery.root, m.writable, os.getpid()))
+    try:
+        yield
+    finally:
+        mountrecord.remove(mountpoint, os.getpid())
 
 
 @contextlib.contextmanager

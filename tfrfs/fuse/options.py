@@ -21,12 +21,12 @@ This module only reads text: it imports neither the FUSE binding nor the rest of
 from __future__ import annotations
 
 import grp
-import math
 import pwd
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from tfrfs.errors import UsageError
+from tfrfs.index.memory import parse_size
 from tfrfs.format.record_kinds import RECORD_KINDS
 
 # Passed to libfuse as given. (uid, gid and umask are libfuse options too, but libfuse's umask
@@ -47,20 +47,6 @@ IGNORED = frozenset((
     "sync", "async", "dirsync", "mand", "nomand", "silent", "loud", "symfollow", "nosymfollow",
 ))
 IGNORED_PREFIXES = ("x-", "comment=")
-
-
-def size(text: str) -> int:
-    """A size in bytes: a whole number with an optional K, M, G or T (powers of 1024)."""
-    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    t = text.strip().upper().removesuffix("IB").removesuffix("B")
-    unit = t[-1:] if t[-1:] in units else ""
-    try:
-        value = float(t[:len(t) - len(unit)])
-    except ValueError:
-        value = -1
-    if not 0 <= value < math.inf:   # NaN and infinity are no sizes either
-        raise ValueError(f"{text!r} is not a size (like 500M or 20G)")
-    return int(value * units[unit])
 
 
 def whole_number(text: str) -> int:
@@ -108,9 +94,9 @@ SETTINGS: dict[str, Setting] = {
     "no_decode_raw": Setting("no_decode_raw", True),
     "records": Setting("records", parse=_kind),
     "cache_dir": Setting("cache_dir", parse=_text),
-    "cache_size": Setting("cache_size", parse=size),
+    "cache_size": Setting("cache_size", parse=parse_size),
     "index_dir": Setting("index_dir", parse=_text),
-    "index_memory": Setting("index_memory", parse=size),
+    "index_memory": Setting("index_memory", parse=parse_size),
     "no_manifest": Setting("no_manifest", True),
     "log": Setting("log", parse=_text),
     "poll_us": Setting("poll_us", parse=whole_number),

@@ -9,11 +9,26 @@ offsets from under a read in progress.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from typing import Protocol
 
 DEFAULT_INDEX_MEMORY = 128 << 20   # 32 million records' offsets
+
+
+def parse_size(text: str) -> int:
+    """A size in bytes: a whole number with an optional K, M, G or T (powers of 1024)."""
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1:] if t[-1:] in units else ""
+    try:
+        value = float(t[:len(t) - len(unit)])
+    except ValueError:
+        value = -1
+    if not 0 <= value < math.inf:   # NaN and infinity are no sizes either
+        raise ValueError(f"{text!r} is not a size (like 500M or 20G)")
+    return int(value * units[unit])
 
 
 class Droppable(Protocol):
