@@ -1,9 +1,9 @@
 """``tfrfs.open`` (SPEC 9): a dataset for Python code, without a mount.
 
-It is assembled from the objects a read-only mount is made of (``sources.open_source`` with the
-manifest, ``sources.index_source``, ``records.RecordStore``, ``schema.Schema``), so the records,
-their checksums, the kinds and the schema are the ones the mount shows; only the last step, a
-record's bytes into plain Python values (``codec.plain_values``) instead of files, is its own.
+It is assembled by the factory a read-only mount is assembled by (``dataset.factory.open_dataset``,
+from the dataset's manifest when it has one), so the records, their checksums, the kinds and the
+schema are the ones the mount shows; only the last step, a record's bytes into plain Python
+values (``codec.plain_values``) instead of files, is its own.
 """
 
 from __future__ import annotations
@@ -18,10 +18,8 @@ from tfrfs.errors import DamagedRecord, Invalid, UsageError
 from tfrfs.format.record_kinds import RECORD_KINDS, Unparsable, decode
 from tfrfs.index.shard_index import IndexCache, ShardIndex
 from tfrfs.index.memory import IndexMemory, parse_size
-from tfrfs.jobs.runner import scan_pool
-from tfrfs.view.records import RecordStore
-from tfrfs.view.schema import Schema
-from tfrfs.dataset.sources import Source, index_source, open_source
+from tfrfs.dataset.factory import DatasetParts, open_dataset
+from tfrfs.dataset.sources import Source
 
 # A library's problems reach the program's logging when it has some, and nothing otherwise: each
 # one a program must know of raises.
@@ -42,11 +40,13 @@ class Shard:
 class Dataset:
     """A read-only TFRecord dataset (see ``open``). Thread-safe; close it (or use ``with``)."""
 
-    def __init__(self, source: Source, indexes: list[ShardIndex], cache: IndexCache, records: str | None) -> None:
-        self.source = source
-        self.cache = cache
-        self._store = RecordStore(indexes, source.readers, records=records, on_bad=cache.save)
-        self._schema = Schema(self._store, cache.save, scan_pool)
+    def __init__(self, parts: DatasetParts) -> None:
+        self._parts = parts
+        self.source: Source = parts.source
+        self.cache: IndexCache = parts.cache
+        self._store = parts.store
+        self._schema = parts.schema
+        indexes = parts.indexes
         self._numbers = {idx.shard.relpath: n for n, idx in enumerate(indexes)}
         self.shards: tuple[Shard, ...] = tuple(
             Shard(idx.shard.relpath, idx.count, idx.shard.compression, self._store.kinds[n])
@@ -157,9 +157,7 @@ class Dataset:
 
     def close(self) -> None:
         """Let go of the shards' readers (and their caches)."""
-        self._schema.close()
-        self._store.close(factory=False)
-        self.source.close()
+        self._parts.close()
 
     def __enter__(self) -> "Dataset":
         return self
@@ -183,10 +181,5 @@ def open(source: str, *, records: str | None = None, options: dict[str, Any] | N
         budget = parse_size(index_memory) if isinstance(index_memory, str) else index_memory
     except ValueError as exc:
         raise UsageError(f"index_memory: {exc}") from None
-    src = open_source(source, options=options, cache_dir=cache_dir, use_manifest=use_manifest)
-    try:
-        indexes, cache = index_source(src, memory=IndexMemory(budget) if budget is not None else None)
-    except BaseException:
-        src.close()
-        raise
-    return Dataset(src, indexes, cache, records)
+    return Dataset(open_dataset(source, options=options, cache_dir=cache_dir, use_manifest=use_manifest,
+                                memory=IndexMemory(budget) if budget is not None else None, records=records))

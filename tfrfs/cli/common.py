@@ -13,15 +13,17 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from tfrfs.fuse import mounttab
 from tfrfs.errors import UsageError
-from tfrfs.index.shard_index import IndexCache, ShardIndex, default_cache_dir
+from tfrfs.index.shard_index import IndexProgress, default_cache_dir
 from tfrfs.storage.factory import is_url
 from tfrfs.storage.fsspec_store import parse_options
 from tfrfs.index.memory import IndexMemory
-from tfrfs.dataset.sources import Source, index_source, open_source
+from tfrfs.dataset import factory
+from tfrfs.dataset.factory import DatasetParts
+from tfrfs.dataset.sources import Source, open_source
 
 if TYPE_CHECKING:
     from tfrfs.jobs import runner as jobs
@@ -74,12 +76,11 @@ def open_args(args: argparse.Namespace) -> Source:
                        use_manifest=mounting and not getattr(args, "no_manifest", False))
 
 
-def open_dataset(args: argparse.Namespace, *, quiet: bool = False,
-                 on_progress: Callable[[str, bool], None] | None = None, runner: "jobs.Runner | None" = None,
-                 schema: bool = False) -> tuple[Source, list[ShardIndex], IndexCache]:
-    """SOURCE's shards, indexed, with progress on stderr (or to ``on_progress``) unless ``quiet``;
-    with a ``runner``, the shards not indexed yet are indexed as shard jobs on it (``schema``:
-    their schema's parts too)."""
+def index_progress(*, quiet: bool = False,
+                   on_progress: Callable[[str, bool], None] | None = None) -> IndexProgress | None:
+    """Indexing's progress on stderr (or to ``on_progress``), or None when ``quiet``."""
+    if quiet:
+        return None
     progress = Progress("indexing")
     show = on_progress or (lambda text, final: progress.update(text, final=final))
     sent = [0.0]
@@ -91,19 +92,36 @@ def open_dataset(args: argparse.Namespace, *, quiet: bool = False,
         sent[0] = now
         show(f"{done}/{total} shards, {records:,} records, "
              f"{done_bytes / 2**20:,.0f}/{total_bytes / 2**20:,.0f} MiB", done == total)
+    return report
 
+
+def index_options(args: argparse.Namespace, *, quiet: bool = False,
+                  on_progress: Callable[[str, bool], None] | None = None) -> dict[str, Any]:
+    """How the command's arguments ask SOURCE's shards to be indexed (``--index-dir``,
+    ``--index-memory``), with progress (see ``index_progress``): keywords of ``open_dataset``,
+    ``open_mount`` and ``commit_source``. Checks the default cache folder first."""
     if not getattr(args, "cache_dir", None):
         check_folder(str(default_cache_dir()), "cache folder", hint="choose one with --cache-dir DIR (-o cache_dir=DIR)")
+    budget = getattr(args, "index_memory", None)
+    return {"progress": index_progress(quiet=quiet, on_progress=on_progress),
+            "index_dir": getattr(args, "index_dir", None),
+            "memory": IndexMemory(budget) if budget is not None else None}
+
+
+def open_dataset(args: argparse.Namespace, *, quiet: bool = False, runner: "jobs.Runner | None" = None,
+                 schema: bool = False) -> DatasetParts:
+    """SOURCE as a dataset (``dataset.factory``), its shards indexed with progress on stderr unless
+    ``quiet``; with a ``runner``, the shards not indexed yet are indexed as shard jobs on it
+    (``schema``: their schema's parts too); its records read as ``--records`` and
+    ``--no-decode-raw`` say."""
+    options = index_options(args, quiet=quiet)
     src = open_args(args)
     try:
-        budget = getattr(args, "index_memory", None)
-        indexes, cache = index_source(src, None if quiet else report, getattr(args, "index_dir", None),
-                                      IndexMemory(budget) if budget is not None else None, runner=runner,
-                                      schema=schema)
+        return factory.open_dataset(src, runner=runner, schema_parts=schema, records=getattr(args, "records", None),
+                                    decode_raw=not getattr(args, "no_decode_raw", False), **options)
     except BaseException:
         src.close()
         raise
-    return src, indexes, cache
 
 
 def check_folder(path: str | Path, what: str, *, hint: str = "", room: bool = False) -> None:

@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 
 from tfrfs.errors import TfrfsError, UsageError
 from tfrfs.storage.factory import is_url
+from tfrfs.dataset.factory import DatasetParts
 from tfrfs.cli.common import EXIT_OK, EXIT_PROBLEMS, Progress, open_args, open_dataset, runner_of
 
 
@@ -110,17 +111,17 @@ def _schema_progress(schema: Any) -> None:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from tfrfs.dataset.assembly import open_mount
     with runner_of(args) as runner:
-        src, indexes, cache = open_dataset(args, runner=runner, schema=True)
-        m = open_mount(src, records=args.records, decode_raw=not args.no_decode_raw, indexed=(indexes, cache))
+        dataset = open_dataset(args, runner=runner, schema=True)
         try:
-            _schema_progress(m.tree.schema)
-            _read_tallies(runner, src, m.tree.schema)
-            schema = m.tree.schema.summary()
-            problems = len(m.tree.errors)
+            dataset.store.note_problems()   # each logged as it is found, before the schema is read
+            _schema_progress(dataset.schema)
+            _read_tallies(runner, dataset.source, dataset.schema)
+            schema = dataset.schema.summary()
+            problems = dataset.problems
+            indexes = dataset.indexes
         finally:
-            m.close()
+            dataset.close()
     if args.json:
         print(json.dumps(schema, indent=2, ensure_ascii=False))
         return EXIT_OK
@@ -178,14 +179,15 @@ def cmd_index(args: argparse.Namespace) -> int:
     # page cache; ``_read_schema`` reads what is left (large shards in parts, cached indexes).
     runner = runner_of(args)
     try:
-        src, indexes, cache = open_dataset(args, runner=runner, schema=not args.no_schema)
+        dataset = open_dataset(args, runner=runner, schema=not args.no_schema)
     except BaseException:
         runner.close()
         raise
+    src, indexes, cache = dataset.source, dataset.indexes, dataset.cache
     manifest_at = None
     try:
         with runner:
-            schema = None if args.no_schema else _read_schema(src, indexes, cache, runner)
+            schema = None if args.no_schema else _read_schema(dataset, runner)
         try:
             shipped = ship_indexes(src, indexes, cache, fmt=args.format, out_dir=args.out_dir) if write else []
             if args.beside and args.format == "tfrfs" and src.discovery.mirrors_dir:
@@ -197,7 +199,7 @@ def cmd_index(args: argparse.Namespace) -> int:
             what = f"{exc.filename}: " if exc.filename else ""
             raise TfrfsError(f"cannot write the index files {where}: {what}{exc.strerror or exc}") from None
     finally:
-        src.close()
+        dataset.close()
     for s in shipped:
         if s.skipped:
             print(f"{s.shard}: no index file written: {s.skipped}", file=sys.stderr)
@@ -217,21 +219,14 @@ def cmd_index(args: argparse.Namespace) -> int:
     return EXIT_PROBLEMS if problems or any(s.skipped for s in shipped) else EXIT_OK
 
 
-def _read_schema(src: Any, indexes: list, cache: Any, runner: Any) -> dict:
+def _read_schema(dataset: DatasetParts, runner: Any) -> dict:
     """Every shard's part of the schema, into its index (so into the files shipped beside it); the
     dataset's schema summary (SPEC 5)."""
-    from tfrfs.view.records import RecordStore
-    from tfrfs.jobs.runner import scan_pool
-    from tfrfs.view.schema import Schema
-    store = RecordStore(indexes, src.readers)
-    try:
-        schema = Schema(store, cache.save, scan_pool)
-        _schema_progress(schema)
-        _read_tallies(runner, src, schema)
-        schema.tallies()
-        return schema.summary()
-    finally:
-        store.close(factory=False)   # the source's readers serve the shipping still
+    schema = dataset.schema
+    _schema_progress(schema)
+    _read_tallies(runner, dataset.source, schema)
+    schema.tallies()
+    return schema.summary()
 
 
 def _read_tallies(runner: Any, src: Any, schema: Any) -> None:

@@ -23,7 +23,7 @@ from tfrfs.errors import TfrfsError, UsageError
 from tfrfs.index.shard_index import default_cache_dir
 from tfrfs.index.discovery import named_like_shard
 from tfrfs.storage.factory import is_url
-from tfrfs.cli.common import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, FSTYPE, Progress, check_folder, check_options, open_dataset
+from tfrfs.cli.common import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, FSTYPE, Progress, check_folder, check_options, index_options, open_args
 
 
 MOUNT_WAIT_S = 120.0
@@ -165,17 +165,16 @@ def _open_for_mount(args: argparse.Namespace, report: Report) -> Any:
     started it (or shown on stderr with -f)."""
     from tfrfs.errors import Busy
     from tfrfs.dataset.assembly import open_mount
-    if args.report_fd is None:
-        src, indexes, cache = open_dataset(args)
-    else:
-        src, indexes, cache = open_dataset(args, on_progress=lambda text, final: report.send(progress=text,
-                                                                                              final=final))
+    on_progress = None if args.report_fd is None else \
+        (lambda text, final: report.send(progress=text, final=final))
+    options = index_options(args, on_progress=on_progress)
+    src = open_args(args)
     try:
         if args.rw and not os.access(src.discovery.root, os.W_OK):
             raise UsageError(f"{src.discovery.root}: not writable, so edits cannot be staged there "
                              "(mount without --rw; in fstab: with ro)")
         return open_mount(src, writable=args.rw, records=args.records, decode_raw=not args.no_decode_raw,
-                          indexed=(indexes, cache))
+                          **options)
     except Busy as exc:
         src.close()
         raise UsageError(f"{args.source} is already mounted writable by another tfrfs process; "

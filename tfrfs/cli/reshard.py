@@ -124,7 +124,8 @@ def cmd_reshard(args: argparse.Namespace) -> int:
     if not is_url(dest.root):
         _check_local_dest(args.dest, dest.root)
     started = time.monotonic()
-    src, indexes, _cache = open_dataset(args)
+    dataset = open_dataset(args)
+    src, indexes = dataset.source, dataset.indexes
     try:
         plan = make_plan(src, indexes, dest, shards=args.shards, shard_size=args.shard_size,
                          compression=compression, shuffle=args.shuffle, template=args.name,
@@ -165,7 +166,7 @@ def cmd_reshard(args: argparse.Namespace) -> int:
             extra[name] = (size, mtime_ns)
         publish.publish(dest, manifest_body(bodies, extra, plan.source_tallies), {}, plan.key)
     finally:
-        src.close()
+        dataset.close()
     problems = order_problems(plan, bodies)
     for rel, p in problems:
         where = f"record {p['index']}" if p.get("index") is not None else "stream"

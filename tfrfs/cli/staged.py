@@ -15,7 +15,7 @@ from typing import Any, Callable
 from tfrfs.fuse import mounttab
 from tfrfs.errors import TfrfsError, UsageError
 from tfrfs.storage.factory import is_url
-from tfrfs.cli.common import EXIT_OK, EXIT_PROBLEMS, FSTYPE, Progress, open_dataset, runner_of
+from tfrfs.cli.common import EXIT_OK, EXIT_PROBLEMS, FSTYPE, Progress, index_options, open_args, runner_of
 
 
 def _fusermount() -> str:
@@ -289,6 +289,7 @@ def cmd_commit(args: argparse.Namespace) -> int:
 def _commit_source(args: argparse.Namespace) -> int:
     """tfrfs commit SOURCE: a source that is not mounted (after a crash, or a stop by a signal)."""
     from tfrfs.dataset.assembly import commit_source, staged_in, writable_holder
+    from tfrfs.dataset.sources import index_source
     from tfrfs.edit.repack import CommitFailed
     source = args.target
     if is_url(source):
@@ -305,9 +306,12 @@ def _commit_source(args: argparse.Namespace) -> int:
     args.rw = True   # a dataset built from nothing has no shard file before its first commit
     # The shards not indexed yet are indexed, and the changed ones written anew, as shard jobs.
     with runner_of(args) as runner:
-        src, indexes, cache = open_dataset(args, runner=runner)
+        options = index_options(args)
+        src = open_args(args)
         try:
-            result = _with_progress("committing", lambda: commit_source(src, (indexes, cache), runner))
+            # Indexed before the commit's own progress starts (as a mount is, in open_mount).
+            indexed = index_source(src, runner=runner, **options)
+            result = _with_progress("committing", lambda: commit_source(src, indexed, runner))
         except CommitFailed as exc:
             print(f"tfrfs: {exc}", file=sys.stderr)
             return EXIT_PROBLEMS

@@ -35,8 +35,9 @@ from tfrfs.view.problems import Rejected
 from tfrfs.storage.readers import Readers
 from tfrfs.view.records import RecordStore
 from tfrfs.edit.repack import CommitFailed
-from tfrfs.view.schema import Schema
-from tfrfs.dataset.sources import Source, index_source, open_source
+from tfrfs.index.memory import IndexMemory
+from tfrfs.dataset.factory import open_dataset
+from tfrfs.dataset.sources import Source, open_source
 from tfrfs.edit.journal import Staging
 from tfrfs.edit.overlay import EditSession
 from tfrfs.view.tree import Tree
@@ -209,45 +210,53 @@ class Mount:
 def open_mount(source: str | Source, *, writable: bool = False, records: str | None = None, decode_raw: bool = True,
                cache_dir: str | None = None, readers: Readers | None = None,
                progress: IndexProgress | None = None, index_dir: str | None = None,
+               memory: IndexMemory | None = None, runner: jobs.Runner | None = None,
                indexed: tuple[list[ShardIndex], IndexCache] | None = None) -> Mount:
     """Assemble a mount of ``source`` (a path, glob or URL, or a ``Source`` already opened;
-    ``indexed``: its shards, already indexed). Raises UsageError (bad SOURCE, ``writable`` with a
-    remote one) or Busy (another writable mount holds the source)."""
+    ``indexed``: its shards, already indexed; else indexed by ``open_dataset`` with
+    ``progress``, ``index_dir``, ``memory`` and ``runner``). Raises UsageError (bad SOURCE,
+    ``writable`` with a remote one) or Busy (another writable mount holds the source)."""
     src = source if isinstance(source, Source) else open_source(source, cache_dir=cache_dir, readers=readers)
     if writable and src.local_root is None:   # the staged edits live in the source's folder
         raise UsageError(f"{src.name}: a remote source is read-only; mount it without --rw")
-    readers = src.readers
-    log.info("shards are read through the %s shard reader", readers.name)
-    indexes, cache = indexed or index_source(src, progress, index_dir)
+    log.info("shards are read through the %s shard reader", src.readers.name)
     disc = src.discovery
-    staging = None
-    if writable:
+    held: list[Staging] = []
+
+    def staged_edits(_: Source) -> EditSession | None:
+        """A writable mount's edits, once the shards are indexed: the source's lock taken, the
+        staged changes loaded, an interrupted commit recovered."""
+        if not writable:
+            return None
         staging = Staging(disc.root)
         staging.acquire()
+        held.append(staging)
+        staging.load()
+        for line in repack.recover(disc.root, staging):
+            log.warning("recovery: %s", line)
+        staging.load()
+        return EditSession(staging)
     try:
-        if staging is not None:
-            staging.load()
-            for line in repack.recover(disc.root, staging):
-                log.warning("recovery: %s", line)
-            staging.load()
-        session = EditSession(staging) if staging is not None else None
-        store = RecordStore(indexes, readers, records=records, decode_raw=decode_raw, writable=writable,
-                            overlay=session, on_bad=cache.save)
-        if session is not None:
-            session.attach(store)
-        tree = Tree(disc, store, Schema(store, cache.save, jobs.scan_pool))
+        parts = open_dataset(src, progress=progress, index_dir=index_dir, memory=memory, runner=runner,
+                             indexed=indexed, records=records, decode_raw=decode_raw, overlay=staged_edits,
+                             writable=writable)
+        staging = held[0] if held else None
+        session = parts.store.overlay
+        if isinstance(session, EditSession):
+            session.attach(parts.store)
+        tree = Tree(disc, parts.store, parts.schema)
         if src.manifest is not None and src.local_root is not None and staging is None:
             from tfrfs.index.manifest import FolderCheck
-            tree.check_folders(FolderCheck(tree, cache))
-        mount = Mount(disc, tree, cache, src, staging)
+            tree.check_folders(FolderCheck(tree, parts.cache))
+        mount = Mount(disc, tree, parts.cache, src, staging)
         if staging is not None:
-            mount.committer = Committer(tree, staging, cache, jobs.Where.of(src), mount.guard)
+            mount.committer = Committer(tree, staging, parts.cache, jobs.Where.of(src), mount.guard)
             # Imported here: a read-only mount (and every command but mount --rw) does without them.
             from tfrfs.edit.feature_files import FileEditor
             from tfrfs.edit.folders import FolderEditor
             from tfrfs.edit.rename import Renamer
             from tfrfs.edit.stager import Stager
-            assert session is not None
+            assert isinstance(session, EditSession)
             stager = Stager(tree, session)
             mount.files = FileEditor(stager, mount.control)
             mount.files.busy = mount.busy
@@ -255,7 +264,7 @@ def open_mount(source: str | Source, *, writable: bool = False, records: str | N
             mount.renames = Renamer(stager)
             _add_write_meta(mount)
     except BaseException:
-        if staging is not None:
+        for staging in held:
             staging.release()
         raise
     return mount
@@ -293,8 +302,9 @@ def discard(source: str) -> DiscardResult:
         staging.release()
 
 
-def commit_source(source: Source, indexed: tuple[list[ShardIndex], IndexCache],
-                  runner: jobs.Runner | None = None) -> CommitResult:
+def commit_source(source: Source, indexed: tuple[list[ShardIndex], IndexCache] | None = None,
+                  runner: jobs.Runner | None = None, *, progress: IndexProgress | None = None,
+                  index_dir: str | None = None, memory: IndexMemory | None = None) -> CommitResult:
     """Commit the staged edits of a SOURCE that is not mounted (after a crash, or a stop by a
     signal), by the code a mount commits with, the new shard files written by shard jobs on
     ``runner``. Raises UsageError while it is mounted writable, CommitFailed (the edits stay
@@ -303,7 +313,8 @@ def commit_source(source: Source, indexed: tuple[list[ShardIndex], IndexCache],
                   busy=lambda where: f"{source.name} is mounted writable{where}: commit it there "
                                      "(tfrfs commit MOUNTPOINT)",
                   refused=lambda reason: f"{source.discovery.root}: {reason}: cannot commit there"):
-        m = open_mount(source, writable=True, indexed=indexed)
+        m = open_mount(source, writable=True, indexed=indexed, runner=runner, progress=progress,
+                       index_dir=index_dir, memory=memory)
     try:
         return m.commit(runner)
     finally:

@@ -275,6 +275,16 @@ class RecordStore:
             self._views.pop((shard, rid))
             self._bins.pop((shard, rid))
 
+    def note_problems(self) -> None:
+        """What indexing found wrong in each shard, and its notes, into ``errors`` (each once, with
+        a warning in the log): ``.tfrfs/errors`` lists them, ``tfrfs inspect`` counts them."""
+        for idx in self.shards:
+            for p in idx.problems:
+                f = p.fields()
+                self.errors.add(idx.shard.relpath, f.pop("index"), f.pop("offset"), f.pop("reason"), **f)
+            for note in idx.notes:
+                self.errors.add(idx.shard.relpath, None, None, note)
+
     def close(self, *, factory: bool = True) -> None:
         """Close the shards' readers, and (``factory``) what opened them."""
         if factory:

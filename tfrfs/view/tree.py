@@ -32,10 +32,10 @@ _PLAIN_FDS = 64       # plain files kept open for reads by path
 class Tree:
     """Every path's node, listing, content and xattrs."""
 
-    def __init__(self, discovery: Discovery, store: RecordStore, schema: Schema | None = None) -> None:
+    def __init__(self, discovery: Discovery, store: RecordStore, schema: Schema) -> None:
         self.discovery = discovery
         self.store = store
-        self.schema = schema or Schema(store)
+        self.schema = schema
         self.errors = store.errors
         self.writable = store.writable
         self._plain_fds: OrderedDict[str, int] = OrderedDict()
@@ -47,12 +47,7 @@ class Tree:
         self._check: Callable[[str], None] | None = None
         self._checking = threading.RLock()
         self.root = self._build_static()
-        for idx in store.shards:
-            for p in idx.problems:
-                f = p.fields()
-                self.errors.add(idx.shard.relpath, f.pop("index"), f.pop("offset"), f.pop("reason"), **f)
-            for note in idx.notes:
-                self.errors.add(idx.shard.relpath, None, None, note)
+        store.note_problems()
         self.meta.children["schema.json"] = MetaFile("schema.json", self.schema.as_json)
         self.meta.children["errors"] = MetaFile("errors", self.errors.render)
         if store.overlay is not None:
