@@ -38,13 +38,13 @@ from tfrfs.storage.places import Place
 if TYPE_CHECKING:
     from tfrfs.jobs.runner import Where
     from tfrfs.jobs.repair import Repaired
-    from tfrfs.dataset.sources import Source
+    from tfrfs.index.opened import OpenedSource
 
 CHUNK = 1 << 20        # bytes read at a time when checking or comparing objects
 REPAIR_TMP = TMP_PREFIX + "repair-"
 
 
-def place_of(source: "Source") -> Place:
+def place_of(source: "OpenedSource") -> Place:
     """The prefix of a source in a bucket, with what its listing said about every object."""
     from tfrfs.storage.remote_reader import RemoteReaders
     readers = source.readers if isinstance(source.readers, RemoteReaders) else None
@@ -143,7 +143,7 @@ def _stat(storage: Storage, url: str) -> Stat | None:
     return None if got is None or got.is_dir else got
 
 
-def clear_leftovers(source: "Source", place: Place) -> None:
+def clear_leftovers(source: "OpenedSource", place: Place) -> None:
     """Temporary objects of a repair that stopped before it replaced its shard: never needed
     again (a rerun writes them anew)."""
     for obj in source.discovery.access.listed():

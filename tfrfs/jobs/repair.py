@@ -28,7 +28,7 @@ from tfrfs.format import tfrecord
 from tfrfs.errors import UsageError
 from tfrfs.index.discovery import DAMAGED_DIR, ShardFile
 from tfrfs.edit.repack import TMP_PREFIX, FaultedFile, check_new_shard
-from tfrfs.dataset.sources import Source
+from tfrfs.index.opened import OpenedSource
 from tfrfs.edit.journal import Staging
 from tfrfs.jobs.verify import Progress, ShardReport, verify_source
 
@@ -57,7 +57,7 @@ class Repaired:
     written_size: int = 0                 # its bytes
 
 
-def check_repairable(source: Source) -> None:
+def check_repairable(source: OpenedSource) -> None:
     """Refuse a web server (read-only), a source mounted writable, and shards with staged edits
     (their record numbers would change under the edits). A bucket is never mounted writable: it
     has no staged edits. Raises UsageError."""
@@ -77,7 +77,7 @@ def check_repairable(source: Source) -> None:
                              f"(tfrfs status {source.name})")
 
 
-def repair_source(source: Source, *, backup: bool = True, dry_run: bool = False,
+def repair_source(source: OpenedSource, *, backup: bool = True, dry_run: bool = False,
                   progress: "Progress | None" = None, runner: "jobs.Runner | None" = None) -> Iterator[Repaired]:
     """Verify every shard and repair each damaged one; yields one result per damaged shard.
 
@@ -146,7 +146,7 @@ def _why(exc: OSError) -> str:
     return f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
 
 
-def _follow_manifest(source: Source, repaired: list[ShardFile], place: "Place | None" = None) -> None:
+def _follow_manifest(source: OpenedSource, repaired: list[ShardFile], place: "Place | None" = None) -> None:
     """The repaired shards' index files beside them and the dataset's manifest follow them
     (SPEC 1.2), where the dataset has them: the new shards are indexed for that. With a
     manifest, also when nothing was repaired now: an earlier repair may have stopped between a

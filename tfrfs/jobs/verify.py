@@ -19,7 +19,7 @@ from tfrfs.index.shard_index import IndexCache
 from tfrfs.index.discovery import ShardFile
 from tfrfs.jobs.runner import Where
 from tfrfs.jobs.shard_work import Part
-from tfrfs.dataset.sources import Source
+from tfrfs.index.opened import OpenedSource
 from tfrfs.format.tfrecord import Problem
 
 BytesDone = Callable[[int], None]   # bytes of the current shard's stream checked so far
@@ -109,7 +109,7 @@ def _sound_records(pread: tfrecord.PRead, size: int) -> Iterator[bytes]:
             yield data
 
 
-def local_stream(source: Source, shard: ShardFile) -> Stream:
+def local_stream(source: OpenedSource, shard: ShardFile) -> Stream:
     """How ``verify_shard`` reads a shard of an opened SOURCE in this process."""
     return lambda: shardjobs.stream_of(shard, lambda: source.readers.open(shard.path),
                                        source.discovery.access.open_stream)
@@ -118,7 +118,7 @@ def local_stream(source: Source, shard: ShardFile) -> Stream:
 Progress = Callable[[int, int, int, int], None]   # (shards done, records, stream bytes done, bytes in all)
 
 
-def verify_source(source: Source, records: str | None = None, progress: Progress | None = None,
+def verify_source(source: OpenedSource, records: str | None = None, progress: Progress | None = None,
                   runner: "jobs.Runner | None" = None) -> Iterator[ShardReport]:
     """Every shard's report, in order, from jobs on ``runner`` (this process by default): one
     per shard, or per part of a large uncompressed shard whose index is known."""
@@ -158,7 +158,7 @@ def verify_source(source: Source, records: str | None = None, progress: Progress
             got = []
 
 
-def _parts(source: Source, shard: ShardFile) -> "list[Part] | None":
+def _parts(source: OpenedSource, shard: ShardFile) -> "list[Part] | None":
     """The parts a large uncompressed shard is verified in, when its index is at hand (in the
     cache, or shipped beside it); else None (one job)."""
     if shard.compression != tfrecord.NONE or shard.size <= shardjobs.SPLIT_BYTES and \
