@@ -1,9 +1,10 @@
 """One place that assembles a mount, and the results of what a mount is asked to do.
 
-``open_mount`` finds SOURCE's shards, indexes them, and (``writable``) takes the source's lock,
-loads the staged changes and recovers an interrupted commit; then it builds the record store, the
-namespace and the editors. The FUSE adapter serves the ``Mount`` it returns; the command line,
-the crash tests and the library use the same function. ``commit``, ``status`` and ``discard``
+``open_mount`` has the dataset factory (``factory.open_dataset``) find SOURCE's shards and index
+them, and (``writable``) takes the source's lock, loads the staged changes and recovers an
+interrupted commit before the factory makes the record store with them as its overlay; then it
+builds the namespace and the editors. The FUSE adapter serves the ``Mount`` it returns (and keeps
+the daemon's mount record); the command line and the crash tests use the same function. ``commit``, ``status`` and ``discard``
 return small result values; only the command line prints them.
 
 How a writable mount ends (SPEC 7): ``finish`` commits only when the kernel unmounted it
