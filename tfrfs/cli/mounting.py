@@ -23,7 +23,8 @@ from tfrfs.errors import TfrfsError, UsageError
 from tfrfs.index.shard_index import default_cache_dir
 from tfrfs.index.discovery import named_like_shard
 from tfrfs.storage.factory import is_url
-from tfrfs.cli.common import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, FSTYPE, Progress, check_folder, check_options, index_options, open_args
+from tfrfs.cli.common import (EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, FSTYPE, Progress, check_folder, check_options,
+                              index_options, open_args)
 
 
 MOUNT_WAIT_S = 120.0

@@ -4,8 +4,9 @@
 them, and (``writable``) takes the source's lock, loads the staged changes and recovers an
 interrupted commit before the factory makes the record store with them as its overlay; then it
 builds the namespace and the editors. The FUSE adapter serves the ``Mount`` it returns (and keeps
-the daemon's mount record); the command line and the crash tests use the same function. ``commit``, ``status`` and ``discard``
-return small result values; only the command line prints them.
+the daemon's mount record); the command line and the crash tests use the same function.
+``commit``, ``status`` and ``discard`` return small result values; only the command line prints
+them.
 
 How a writable mount ends (SPEC 7): ``finish`` commits only when the kernel unmounted it
 (``fusermount3 -u``, ``umount``, ``tfrfs umount``), or drops the staged edits when asked to
