@@ -54,13 +54,15 @@ def local_where(cache: IndexCache) -> Where:
 
 # --- the one shard job: a shard's index -----------------------------------------------------------
 
-def index_job(where: Where, shard: ShardFile, schema: bool, keep_going: bool = False) -> bytes | str:
+def index_job(where: Where, shard: ShardFile, schema: bool, local: bool = False) -> bytes | str:
     """Index ``shard`` from its headers (with its schema's part when ``schema``, unless it is to
     be read in parts): the bytes of its cache entry (``IndexCache.entry_bytes``), which the caller
     writes into the cache. A compressed shard's plain stream goes into the cache folder, where the
     caller finds it when it shares that folder (one machine); else the caller inflates it again.
-    ``keep_going``: a failure is returned as text (why) instead of raised, so that one shard does
-    not end a pool's whole run; the caller then indexes that shard itself (and raises what it
+    ``local``: a job of a pool on the caller's machine, which shares its cache folder: the job
+    writes the entry there itself and sends back nothing (no copy of the offsets through a
+    pipe), and a failure is returned as text (why) instead of raised, so that one shard does not
+    end the pool's whole run; the caller then indexes that shard itself (and raises what it
     raises)."""
     try:
         cache = IndexCache(where.cache_dir, shardjobs.readers_of(where, shard), shardjobs.WhereFiles(where))
@@ -71,17 +73,22 @@ def index_job(where: Where, shard: ShardFile, schema: bool, keep_going: bool = F
             failed: list[int] = []
             idx.tally = _tally_of_index(cache, idx, failed)
             idx.checked = tuple(failed)
-        return cache.entry_bytes(idx)
+        data = cache.entry_bytes(idx)
+        if local:
+            cache.save_bytes(shard, data)
+            return b""
+        return data
     except Exception as exc:  # noqa: BLE001 - whatever it was, the job is done again by the caller
-        if not keep_going:
+        if not local:
             raise
         return str(exc or type(exc).__name__)
 
 
 def _loaded(cache: IndexCache, shard: ShardFile, data: bytes) -> ShardIndex:
-    """``data`` (a job's ``index_job`` bytes) written into the cache, and the index loaded from
-    there, as a later mount loads it."""
-    cache.save_bytes(shard, data)
+    """``data`` (a job's ``index_job`` bytes; none when the job wrote them itself) written into the
+    cache, and the index loaded from there, as a later mount loads it."""
+    if data:
+        cache.save_bytes(shard, data)
     idx = cache.load(shard)
     if idx is None:
         # Not in the cache after all (it cannot be written, or a compressed shard whose stream a
