@@ -241,7 +241,7 @@ def open_mount(source: str | Source, *, writable: bool = False, records: str | N
             session.attach(store)
         tree = Tree(disc, store, Schema(store, cache.save, jobs.scan_pool))
         if src.manifest is not None and src.local_root is not None and staging is None:
-            from tfrfs.index.manifest import FolderCheck
+            from tfrfs.view.folder_check import FolderCheck
             tree.check_folders(FolderCheck(tree, cache))
         mount = Mount(disc, tree, cache, src, staging)
         if staging is not None:
