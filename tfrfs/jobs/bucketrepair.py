@@ -36,7 +36,7 @@ from tfrfs.storage.base import Stat, Storage
 from tfrfs.storage.places import Place
 
 if TYPE_CHECKING:
-    from tfrfs.jobs.runner import Where
+    from tfrfs.index.where import Where
     from tfrfs.jobs.repair import Repaired
     from tfrfs.dataset.sources import Source
 

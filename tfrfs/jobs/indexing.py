@@ -29,7 +29,7 @@ from tfrfs.index import shardschema
 from tfrfs.format import tfrecord
 from tfrfs.index.shard_index import IndexCache, ShardIndex
 from tfrfs.index.discovery import ShardFile, SourceFiles
-from tfrfs.jobs.runner import Where
+from tfrfs.index.where import Where
 
 log = logging.getLogger("tfrfs")
 

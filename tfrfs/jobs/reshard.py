@@ -36,7 +36,7 @@ from tfrfs.format import tfrecord
 from tfrfs.errors import DataLoss, UsageError
 from tfrfs.index.shard_index import ShardIndex
 from tfrfs.index.discovery import INDEX_SUFFIXES
-from tfrfs.jobs.runner import Where
+from tfrfs.index.where import Where
 from tfrfs.jobs.publish import Dest
 from tfrfs.jobs.shardwrite import ShardWriter
 from tfrfs.format.tfrecord import FOOTER, HEADER, OVERHEAD, Problem

@@ -17,7 +17,7 @@ from tfrfs.format import tfrecord
 from tfrfs.format.record_kinds import choose_kind, parse_problem
 from tfrfs.index.shard_index import IndexCache
 from tfrfs.index.discovery import ShardFile
-from tfrfs.jobs.runner import Where
+from tfrfs.index.where import Where
 from tfrfs.jobs.shard_work import Part
 from tfrfs.dataset.sources import Source
 from tfrfs.format.tfrecord import Problem
