@@ -52,6 +52,16 @@ def test_the_factory_picks_the_storage_by_the_name() -> None:
         open_storage("/tmp", {"anon": True})
 
 
+def test_absolute_names_the_same_place_from_anywhere(place: tuple[Storage, str], tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    st, root = place
+    path = st.join(root, "a", "one.bin")
+    assert st.absolute(path) == path   # the fixture's roots are absolute already
+    if isinstance(st, LocalStorage):
+        monkeypatch.chdir(tmp_path)
+        assert st.absolute("root/a") == str(tmp_path / "root" / "a")
+
+
 def test_a_location_is_small_and_travels(tmp_path: Path) -> None:
     loc = locate(str(tmp_path) + "/sub")
     assert loc == Location(str(tmp_path / "sub")) and loc.name == "sub"

@@ -53,8 +53,8 @@ def test_commands_import_only_what_they_share() -> None:
 
 def test_only_the_storage_factory_asks_whether_bytes_are_remote() -> None:
     # Where bytes live is the storage's to know (tfrfs.storage: one factory tells a URL from a
-    # path); the command line may look at its arguments. Anywhere else a branch on "is it a URL",
-    # a ``.remote`` flag, the raw fsspec object or the store's type is a second answer to the
+    # path); the command line may look at its arguments. Anywhere else a branch on "is it a URL"
+    # (``is_url``, a "://" in it, its scheme, a parse of it), a ``.remote`` flag, the raw fsspec object or the store's type is a second answer to the
     # same question, and the next storage would have to find and fix every one of them.
     import re
     patterns = {
@@ -63,6 +63,9 @@ def test_only_the_storage_factory_asks_whether_bytes_are_remote() -> None:
         "raw fsspec .fs": re.compile(r"\.fs\b"),
         "isinstance(..., Store)": re.compile(r"isinstance\([^)]*\bStore\b"),
         "the store's protocol": re.compile(r"\.protocol\b"),
+        'a "://" test': re.compile(r"""["']://["']"""),
+        "a scheme's prefix": re.compile(r"""startswith\(\s*\(?\s*[rbf]?["'][A-Za-z][A-Za-z0-9+.-]*://"""),
+        "a URL parsed": re.compile(r"\burl(?:parse|split)\b|\burllib\.parse\b"),
     }
     root = os.path.dirname(tfrfs.__file__)
     found = []

@@ -117,9 +117,9 @@ def open_source(source: str, *, options: dict[str, Any] | None = None, cache_dir
 
 def _remote_manifest(storage: Storage, url: str) -> Manifest | None:
     """The manifest at a prefix (one request), or None (none there, or not a prefix)."""
-    if any(ch in url.partition("://")[2] for ch in "*?["):
+    if any(ch in url for ch in "*?["):   # a glob: no prefix to hold one
         return None
-    where = url.rstrip("/") + "/" + manifest.NAME
+    where = storage.join(url.rstrip("/"), manifest.NAME)
     try:
         data = storage.read(where)
     except (FileNotFoundError, PermissionError):
@@ -208,6 +208,9 @@ class RemoteFiles(SourceFiles):
     def plain_path(self, rel: str) -> str:
         obj = self.objects[rel]
         return plain_file_path(self.store, obj.url, obj.identity, self.cache_dir)
+
+    def local_path(self, path: str) -> str | None:
+        return None   # objects in a store
 
     def listed(self) -> list[ObjectInfo]:
         return list(self.objects.values())

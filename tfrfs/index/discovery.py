@@ -87,6 +87,11 @@ class SourceFiles:
         """A local file with the plain file's bytes."""
         return os.path.join(self.root, rel)
 
+    def local_path(self, path: str) -> str | None:
+        """The local file that holds ``path`` (a file of the source), to read in place; None
+        when it is an object in a store."""
+        return path
+
     def listed(self) -> list["ObjectInfo"]:
         """What a listing of the source said about its files, to be trusted until they are
         written (a local folder's are looked at when needed: none)."""

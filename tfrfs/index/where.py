@@ -79,6 +79,9 @@ class WhereFiles(SourceFiles):
     def open_stream(self, path: str) -> Any:
         return self.where.open_stream(path)
 
+    def local_path(self, path: str) -> str | None:
+        return self.where.storage().local_path(path)
+
 
 def readers_of(where: Where, shard: ShardFile) -> Any:
     """``where``'s readers, told the shard's size and identity as the caller saw them (no look-up)."""

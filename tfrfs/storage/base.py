@@ -86,6 +86,11 @@ class Storage(ABC):
     def split(self, path: str) -> tuple[str, str]:
         """(parent, last name) of ``path``."""
 
+    def absolute(self, path: str) -> str:
+        """``path`` spelled so that it names the same file or folder from any working directory
+        (what a key of a dataset's content may hold): a local path made absolute; a URL is."""
+        return path
+
     def local_path(self, path: str) -> str | None:
         """The local file system path that holds ``path``'s bytes, when there is one (what a
         reader may ``mmap``, what ``statvfs`` asks about); None for an object in a store."""

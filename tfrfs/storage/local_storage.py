@@ -63,6 +63,9 @@ class LocalStorage(Storage):
     def split(self, path: str) -> tuple[str, str]:
         return os.path.split(path.rstrip(os.sep) or os.sep)
 
+    def absolute(self, path: str) -> str:
+        return os.path.abspath(path)
+
     def local_path(self, path: str) -> str | None:
         return path
 
