@@ -88,7 +88,7 @@ def readers_of(where: Where, shard: ShardFile) -> Any:
     readers = where.readers()
     know = getattr(readers, "know", None)
     if know is not None:
-        from tfrfs.storage.fsspec_store import ObjectInfo
+        from tfrfs.storage.base import ObjectInfo
         know([ObjectInfo(shard.path, shard.size, shard.identity, shard.mtime_ns)])
     return readers
 
