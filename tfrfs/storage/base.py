@@ -143,7 +143,7 @@ class Storage(ABC):
         there is nothing there."""
 
     @abstractmethod
-    def list_source(self, path: str) -> "Listing":
+    def list_source(self, path: str) -> Listing:
         """What SOURCE ``path`` names, as a user gives it: one file (``named``), a folder or prefix
         (every file under it, recursively, but a staging folder's), or a glob of files. Raises
         UsageError when it names nothing (or cannot be listed)."""
