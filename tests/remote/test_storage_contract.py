@@ -52,6 +52,16 @@ def test_the_factory_picks_the_storage_by_the_name() -> None:
         open_storage("/tmp", {"anon": True})
 
 
+def test_absolute_names_the_same_place_from_anywhere(place: tuple[Storage, str], tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    st, root = place
+    path = st.join(root, "a", "one.bin")
+    assert st.absolute(path) == path   # the fixture's roots are absolute already
+    if isinstance(st, LocalStorage):
+        monkeypatch.chdir(tmp_path)
+        assert st.absolute("root/a") == str(tmp_path / "root" / "a")
+
+
 def test_a_location_is_small_and_travels(tmp_path: Path) -> None:
     loc = locate(str(tmp_path) + "/sub")
     assert loc == Location(str(tmp_path / "sub")) and loc.name == "sub"
@@ -106,6 +116,33 @@ def test_listing_with_details(place: tuple[Storage, str]) -> None:
     assert [(e.name, e.stat.size) for e in deep] == [("a.txt", 1), ("b.txt", 2), ("sub/c.txt", 3), ("sub/deep/d.txt", 4)]
     assert all(e.stat.identity == st.stat(e.path).identity for e in deep)   # type: ignore[union-attr]
     assert st.list(st.join(root, "nothing-here"), recursive=True) in (None, [])
+
+
+def test_a_source_is_listed_as_one_file_a_folder_or_a_glob(place: tuple[Storage, str]) -> None:
+    st, root = place
+    for name, data in [("b.txt", b"bb"), ("a.txt", b"a"), ("sub/c.txt", b"ccc"), ("sub/deep/a.txt", b"dddd"),
+                       (".tfrfs-staging/x", b"staged")]:
+        st.write(st.join(root, name), data)
+    folder = st.list_source(root)
+    assert not folder.named and folder.root == root
+    assert [(rel, o.size) for rel, o in folder.files] == [("a.txt", 1), ("b.txt", 2), ("sub/c.txt", 3),
+                                                           ("sub/deep/a.txt", 4)]
+    assert folder.dirs == ("", "sub", "sub/deep")
+    assert all(st.read(o.url) == st.read(st.join(root, rel)) and o.identity for rel, o in folder.files)
+    one = st.list_source(st.join(root, "sub", "c.txt"))
+    assert one.named and one.root == st.join(root, "sub") and [rel for rel, _ in one.files] == ["c.txt"]
+    globbed = st.list_source(st.join(root, "*.txt"))
+    assert not globbed.named and [rel for rel, _ in globbed.files] == ["a.txt", "b.txt"]
+    with pytest.raises(UsageError):
+        st.list_source(st.join(root, "none*.txt"))
+
+
+def test_the_head_of_a_file(place: tuple[Storage, str]) -> None:
+    st, root = place
+    path = st.join(root, "h.bin")
+    st.write(path, b"0123456789")
+    assert st.read_head(path, 4) == b"0123"
+    assert st.read_head(path, 100) == b"0123456789"
 
 
 def test_streamed_create(place: tuple[Storage, str]) -> None:

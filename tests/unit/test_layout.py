@@ -8,6 +8,8 @@ import pkgutil
 import subprocess
 import sys
 
+from typing import Any
+
 import tfrfs
 
 
@@ -51,8 +53,8 @@ def test_commands_import_only_what_they_share() -> None:
 
 def test_only_the_storage_factory_asks_whether_bytes_are_remote() -> None:
     # Where bytes live is the storage's to know (tfrfs.storage: one factory tells a URL from a
-    # path); the command line may look at its arguments. Anywhere else a branch on "is it a URL",
-    # a ``.remote`` flag, the raw fsspec object or the store's type is a second answer to the
+    # path); the command line may look at its arguments. Anywhere else a branch on "is it a URL"
+    # (``is_url``, a "://" in it, its scheme, a parse of it), a ``.remote`` flag, the raw fsspec object or the store's type is a second answer to the
     # same question, and the next storage would have to find and fix every one of them.
     import re
     patterns = {
@@ -61,6 +63,9 @@ def test_only_the_storage_factory_asks_whether_bytes_are_remote() -> None:
         "raw fsspec .fs": re.compile(r"\.fs\b"),
         "isinstance(..., Store)": re.compile(r"isinstance\([^)]*\bStore\b"),
         "the store's protocol": re.compile(r"\.protocol\b"),
+        'a "://" test': re.compile(r"""["']://["']"""),
+        "a scheme's prefix": re.compile(r"""startswith\(\s*\(?\s*[rbf]?["'][A-Za-z][A-Za-z0-9+.-]*://"""),
+        "a URL parsed": re.compile(r"\burl(?:parse|split)\b|\burllib\.parse\b"),
     }
     root = os.path.dirname(tfrfs.__file__)
     found = []
@@ -138,3 +143,92 @@ def test_no_module_takes_a_private_name_of_another() -> None:
                         and node.attr.startswith("_") and not node.attr.startswith("__")):
                     found.append(f"{os.path.relpath(path, root)}:{node.lineno}: uses {node.value.id}.{node.attr}")
     assert found == []
+
+
+# Highest first: a module may import its own subpackage and any lower layer, never a higher one.
+LAYERS = ("faces", "dataset", "jobs", "edit", "view", "index", "storage", "format", "errors")
+# The faces stand side by side at the top; one uses another only where ``FACE_USES`` says: the
+# command line mounts through the FUSE face and reads the package's version, the Ray source
+# opens datasets as the library does. ``tfrfs`` is the package itself (``tfrfs.open``).
+FACES = ("cli", "fuse", "ray", "library", "sample", "tfrfs")
+FACE_USES = {"cli": ("fuse", "tfrfs"), "ray": ("library",), "tfrfs": ("library", "ray")}
+# The sample dataset writes shards: it may use the bytes on disk, and nothing of the runtime.
+SAMPLE_USES = ("format", "errors")
+# Imports that break the order (none; an entry here would say why it must).
+KNOWN_UPWARD: set[tuple[str, str]] = set()
+
+
+def _part_of(module: str) -> str:
+    """The subpackage (or top module) ``tfrfs.x.y`` belongs to: ``x``; ``tfrfs`` for the package
+    and what it holds itself (``tfrfs.__version__``)."""
+    part = module.split(".")[1] if "." in module else "tfrfs"
+    return "tfrfs" if part.startswith("__") else part
+
+
+def _layer_of(part: str) -> str:
+    return "faces" if part in FACES else part
+
+
+def _imports_of(tree: Any, module: str, is_package: bool) -> list[str]:
+    """Every ``tfrfs`` module ``tree`` imports, wherever the import is (at the top, inside a
+    function, under ``TYPE_CHECKING``): ``from tfrfs import x`` counts as ``tfrfs.x`` when ``x``
+    is a module or subpackage, else as the package itself."""
+    import ast
+    root = os.path.dirname(tfrfs.__file__)
+    package = module if is_package else module.rsplit(".", 1)[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name.startswith("tfrfs.")]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{parent}.{base}" if base else parent
+            if base == "tfrfs" or base.startswith("tfrfs."):
+                folder = os.path.join(root, *base.split(".")[1:])
+                found += [f"{base}.{a.name}" if os.path.exists(os.path.join(folder, a.name)) or
+                          os.path.exists(os.path.join(folder, a.name + ".py")) else base for a in node.names]
+    return found
+
+
+def _may_import(mine: str, theirs: str) -> bool:
+    """Whether a module of ``mine`` (a subpackage or top module) may import one of ``theirs``."""
+    if mine == theirs:
+        return True
+    if mine == "sample":
+        return theirs in SAMPLE_USES
+    if theirs in FACES:
+        return theirs in FACE_USES.get(mine, ())
+    if mine in FACES:
+        return True
+    return LAYERS.index(theirs) > LAYERS.index(mine)
+
+
+def test_layers_import_only_downward() -> None:
+    """The layers, highest first: the faces (cli, fuse, ray, library, sample) -> dataset -> jobs ->
+    edit -> view -> index -> storage -> format -> errors. Each subpackage's docstring says so;
+    this holds every module to it (imports inside functions and for types too), so a lower layer
+    never learns of a higher one."""
+    import ast
+    root = os.path.dirname(tfrfs.__file__)
+    found = []
+    for folder, _dirs, files in os.walk(root):
+        for name in sorted(files):
+            if not name.endswith(".py"):
+                continue
+            rel = os.path.relpath(os.path.join(folder, name), root)[:-3].replace(os.sep, ".")
+            is_package = rel == "__init__" or rel.endswith(".__init__")
+            # ``python -m tfrfs`` is the command line.
+            module = {"__init__": "tfrfs", "__main__": "tfrfs.cli.__main__"}.get(rel, "tfrfs." + rel.removesuffix(".__init__"))
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                tree = ast.parse(f.read())
+            mine = _part_of(module)
+            for target in _imports_of(tree, module, is_package):
+                theirs = _part_of(target)
+                if _layer_of(theirs) not in LAYERS:
+                    found.append(f"{module} -> {target}: in no layer")
+                elif not _may_import(mine, theirs) and \
+                        (module.removeprefix("tfrfs."), ".".join(target.split(".")[1:3])) not in KNOWN_UPWARD:
+                    found.append(f"{module} -> {target}")
+    assert found == [], "\n".join(found)

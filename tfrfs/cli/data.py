@@ -232,7 +232,7 @@ def _read_schema(dataset: DatasetParts, runner: Any) -> dict:
 def _read_tallies(runner: Any, src: Any, schema: Any) -> None:
     """The shards' parts of ``schema`` that are not known yet, read as shard jobs on ``runner``
     and kept as the schema keeps what it reads itself (with the shard's index, in the cache)."""
-    from tfrfs.jobs.runner import Where
+    from tfrfs.index.where import Where
     from tfrfs.jobs.indexing import read_tallies
     store = schema.store
 

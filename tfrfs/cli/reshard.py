@@ -96,7 +96,7 @@ class _Jobs(Sequence):
 def cmd_reshard(args: argparse.Namespace) -> int:
     from tfrfs.jobs import publish
     from tfrfs.errors import UsageError
-    from tfrfs.jobs.runner import Where
+    from tfrfs.index.where import Where
     from tfrfs.jobs.publish import Dest
     from tfrfs.storage.factory import is_url
     from tfrfs.storage.fsspec_store import parse_options

@@ -43,6 +43,7 @@ from tfrfs.dataset.sources import Source, open_source
 from tfrfs.edit.journal import Staging
 from tfrfs.edit.overlay import EditSession
 from tfrfs.view.tree import Tree
+from tfrfs.index.where import Where
 
 if TYPE_CHECKING:   # the editors are loaded by writable mounts only (see open_mount)
     from tfrfs.edit.feature_files import FileEditor
@@ -194,7 +195,7 @@ class Mount:
         return self.committer.commit(self.write_jobs(runner))
 
     def write_jobs(self, runner: jobs.Runner | None) -> WriteJobs:
-        where = jobs.Where.of(self.source)
+        where = Where.of(self.source)
 
         def write_jobs(plans: list[repack.ShardPlan]) -> Iterator[repack.Written]:
             from tfrfs.jobs.shard_work import gather
@@ -248,11 +249,11 @@ def open_mount(source: str | Source, *, writable: bool = False, records: str | N
             session.attach(parts.store)
         tree = Tree(disc, parts.store, parts.schema)
         if src.manifest is not None and src.local_root is not None and staging is None:
-            from tfrfs.index.manifest import FolderCheck
+            from tfrfs.view.folder_check import FolderCheck
             tree.check_folders(FolderCheck(tree, parts.cache))
         mount = Mount(disc, tree, parts.cache, src, staging)
         if staging is not None:
-            mount.committer = Committer(tree, staging, parts.cache, jobs.Where.of(src), mount.guard)
+            mount.committer = Committer(tree, staging, parts.cache, Where.of(src), mount.guard)
             # Imported here: a read-only mount (and every command but mount --rw) does without them.
             from tfrfs.edit.feature_files import FileEditor
             from tfrfs.edit.folders import FolderEditor

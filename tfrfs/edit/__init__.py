@@ -4,7 +4,7 @@ store reads through it; it keeps the pinned names), the editors of feature files
 rename, changes to a record message, and the commit (``commit``, on a thread of its own inside a
 mount) that repacks changed shards (``repack``).
 
-May import: ``tfrfs.view``, ``tfrfs.index``, ``tfrfs.storage``, ``tfrfs.format``, ``tfrfs.errors``;
-and ``tfrfs.jobs.runner.Where`` (what a commit's shard job needs to find SOURCE), as ``repack``
-always has.
+May import: ``tfrfs.view``, ``tfrfs.index`` (``index.where.Where`` is what a commit's shard job
+needs to find SOURCE), ``tfrfs.storage``, ``tfrfs.format``, ``tfrfs.errors``; never ``jobs`` or
+anything above it.
 """

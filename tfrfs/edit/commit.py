@@ -32,7 +32,7 @@ from tfrfs.index import tfds_info as tfds
 from tfrfs.index.shard_index import IndexCache
 from tfrfs.index.discovery import ShardFile, local_identity
 from tfrfs.index.shardschema import Tally
-from tfrfs.jobs.runner import Where
+from tfrfs.index.where import Where
 from tfrfs.view.nodes import PlainFile
 from tfrfs.view.tree import Tree
 

@@ -33,7 +33,7 @@ from tfrfs.format import tfrecord
 from tfrfs.errors import DataLoss, TfrfsError
 from tfrfs.index.shard_index import ShardIndex
 from tfrfs.index.discovery import TMP_PREFIX, ShardFile
-from tfrfs.jobs.runner import Where
+from tfrfs.index.where import Where, plain_stream, readers_of
 from tfrfs.edit.journal import ShardChanges, Staging
 
 log = logging.getLogger("tfrfs")
@@ -247,12 +247,11 @@ def _old_stream(where: Where, plan: ShardPlan) -> Iterator[_Source | None]:
     if shard is None or not any(isinstance(s, tuple) for s in plan.steps):
         yield None
         return
-    from tfrfs.jobs import shard_work as shardjobs
     seen = where.storage().stat(shard.path)
     if seen is not None and seen.identity != shard.identity:
         raise DataLoss(f"{shard.relpath} changed on disk since it was indexed; commit again")
     if shard.compression == tfrecord.NONE:
-        reader = shardjobs.readers_of(where, shard).open(shard.path)
+        reader = readers_of(where, shard).open(shard.path)
         try:
             yield reader
         finally:
@@ -266,7 +265,7 @@ def _old_stream(where: Where, plan: ShardPlan) -> Iterator[_Source | None]:
         with open(plan.data_path, "rb", buffering=0) as f:
             yield _StagedFile(f.fileno())
         return
-    with shardjobs.plain_stream(where, shard) as (pread, _, _):
+    with plain_stream(where, shard) as (pread, _, _):
         yield _PReadOnly(pread)
 
 

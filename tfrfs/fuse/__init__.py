@@ -2,5 +2,6 @@
 over the dataset's tree with errors mapped once, the request loop, mount options, the mount table
 and what a running daemon notes about itself.
 
-May import: ``tfrfs.dataset`` and everything below it; never ``cli`` or ``ray``.
+May import: ``tfrfs.dataset`` and everything below it; no other face (``cli``, ``ray``,
+``library``).
 """

@@ -11,7 +11,6 @@ import os
 import re
 import stat
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Callable, Iterable
 
 from tfrfs.index import idxfile
@@ -21,7 +20,7 @@ from tfrfs.errors import UsageError
 from tfrfs.storage.local_storage import local_identity
 
 if TYPE_CHECKING:
-    from tfrfs.storage.fsspec_store import ObjectInfo
+    from tfrfs.storage.base import ObjectInfo
 
 log = logging.getLogger("tfrfs")
 
@@ -30,6 +29,9 @@ SNIFF_BYTES = 4096
 DAMAGED_DIR = ".tfrfs-damaged"        # repair's copies of damaged shards (SPEC 6), never shown
 TMP_PREFIX = ".tfrfs-commit-"         # files being written beside the shards (commit, repair), never shown
 HIDDEN_DIRS = (STAGING_DIR, DAMAGED_DIR)
+# A "being written" object in a reshard's DEST that has no folders to rename (a bucket prefix):
+# there until the new dataset's manifest is, so a prefix with it and no manifest is unfinished.
+RESHARD_MARKER = TMP_PREFIX + "reshard"
 # SPEC 1, "named like a shard": after a final .gz/.gzip/.zlib, a TFRecord suffix (maybe followed
 # by - and digits, as TFDS names its shards), or -NNNNN-of-NNNNN.
 _SHARD_NAME = re.compile(r"(?:\.(?:tfrecords?|tfrec|records?)(?:-\d+(?:-of-\d+)?)?|-\d+-of-\d+)"
@@ -67,7 +69,10 @@ class ShardFile:
 
 class SourceFiles:
     """The files of a local SOURCE other than the shards' records: plain files, folders' times,
-    index files beside shards. A remote source has its own (``sources.RemoteFiles``)."""
+    index files beside shards. A source in a store has its own (``storage_discovery.StorageFiles``,
+    a subclass over its ``Storage``, answered from the listing it keeps). A local one stays on
+    plain os calls: a file is looked at when asked (no listing held for a folder of any size),
+    read in place, and written durably with the user's umask."""
 
     def __init__(self, root: str) -> None:
         self.root = root
@@ -86,6 +91,11 @@ class SourceFiles:
     def plain_path(self, rel: str) -> str:
         """A local file with the plain file's bytes."""
         return os.path.join(self.root, rel)
+
+    def local_path(self, path: str) -> str | None:
+        """The local file that holds ``path`` (a file of the source), to read in place; None
+        when it is an object in a store."""
+        return path
 
     def listed(self) -> list["ObjectInfo"]:
         """What a listing of the source said about its files, to be trusted until they are

@@ -385,6 +385,11 @@ class IndexCache:
                 found += [(os.path.join(folder, n), local) for n in shipped_names(name, present)]
         return found
 
+    def _local_file(self, shard: ShardFile, path: str) -> str | None:
+        """A shipped index file ``path`` as a local file to read in place, or None: one in
+        ``index_dir`` is local; one beside the shard is when the source's storage is."""
+        return self.files.local_path(path) if path in shard.shipped else path
+
     def from_shipped(self, shard: ShardFile) -> tuple[ShardIndex | None, list[str]]:
         """The index of an index file beside the shard (or in ``index_dir``) that matches it, and
         why the others found were ignored."""
@@ -451,7 +456,7 @@ class IndexCache:
             return True
         reader = self.readers.open(data_path)
         try:
-            for i in sorted({count - 1} if "://" in data_path else {0, count // 2, count - 1}):
+            for i in sorted({count - 1} if reader.reads_are_requests else {0, count // 2, count - 1}):
                 start = offsets[i]
                 end = ends.get(i, offsets[i + 1])
                 if tfrecord.parse_header(reader.pread(tfrecord.HEADER, start)) != end - start - tfrecord.OVERHEAD:
@@ -503,11 +508,12 @@ class IndexCache:
         shipped, ignored = self.from_shipped(shard)
         for note in ignored:
             log.warning("%s: %s", shard.relpath, note)
-        if shipped is not None and shipped.origin and shipped.origin.endswith(idxfile.SUFFIX) and \
-                "://" not in shipped.origin and shard.compression == tfrecord.NONE:
+        local = self._local_file(shard, shipped.origin) if shipped is not None and shipped.origin else None
+        if shipped is not None and local is not None and local.endswith(idxfile.SUFFIX) and \
+                shard.compression == tfrecord.NONE:
             # A local NAME.tfrfs-idx that matches: read in place when needed, not copied.
-            meta = idxfile.read_header(shipped.origin)
-            lazy = self._from_meta(shard, meta, None, self._cached_offsets(shard, shipped.origin, meta))
+            meta = idxfile.read_header(local)
+            lazy = self._from_meta(shard, meta, None, self._cached_offsets(shard, local, meta))
             if lazy is not None:
                 lazy.origin = shipped.origin
                 lazy.notes.extend(ignored)

@@ -29,14 +29,13 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Callable
 
 import crc32c
 
-from tfrfs.storage import durable
 from tfrfs.errors import DataLoss
 from tfrfs.index.discovery import DAMAGED_DIR, TMP_PREFIX
 from tfrfs.storage.base import Stat, Storage
 from tfrfs.storage.places import Place
 
 if TYPE_CHECKING:
-    from tfrfs.jobs.runner import Where
+    from tfrfs.index.where import Where
     from tfrfs.jobs.repair import Repaired
     from tfrfs.index.opened import OpenedSource
 

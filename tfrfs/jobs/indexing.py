@@ -29,7 +29,7 @@ from tfrfs.index import shardschema
 from tfrfs.format import tfrecord
 from tfrfs.index.shard_index import IndexCache, ShardIndex
 from tfrfs.index.discovery import ShardFile, SourceFiles
-from tfrfs.jobs.runner import Where
+from tfrfs.index.where import Where, WhereFiles, plain_stream, readers_of
 
 log = logging.getLogger("tfrfs")
 
@@ -65,7 +65,7 @@ def index_job(where: Where, shard: ShardFile, schema: bool, local: bool = False)
     end the pool's whole run; the caller then indexes that shard itself (and raises what it
     raises)."""
     try:
-        cache = IndexCache(where.cache_dir, shardjobs.readers_of(where, shard), shardjobs.WhereFiles(where))
+        cache = IndexCache(where.cache_dir, readers_of(where, shard), WhereFiles(where))
         idx = cache.build(shard)
         if schema and not shardjobs.large(shard, idx.count):
             # Reading every record for the schema, the data checksums are checked on the way (for
@@ -280,7 +280,7 @@ def tally_job(where: Where, shard: ShardFile, data_path: str, stream_size: int, 
             fd = f.fileno()
             shardschema.scan_read(scanner, lambda n, off: os.pread(fd, n, off), spans, skipped, failed)
     else:
-        with shardjobs.plain_stream(where, shard) as (pread, _, _):
+        with plain_stream(where, shard) as (pread, _, _):
             shardschema.scan_read(scanner, pread, spans, skipped, failed)
     return scanner.flush().to_json(), [first + i for i in failed]
 

@@ -30,13 +30,13 @@ import crc32c
 
 from tfrfs.errors import UsageError
 from tfrfs.index.idxfile import SUFFIX
-from tfrfs.index.discovery import TMP_PREFIX
+from tfrfs.index.discovery import RESHARD_MARKER, TMP_PREFIX
 from tfrfs.index.manifest import NAME as MANIFEST
 from tfrfs.storage.base import Location, Storage, Writing
 from tfrfs.storage.factory import locate
 
 WORK_PREFIX = TMP_PREFIX + "reshard-"   # the temporary folder beside a DEST whose folders rename
-MARKER = TMP_PREFIX + "reshard"          # a "being written" object in a DEST that has no folders to rename
+MARKER = RESHARD_MARKER                  # a "being written" object in a DEST that has no folders to rename
 RECEIPTS = TMP_PREFIX + "receipts"       # jobs' receipts, and the plan (staged: inside the work folder)
 PLAN = "plan.json"
 

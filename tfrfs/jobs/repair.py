@@ -31,6 +31,7 @@ from tfrfs.edit.repack import TMP_PREFIX, FaultedFile, check_new_shard
 from tfrfs.index.opened import OpenedSource
 from tfrfs.edit.journal import Staging
 from tfrfs.jobs.verify import Progress, ShardReport, verify_source
+from tfrfs.index.where import Where, plain_stream
 
 if TYPE_CHECKING:
     from tfrfs.storage.places import Place
@@ -91,7 +92,7 @@ def repair_source(source: OpenedSource, *, backup: bool = True, dry_run: bool = 
     from tfrfs.jobs import bucketrepair
     check_repairable(source)
     runner = runner or jobs.InProcess()
-    where = jobs.Where.of(source)
+    where = Where.of(source)
     # Where nothing renames (a bucket), objects are replaced by a copy over them instead.
     bucket = bucketrepair.place_of(source) if not source.storage.renames_atomically else None
     if not dry_run:
@@ -180,7 +181,7 @@ def _tmp_path(shard: ShardFile) -> str:
     return os.path.join(folder, f"{TMP_PREFIX}repair-{name}")
 
 
-def rewrite(where: "jobs.Where", report: ShardReport, dry_run: bool) -> Repaired:
+def rewrite(where: Where, report: ShardReport, dry_run: bool) -> Repaired:
     """A shard job: the sound records of the damaged shard ``report`` is of, in order, into its
     temporary file (``_tmp_path``), fsynced and read back, or in a bucket into its temporary
     object, checked; nothing is renamed. ``error`` says why it could not be written."""
@@ -198,12 +199,12 @@ def rewrite(where: "jobs.Where", report: ShardReport, dry_run: bool) -> Repaired
     return result
 
 
-def _copy_sound(where: "jobs.Where", result: Repaired, out: BinaryIO | None) -> None:
+def _copy_sound(where: Where, result: Repaired, out: BinaryIO | None) -> None:
     """Walk the shard's plain stream (a compressed shard inflated as far as it goes, into a
     temporary file) and write its sound records to ``out`` with the shard's compression, a
     record at a time; count what is kept and what is dropped."""
     shard = result.shard
-    with shardjobs.plain_stream(where, shard) as (pread, size, problem):
+    with plain_stream(where, shard) as (pread, size, problem):
         if problem is not None and problem.compressed_offset is not None:
             result.compressed_tail = (problem.compressed_offset, shard.size)
         writer = tfrecord.StreamWriter(out if out is not None else _Discard(), shard.compression)  # type: ignore[arg-type]
@@ -220,7 +221,7 @@ def _copy_sound(where: "jobs.Where", result: Repaired, out: BinaryIO | None) -> 
         result.dropped_ranges = [(p.offset, p.offset + (p.skipped or 0)) for p in walk.problems]
 
 
-def _write_repaired(where: "jobs.Where", result: Repaired) -> None:
+def _write_repaired(where: Where, result: Repaired) -> None:
     shard = result.shard
     tmp = _tmp_path(shard)
     mode = os.stat(shard.path).st_mode & 0o7777
@@ -313,7 +314,7 @@ def _keep_original(target: str) -> str:
     return dest
 
 
-def repair_job(where: jobs.Where, report: ShardReport, dry_run: bool) -> Any:
+def repair_job(where: Where, report: ShardReport, dry_run: bool) -> Any:
     """``repair.rewrite``: the damaged shard's sound records into a temporary file beside it, or
     a temporary object beside it in a bucket (the caller puts it in place)."""
     return rewrite(where, report, dry_run)

@@ -36,7 +36,7 @@ from tfrfs.format import tfrecord
 from tfrfs.errors import DataLoss, UsageError
 from tfrfs.index.shard_index import ShardIndex
 from tfrfs.index.discovery import INDEX_SUFFIXES
-from tfrfs.jobs.runner import Where
+from tfrfs.index.where import Where
 from tfrfs.jobs.publish import Dest
 from tfrfs.jobs.shardwrite import ShardWriter
 from tfrfs.format.tfrecord import FOOTER, HEADER, OVERHEAD, Problem
@@ -449,17 +449,14 @@ class Tasks(Sequence):
         return self.task(k)
 
 
-def tfds_info(root: str, files: Any) -> dict | None:
-    """SOURCE's ``dataset_info.json`` when it is a TFDS dataset folder (its splits list shards)."""
+def tfds_info(path: str, files: Any) -> dict | None:
+    """SOURCE's ``dataset_info.json`` at ``path`` when it is a TFDS dataset folder (its splits
+    list shards)."""
     try:
-        info = json.loads(files.read_bytes(_join(root, tfds.INFO)))
+        info = json.loads(files.read_bytes(path))
     except (OSError, ValueError):
         return None
     return info if isinstance(info, dict) and tfds.splits_of(info) else None
-
-
-def _join(root: str, rel: str) -> str:
-    return root.rstrip("/") + "/" + rel if "://" in root else os.path.join(root, rel)
 
 
 def make_plan(src: Any, indexes: list[ShardIndex], dest: Dest, *, shards: int | None, shard_size: int | None,
@@ -467,7 +464,8 @@ def make_plan(src: Any, indexes: list[ShardIndex], dest: Dest, *, shards: int | 
               check: bool = True) -> Plan:
     """Everything the jobs and the publishing need, from SOURCE's indexes. Raises UsageError."""
     disc = src.discovery
-    info = tfds_info(disc.root, disc.access) if disc.mirrors_dir and tfds.INFO in disc.plain_files else None
+    info = tfds_info(src.storage.join(disc.root, tfds.INFO), disc.access) \
+        if disc.mirrors_dir and tfds.INFO in disc.plain_files else None
     sources = tuple(SourceShard(i.shard.path, i.shard.relpath, i.shard.compression, i.data_path,
                                 _stream_size(i)) for i in indexes)
     groups: list[Group] = []
@@ -520,7 +518,7 @@ def make_plan(src: Any, indexes: list[ShardIndex], dest: Dest, *, shards: int | 
     kind = kinds.pop() if len(kinds) == 1 else "raw"
     problems = [(i.shard.relpath, p.fields()) for i in indexes for p in i.problems]
     key = hashlib.sha256(json.dumps({
-        "source": src.name if "://" in src.name else os.path.abspath(src.name),
+        "source": src.storage.absolute(src.name),
         "shards": [[i.shard.relpath, i.shard.size, i.shard.identity] for i in indexes],
         "cut": [shards, shard_size], "compression": compression, "shuffle": shuffle, "names": names,
     }, sort_keys=True).encode()).hexdigest()

@@ -23,14 +23,9 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any
 
 from tfrfs.errors import UsageError
-
-if TYPE_CHECKING:
-    from tfrfs.storage.base import Storage
 
 log = logging.getLogger("tfrfs")
 
@@ -315,49 +310,3 @@ def runner(ray: str | None = None, workers: int | None = None) -> Runner:
         return RayRunner(ray or "auto")
     n = workers or cores()
     return InProcess() if n <= 1 else LocalPool(n)
-
-
-# --- how a job reaches the dataset --------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Where:
-    """How a job, in whatever process, reads a SOURCE's shards: the source as the user named it
-    (a local path or a URL), the store options for a URL, and the cache directory (remote blocks
-    and indexes). Small and picklable; ``readers()`` opens (once per process) what reads."""
-
-    source: str
-    options: tuple[tuple[str, Any], ...] = ()
-    cache_dir: str | None = None
-
-    @classmethod
-    def of(cls, source: Any) -> "Where":
-        """The ``Where`` of an opened ``sources.Source``."""
-        return cls(source.name, tuple(sorted(source.storage.options.items())), str(source.cache_dir))
-
-    def _open(self) -> tuple["Storage", Any]:
-        """This process's storage of the source and its shard readers (shared by the jobs it runs)."""
-        key = (self.source, self.options, self.cache_dir)
-        with _opened_lock:
-            found = _OPENED.get(key)
-            if found is None:
-                from tfrfs.index.shard_index import default_cache_dir
-                from tfrfs.storage.factory import open_storage
-                storage = open_storage(self.source, dict(self.options) or None)
-                cache = Path(self.cache_dir) if self.cache_dir else default_cache_dir()
-                found = _OPENED[key] = (storage, storage.open_readers(cache))
-            return found
-
-    def storage(self) -> "Storage":
-        return self._open()[0]
-
-    def readers(self) -> Any:
-        """This process's shard readers for the source (shared by the jobs it runs)."""
-        return self._open()[1]
-
-    def open_stream(self, path: str) -> BinaryIO:
-        """The stored bytes of ``path`` as a stream (a compressed shard, to inflate)."""
-        return self.storage().open_read(path)
-
-
-_OPENED: dict[tuple, Any] = {}
-_opened_lock = threading.Lock()

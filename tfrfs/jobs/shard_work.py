@@ -8,7 +8,7 @@ Ray tasks.
 A job is one shard, or one part of a large one: an uncompressed shard of more than
 ``SPLIT_BYTES`` bytes or ``SPLIT_RECORDS`` records whose index is known is cut at record
 boundaries the index gives (``parts``), never right after a gap, so that a walk of a part finds
-exactly what the walk of the whole shard finds there. A job reads through ``jobs.Where`` (a local
+exactly what the walk of the whole shard finds there. A job reads through ``index.where.Where`` (a local
 path or a bucket), streams (records one at a time; a compressed shard is inflated into a
 temporary file, as far as it goes), and returns something small: an index file's bytes, a
 ``verify.ShardReport``, a tally as JSON, a ``repair.Repaired``. The caller merges the parts of a
@@ -21,19 +21,14 @@ and ``TFRFS_SPLIT_RECORDS`` (whole numbers).
 from __future__ import annotations
 
 import bisect
-import contextlib
 import os
-import tempfile
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from tfrfs.index import idxfile
 from tfrfs.jobs import runner as jobs
-from tfrfs.format import salvage
-from tfrfs.format import tfrecord
 from tfrfs.index.shard_index import ShardIndex
-from tfrfs.index.discovery import ShardFile, SourceFiles
-from tfrfs.jobs.runner import Where
+from tfrfs.index.discovery import ShardFile
 
 
 def _env_int(name: str, default: int) -> int:
@@ -100,54 +95,6 @@ def gather(runner: jobs.Runner, fn: Callable[..., Any], todo: Sequence[jobs.Job]
         while nxt in waiting:
             yield waiting.pop(nxt)
             nxt += 1
-
-
-class WhereFiles(SourceFiles):
-    """A job's way to a shard's stored bytes (a compressed shard, to inflate)."""
-
-    def __init__(self, where: Where) -> None:
-        super().__init__("/")
-        self.where = where
-
-    def open_stream(self, path: str) -> Any:
-        return self.where.open_stream(path)
-
-
-def readers_of(where: Where, shard: ShardFile) -> Any:
-    """``where``'s readers, told the shard's size and identity as the caller saw them (no look-up)."""
-    readers = where.readers()
-    know = getattr(readers, "know", None)
-    if know is not None:
-        from tfrfs.storage.fsspec_store import ObjectInfo
-        know([ObjectInfo(shard.path, shard.size, shard.identity, shard.mtime_ns)])
-    return readers
-
-
-def plain_stream(where: Where, shard: ShardFile) -> ContextManager[tuple[tfrecord.PRead, int, Any]]:
-    """(pread, size, the problem that ended the inflation or None) of the shard's plain stream,
-    reached from any process through ``where``: read in place, or inflated into a temporary file
-    first (GZIP, ZLIB)."""
-    return stream_of(shard, lambda: readers_of(where, shard).open(shard.path), where.open_stream)
-
-
-@contextlib.contextmanager
-def stream_of(shard: ShardFile, open_reader: Callable[[], Any],
-              open_stored: Callable[[str], Any]) -> Iterator[tuple[tfrecord.PRead, int, Any]]:
-    """``plain_stream`` through the given openers: ``open_reader()`` a reader of an uncompressed
-    shard, ``open_stored(path)`` the stored bytes of a compressed one."""
-    if shard.compression == tfrecord.NONE:
-        reader = open_reader()
-        try:
-            yield reader.pread, reader.size, None
-        finally:
-            reader.close()
-        return
-    with tempfile.TemporaryFile() as tmp:
-        with open_stored(shard.path) as src:
-            problem = salvage.inflate(src, tmp, shard.compression)
-        tmp.flush()
-        fd = tmp.fileno()
-        yield (lambda n, off: os.pread(fd, n, off)), os.fstat(fd).st_size, problem
 
 
 def holds_stream(path: str, size: int) -> bool:

@@ -17,7 +17,7 @@ from tfrfs.format import tfrecord
 from tfrfs.format.record_kinds import choose_kind, parse_problem
 from tfrfs.index.shard_index import IndexCache
 from tfrfs.index.discovery import ShardFile
-from tfrfs.jobs.runner import Where
+from tfrfs.index.where import Where, plain_stream, stream_of
 from tfrfs.jobs.shard_work import Part
 from tfrfs.index.opened import OpenedSource
 from tfrfs.format.tfrecord import Problem
@@ -111,7 +111,7 @@ def _sound_records(pread: tfrecord.PRead, size: int) -> Iterator[bytes]:
 
 def local_stream(source: OpenedSource, shard: ShardFile) -> Stream:
     """How ``verify_shard`` reads a shard of an opened SOURCE in this process."""
-    return lambda: shardjobs.stream_of(shard, lambda: source.readers.open(shard.path),
+    return lambda: stream_of(shard, lambda: source.readers.open(shard.path),
                                        source.discovery.access.open_stream)
 
 
@@ -123,7 +123,7 @@ def verify_source(source: OpenedSource, records: str | None = None, progress: Pr
     """Every shard's report, in order, from jobs on ``runner`` (this process by default): one
     per shard, or per part of a large uncompressed shard whose index is known."""
     runner = runner or jobs.InProcess()
-    where = jobs.Where.of(source)
+    where = Where.of(source)
     shards = source.discovery.shards
     todo: list[jobs.Job] = []
     owner: list[int] = []
@@ -177,4 +177,4 @@ def _parts(source: OpenedSource, shard: ShardFile) -> "list[Part] | None":
 
 def verify_job(where: Where, shard: ShardFile, records: str | None, part: Part | None) -> ShardReport:
     """``verify.verify_shard`` of the shard, or of one part of it (``records``: the kind)."""
-    return verify_shard(shard, lambda: shardjobs.plain_stream(where, shard), records, part=part)
+    return verify_shard(shard, lambda: plain_stream(where, shard), records, part=part)

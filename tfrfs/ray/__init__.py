@@ -1,5 +1,8 @@
 """tfrfs as a Ray Data source and sink (SPEC 9): ``tfrfs.ray.read`` and ``tfrfs.ray.write``.
 
+May import: ``tfrfs.library`` (it opens datasets as ``tfrfs.open`` does) and every layer below
+the faces; not ``cli`` or ``fuse``.
+
 Ray is optional (``pip install 'tfrfs[ray]'``); it is imported when one of these is called.
 """
 

@@ -31,7 +31,7 @@ from tfrfs.format import codec
 from tfrfs.format import record_kinds
 from tfrfs.index import record_runs as ranges
 from tfrfs.errors import DamagedRecord, Invalid, UsageError
-from tfrfs.jobs.runner import Where
+from tfrfs.index.where import Where
 from tfrfs.index.record_runs import Span
 from tfrfs.format.tfrecord import NONE, PRead, Problem
 

@@ -18,6 +18,8 @@ Run ``python -m tfrfs.sample DEST`` to write it to a new or empty folder.
 
 Not part of the mounted file system: no module of tfrfs itself imports this package, so Pillow's
 drawing code stays out of the daemon. ``draw`` holds the pictures, ``dataset`` the shards.
+
+May import: ``tfrfs.format`` and ``tfrfs.errors`` only.
 """
 
 from tfrfs.sample.dataset import main, write_sample

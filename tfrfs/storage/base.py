@@ -55,6 +55,41 @@ class Entry:
     stat: Stat
 
 
+@dataclass(frozen=True)
+class ObjectInfo:
+    """What a listing (or a look-up) says about one file or object."""
+
+    url: str
+    size: int
+    identity: str     # changes whenever the bytes may have: ETag, generation, or time
+    mtime_ns: int
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What a SOURCE in a storage holds: every file (object) under it and its folders, relative to
+    ``root``."""
+
+    root: str
+    files: tuple[tuple[str, ObjectInfo], ...]   # (relative path, info)
+    dirs: tuple[str, ...]
+    named: bool                                  # one object named as SOURCE
+
+
+def describe(exc: BaseException) -> str:
+    """One line for a failed request: what the store said, without a traceback."""
+    if isinstance(exc, FileNotFoundError):
+        return "not found"
+    if isinstance(exc, PermissionError):
+        return "access denied (check the credentials)"
+    if "Credentials" in type(exc).__name__:
+        return f"no credentials found ({exc}): set them as the store's own tools expect them"
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if "Cannot connect" in text or "Connection refused" in text or "Could not connect" in text:
+        return "cannot connect: " + text
+    return text if len(text) < 300 else text[:297] + "..."
+
+
 class Writing:
     """A new file being streamed (``Storage.create``): write into ``file``, then ``close`` for
     what was written. ``fd`` is a descriptor of the file when it is local (for ``fstat`` and
@@ -86,6 +121,11 @@ class Storage(ABC):
     def split(self, path: str) -> tuple[str, str]:
         """(parent, last name) of ``path``."""
 
+    def absolute(self, path: str) -> str:
+        """``path`` spelled so that it names the same file or folder from any working directory
+        (what a key of a dataset's content may hold): a local path made absolute; a URL is."""
+        return path
+
     def local_path(self, path: str) -> str | None:
         """The local file system path that holds ``path``'s bytes, when there is one (what a
         reader may ``mmap``, what ``statvfs`` asks about); None for an object in a store."""
@@ -103,6 +143,12 @@ class Storage(ABC):
         there is nothing there."""
 
     @abstractmethod
+    def list_source(self, path: str) -> Listing:
+        """What SOURCE ``path`` names, as a user gives it: one file (``named``), a folder or prefix
+        (every file under it, recursively, but a staging folder's), or a glob of files. Raises
+        UsageError when it names nothing (or cannot be listed)."""
+
+    @abstractmethod
     def list(self, path: str, *, recursive: bool = False) -> list[Entry] | None:
         """The files (and, not ``recursive``, folders) under the folder or prefix ``path``, sorted
         by name; None when there is no such folder (an empty prefix lists as ``[]``)."""
@@ -116,6 +162,11 @@ class Storage(ABC):
     @abstractmethod
     def read_range(self, path: str, start: int, end: int) -> bytes:
         """Bytes ``start``..``end`` of ``path`` (fewer only past its end)."""
+
+    def read_head(self, path: str, size: int) -> bytes:
+        """The first ``size`` bytes of ``path`` (fewer when it is shorter), in one request where
+        there are requests: also from a server that answers no ranged request (it sends all)."""
+        return self.read_range(path, 0, size)
 
     @abstractmethod
     def open_read(self, path: str) -> BinaryIO:

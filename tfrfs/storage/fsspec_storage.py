@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 
 from tfrfs.errors import DataLoss
 from tfrfs.storage import durable
-from tfrfs.storage.base import Conflict, Entry, NotSupported, Stat, Storage, Writing
+from tfrfs.storage.base import Conflict, Entry, Listing, NotSupported, Stat, Storage, Writing
 from tfrfs.storage.fsspec_store import Store, object_info
 from tfrfs.storage.readers import Readers
 
@@ -98,7 +98,15 @@ class FsspecStorage(Storage):
 
     def read(self, path: str) -> bytes:
         store = self.store
-        return bytes(store.call("read", path, lambda: store.fs.cat_file(store.path_of(path), timeout=store.timeout)))
+        return store.note_fetched(bytes(store.call("read", path, lambda: store.fs.cat_file(store.path_of(path),
+                                                                                          timeout=store.timeout))))
+
+    def read_head(self, path: str, size: int) -> bytes:
+        return self.store.read_head(path, size)
+
+    def list_source(self, path: str) -> Listing:
+        from tfrfs.storage.fsspec_store import list_source
+        return list_source(self.store, path)
 
     def read_range(self, path: str, start: int, end: int) -> bytes:
         return self.store.read_range(path, start, end, exact=False) if end > start else b""

@@ -3,8 +3,8 @@
 This module knows the stores: which URL is remote, the fsspec file system behind it (credentials
 and endpoints found as the store's own tools find them, plus ``-o`` store options), what an
 object's size, identity and time are, how a request is retried, and how a failure reads in one
-line naming the URL. ``discover_remote`` lists a prefix, a glob or one object into the same
-``Discovery`` a local folder gives. Reading shards through the block cache is
+line naming the URL, and how a prefix, a glob or one object is listed (``list_source``; the
+``Discovery`` made of it is ``index.storage_discovery``'s). Reading shards through the block cache is
 ``readers.remote``'s work.
 """
 
@@ -20,11 +20,11 @@ import threading
 import time
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from tfrfs.errors import Unreachable, UsageError
+# What a listing says and how a failure reads are the storage seam's own (tfrfs.storage.base).
+from tfrfs.storage.base import Listing as Listing, ObjectInfo as ObjectInfo, describe as describe
 
 log = logging.getLogger("tfrfs")
 
@@ -82,20 +82,6 @@ def _typed(value: str) -> Any:
         except ValueError:
             pass
     return value
-
-
-def describe(exc: BaseException) -> str:
-    """One line for a failed request: what the store said, without a traceback."""
-    if isinstance(exc, FileNotFoundError):
-        return "not found"
-    if isinstance(exc, PermissionError):
-        return "access denied (check the credentials)"
-    if "Credentials" in type(exc).__name__:
-        return f"no credentials found ({exc}): set them as the store's own tools expect them"
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    if "Cannot connect" in text or "Connection refused" in text or "Could not connect" in text:
-        return "cannot connect: " + text
-    return text if len(text) < 300 else text[:297] + "..."
 
 
 def _final(exc: BaseException) -> bool:
@@ -180,6 +166,12 @@ class Store:
         log.debug("GET %s bytes=%d-%d (%.1f ms)", url, start, end - 1, (time.monotonic() - started) * 1e3)
         return data
 
+    def note_fetched(self, data: bytes) -> bytes:
+        """``data`` fetched by a request made through ``call``: counted for ``stats``."""
+        with self._lock:
+            self.fetched += len(data)
+        return data
+
     def read_call(self, url: str, fn: Callable[[], T]) -> T:
         """``call`` for a read while mounted: an object that went missing or became forbidden
         since it was listed is a failed read (``Unreachable``, EIO), not a missing file."""
@@ -188,24 +180,12 @@ class Store:
         except (FileNotFoundError, PermissionError, NoRanges) as exc:
             raise Unreachable(f"{url}: read failed: {describe(exc)}") from exc
 
-    def read_all(self, url: str) -> bytes:
-        path = self.path_of(url)
-        data = self.read_call(url, lambda: bytes(self.fs.cat_file(path, timeout=self.timeout)))
-        with self._lock:
-            self.fetched += len(data)
-        return data
-
     def read_head(self, url: str, size: int) -> bytes:
         """The first ``size`` bytes of an object in one ranged request (a shorter object, or a
         server that sends it whole, gives what there is, cut at ``size``)."""
         path = self.path_of(url)
         return bytes(self.read_call(url, lambda: self.fs.cat_file(path, start=0, end=size,
                                                                    timeout=self.timeout)))[:size]
-
-    def names_in(self, folder_url: str) -> list[str]:
-        """The names of what a folder (a prefix) holds, one level."""
-        found = self.call("list", folder_url, lambda: self.fs.ls(self.path_of(folder_url), detail=False))
-        return [posixpath.basename(str(p).rstrip("/")) for p in found]
 
     def write_all(self, url: str, data: bytes) -> None:
         path = self.path_of(url)
@@ -285,14 +265,6 @@ def _filesystem(protocol: str, scheme: str, options: dict[str, Any], timeout: fl
 
 # --- objects -------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class ObjectInfo:
-    url: str
-    size: int
-    identity: str     # changes whenever the bytes may have: ETag, generation, or time
-    mtime_ns: int
-
-
 def object_info(store: Store, entry: dict[str, Any]) -> ObjectInfo:
     """What a listing (or look-up) entry says about one object."""
     name = entry.get("name") or entry.get("url") or ""
@@ -333,16 +305,6 @@ def _mtime_ns(entry: dict[str, Any]) -> int:
 
 def cache_key(url: str, identity: str = "") -> str:
     return hashlib.sha256(f"{url}\0{identity}".encode("utf-8", "surrogateescape")).hexdigest()[:32]
-
-
-@dataclass(frozen=True)
-class Listing:
-    """What a remote SOURCE holds: every object (file) under it and its folders, relative to ``root``."""
-
-    root: str
-    files: tuple[tuple[str, ObjectInfo], ...]   # (relative path, info)
-    dirs: tuple[str, ...]
-    named: bool                                  # one object named as SOURCE
 
 
 def list_source(store: Store, url: str) -> Listing:
@@ -443,30 +405,3 @@ def _with_sizes(store: Store, files: list[tuple[str, ObjectInfo]]) -> list[tuple
         return rel, ObjectInfo(obj.url, got.size, got.identity, got.mtime_ns)
     with ThreadPoolExecutor(min(SNIFF_WORKERS, len(files))) as pool:
         return list(pool.map(one, files))
-
-
-def heads(store: Store, objects: list[ObjectInfo], size: int) -> list[bytes | BaseException]:
-    """The first ``size`` bytes of each object (all of a smaller one), fetched in parallel."""
-    def one(obj: ObjectInfo) -> bytes | BaseException:
-        try:
-            n = min(size, obj.size)
-            return store.read_range(obj.url, 0, n) if n else b""
-        except Exception as exc:  # noqa: BLE001
-            return exc
-    if not objects:
-        return []
-    with ThreadPoolExecutor(min(SNIFF_WORKERS, len(objects))) as pool:
-        return list(pool.map(one, objects))
-
-
-def plain_file_path(store: Store, url: str, identity: str, cache_dir: Path) -> str:
-    """A local copy of a remote plain file (``dataset_info.json`` and the like), fetched into the
-    cache the first time it is read."""
-    path = cache_dir / "plain" / cache_key(url, identity)
-    if not path.exists():
-        data = store.read_all(url)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".tmp-{os.getpid()}-{threading.get_ident()}")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    return str(path)

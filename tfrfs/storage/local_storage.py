@@ -4,6 +4,7 @@ rename, fsync of the folder), every step through ``durable``'s fault seam."""
 from __future__ import annotations
 
 import fcntl
+import glob
 import os
 import stat as _stat
 from contextlib import contextmanager
@@ -12,7 +13,7 @@ from typing import Any, BinaryIO, Iterator
 
 from tfrfs.errors import UsageError
 from tfrfs.storage import durable
-from tfrfs.storage.base import Conflict, Entry, Stat, Storage, Writing
+from tfrfs.storage.base import Conflict, Entry, Listing, ObjectInfo, Stat, Storage, Writing
 from tfrfs.storage.readers import Readers
 
 TMP_PREFIX = ".tfrfs-commit-"   # a temporary file beside the one it replaces (never shown by a mount)
@@ -63,6 +64,9 @@ class LocalStorage(Storage):
     def split(self, path: str) -> tuple[str, str]:
         return os.path.split(path.rstrip(os.sep) or os.sep)
 
+    def absolute(self, path: str) -> str:
+        return os.path.abspath(path)
+
     def local_path(self, path: str) -> str | None:
         return path
 
@@ -95,6 +99,49 @@ class LocalStorage(Storage):
                     found.append(Entry(name if rel == "." else f"{rel.replace(os.sep, '/')}/{name}", full, stat_of(st)))
         found.sort(key=lambda e: e.name)
         return found
+
+    def list_source(self, path: str) -> Listing:
+        # As a store's listing is (fsspec_store.list_source), from plain os calls: ``url`` is the path.
+        def info(at: str, st: os.stat_result) -> ObjectInfo:
+            return ObjectInfo(at, st.st_size, local_identity(st), st.st_mtime_ns)
+        if any(ch in path for ch in "*?["):
+            matched = sorted(p for p in glob.glob(path) if os.path.isfile(p))
+            if not matched:
+                raise UsageError(f"no file matches {path!r}")
+            shown, seen = [], set()
+            for p in matched:
+                name = base = os.path.basename(p)
+                n = 2
+                while name in seen:   # two matches of one name from different folders
+                    name = f"{base}~{n}"
+                    n += 1
+                seen.add(name)
+                shown.append((name, info(p, os.stat(p))))
+            return Listing(os.path.dirname(matched[0]), tuple(shown), ("",), False)
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            raise UsageError(f"{path}: {exc.strerror}") from exc
+        if not _stat.S_ISDIR(st.st_mode):
+            return Listing(os.path.dirname(path), ((os.path.basename(path), info(path, st)),), ("",), True)
+        root = path.rstrip(os.sep) or os.sep
+        files, dirs = [], [""]
+        for folder, subdirs, names in os.walk(root):
+            subdirs[:] = sorted(d for d in subdirs if d != ".tfrfs-staging")
+            rel = os.path.relpath(folder, root).replace(os.sep, "/")
+            rel = "" if rel == "." else rel
+            dirs += [f"{rel}/{d}" if rel else d for d in subdirs]
+            for name in names:
+                full = os.path.join(folder, name)
+                try:
+                    got = os.stat(full)
+                except OSError:
+                    continue
+                if _stat.S_ISREG(got.st_mode):
+                    files.append((f"{rel}/{name}" if rel else name, info(full, got)))
+        if not files:
+            raise UsageError(f"{path}: no such folder, or nothing in it")
+        return Listing(root, tuple(sorted(files)), tuple(sorted(dirs)), False)
 
     def read(self, path: str) -> bytes:
         with open(path, "rb") as f:

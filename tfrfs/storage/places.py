@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Iterable
 from tfrfs.storage.base import Storage
 
 if TYPE_CHECKING:
-    from tfrfs.storage.fsspec_store import ObjectInfo
+    from tfrfs.storage.base import ObjectInfo
     from tfrfs.storage.remote_reader import RemoteReaders
 
 
@@ -59,7 +59,7 @@ class Place:
         if got is None or got.is_dir:
             return None
         if self.readers is not None:
-            from tfrfs.storage.fsspec_store import ObjectInfo
+            from tfrfs.storage.base import ObjectInfo
             self.readers.know([ObjectInfo(path, got.size, got.identity, got.mtime_ns)])
         return got.size, got.identity, got.mtime_ns
 

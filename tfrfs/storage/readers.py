@@ -56,6 +56,9 @@ class ShardReader(ABC):
 
     size: int
     identity: str
+    # Each ``pread`` is a request to a store that waits on a network (not a local file's read):
+    # a caller that may choose reads as few as will do.
+    reads_are_requests: bool = False
 
     @abstractmethod
     def pread(self, size: int, offset: int) -> bytes:

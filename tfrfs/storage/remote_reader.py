@@ -331,6 +331,8 @@ class DeferredReader(ShardReader):
 class RemoteReader(ShardReader):
     """One remote object's bytes, through the block cache."""
 
+    reads_are_requests = True
+
     def __init__(self, owner: RemoteReaders, obj: ObjectInfo) -> None:
         self.owner = owner
         self.url = obj.url

@@ -20,7 +20,7 @@ from tfrfs.format import names
 from tfrfs.errors import DataLoss, IsADir, NameTooLong, NotADir, NotFound
 from tfrfs.index.shard_index import ShardIndex
 from tfrfs.index.discovery import Discovery
-from tfrfs.view.nodes import DataFile, Dir, InShard, MetaFile, Node, PlainFile, ReadHandle, RecordBin, RecordDir, RecordId, ScratchFile, ShardDir, Stat, is_dir, record_name_width
+from tfrfs.view.nodes import DataFile, Dir, InShard, MetaFile, Node, PlainFile, ReadHandle, RecordBin, RecordDir, RecordId, ScratchFile, ShardDir, Stat, record_name_width
 from tfrfs.storage.readers import Served
 from tfrfs.view.records import RecordStore
 from tfrfs.view.schema import Schema
