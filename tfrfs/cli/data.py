@@ -9,12 +9,14 @@ import json
 import os
 import sys
 import time
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from tfrfs.errors import TfrfsError, UsageError
 from tfrfs.storage.factory import is_url
-from tfrfs.dataset.factory import DatasetParts
 from tfrfs.cli.common import EXIT_OK, EXIT_PROBLEMS, Progress, open_args, open_dataset, runner_of
+
+if TYPE_CHECKING:
+    from tfrfs.dataset.factory import DatasetParts
 
 
 def _job_progress(what: str, shards: int) -> Callable[[int, int, int, int], None]:

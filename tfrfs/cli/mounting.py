@@ -20,8 +20,7 @@ from tfrfs.fuse import canmount
 from tfrfs.fuse import mounttab
 from tfrfs.fuse import options
 from tfrfs.errors import TfrfsError, UsageError
-from tfrfs.index.shard_index import default_cache_dir
-from tfrfs.index.discovery import named_like_shard
+from tfrfs.index.cache_dir import default_cache_dir
 from tfrfs.storage.factory import is_url
 from tfrfs.cli.common import (EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, FSTYPE, Progress, check_folder, check_options,
                               index_options, open_args)
@@ -41,6 +40,7 @@ def _check_mountpoint(mnt: str) -> None:
     except OSError as exc:   # Permission denied on a folder above it, say: never "does not exist"
         raise UsageError(f"{mnt}: cannot reach the mount point: {exc.strerror}") from None
     if not os.path.isdir(mnt):
+        from tfrfs.index.discovery import named_like_shard
         shard = " (a shard file: if the shell expanded an unquoted glob, quote it)" \
             if stat.S_ISREG(st.st_mode) and named_like_shard(os.path.basename(mnt)) else ""
         raise UsageError(f"{mnt}: mount point is not a folder{shard}")
@@ -365,6 +365,9 @@ def _warn_staged(args: argparse.Namespace) -> None:
     logs it too; with -f that line is on the terminal already)."""
     if args.rw or args.foreground or is_url(args.source):
         return
+    from tfrfs.index.discovery import STAGING_DIR
+    if os.path.isdir(args.source) and not os.path.isdir(os.path.join(args.source, STAGING_DIR)):
+        return   # nothing was ever staged there: no need to load what reads a journal
     from tfrfs.dataset.assembly import staged_in
     try:
         pending = staged_in(args.source)

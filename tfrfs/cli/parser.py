@@ -11,7 +11,6 @@ from typing import NoReturn, Sequence
 from tfrfs import __version__
 from tfrfs.fuse import options
 from tfrfs.errors import TfrfsError, UsageError
-from tfrfs.index.discovery import named_like_shard
 from tfrfs.index.memory import parse_size
 from tfrfs.cli.common import EXIT_PROBLEMS, EXIT_USAGE, RAY_ADDRESS, add_run_options, check_options
 from tfrfs.cli.data import cmd_index, cmd_inspect, cmd_repair, cmd_verify
@@ -316,6 +315,7 @@ def _glob_hint(args: argparse.Namespace, extra: list[str]) -> str | None:
     source = getattr(args, "source", None)
     if source is None or any(e.startswith("-") for e in extra):
         return None
+    from tfrfs.index.discovery import named_like_shard
     given = [source, *([args.mountpoint] if getattr(args, "mountpoint", None) else []), *extra]
     shards = [g for g in given if os.path.isfile(g) and named_like_shard(os.path.basename(g))]
     if len(shards) < 2:

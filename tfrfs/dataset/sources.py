@@ -19,7 +19,8 @@ from tfrfs.jobs import runner as jobs
 from tfrfs.index import manifest
 from tfrfs.errors import UsageError
 from tfrfs.index.discovery import Discovery, ShardFile, SourceFiles, discover
-from tfrfs.index.shard_index import IndexCache, IndexProgress, ShardIndex, default_cache_dir
+from tfrfs.index.cache_dir import default_cache_dir
+from tfrfs.index.shard_index import IndexCache, IndexProgress, ShardIndex
 from tfrfs.jobs.indexing import index_shards
 from tfrfs.index.memory import IndexMemory
 from tfrfs.index.manifest import Manifest

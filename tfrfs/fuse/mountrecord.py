@@ -21,7 +21,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tfrfs.index.shard_index import default_cache_dir
+from tfrfs.index.cache_dir import default_cache_dir
 from tfrfs.fuse.mounttab import TFRFS_FSTYPE, fstype_at
 
 log = logging.getLogger("tfrfs")

@@ -27,7 +27,6 @@ from typing import Any, Callable
 
 from tfrfs.errors import UsageError
 from tfrfs.index.memory import parse_size
-from tfrfs.format.record_kinds import RECORD_KINDS
 
 # Passed to libfuse as given. (uid, gid and umask are libfuse options too, but libfuse's umask
 # would make every file executable (0777 & ~umask): tfrfs applies them itself, see Owner.)
@@ -60,6 +59,7 @@ def whole_number(text: str) -> int:
 
 
 def _kind(text: str) -> str:
+    from tfrfs.format.record_kinds import RECORD_KINDS   # with protobuf: not for every command
     if text not in RECORD_KINDS:
         raise ValueError(f"{text!r} is not one of {', '.join(RECORD_KINDS)}")
     return text

@@ -24,6 +24,7 @@ from array import array
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from tfrfs.index.cache_dir import default_cache_dir
 from tfrfs.index import idxfile
 from tfrfs.storage import durable
 from tfrfs.format.record_kinds import choose_kind, parse_problem
@@ -39,12 +40,6 @@ from tfrfs.index.discovery import ShardFile, SourceFiles, shipped_names
 
 log = logging.getLogger("tfrfs")
 
-
-
-def default_cache_dir() -> Path:
-    """Where indexes and a store's fetched blocks are kept unless told otherwise."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "tfrfs"
 
 
 # --- the index ---------------------------------------------------------------

@@ -46,7 +46,7 @@ class Where:
         with _opened_lock:
             found = _OPENED.get(key)
             if found is None:
-                from tfrfs.index.shard_index import default_cache_dir
+                from tfrfs.index.cache_dir import default_cache_dir
                 from tfrfs.storage.factory import open_storage
                 storage = open_storage(self.source, dict(self.options) or None)
                 cache = Path(self.cache_dir) if self.cache_dir else default_cache_dir()
