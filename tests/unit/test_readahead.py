@@ -24,7 +24,8 @@ from tfrfs.dataset.assembly import open_mount
 from tfrfs.storage.local_reader import LocalReaders
 from tfrfs.errors import DataLoss
 from tfrfs.storage.readahead import MAX_AHEAD, ReadAhead
-from tfrfs.view.tree import Tree, as_bytes
+from tfrfs.view.nodes import as_bytes
+from tfrfs.view.tree import Tree
 
 
 def _write(path: Path, records: list[bytes]) -> list[tuple[int, int]]:

@@ -17,7 +17,7 @@ from tfrfs.format import tfrecord
 from tfrfs.errors import DataLoss
 from tfrfs.storage.readers import READER_ENV, ReaderClass, Readers, ShardReader, default_readers
 from tfrfs.storage.local_reader import LocalReaders
-from tfrfs.view.tree import as_bytes
+from tfrfs.view.nodes import as_bytes
 
 from support.plain_reader import PlainReader
 

@@ -10,17 +10,16 @@ folder).
 
 from __future__ import annotations
 
-import itertools
 import os
 import threading
 from collections import OrderedDict
 from typing import Callable, Iterator, Mapping
 
 from tfrfs.format import names
-from tfrfs.errors import DataLoss, IsADir, NameTooLong, NotADir, NotFound
+from tfrfs.errors import DataLoss, NameTooLong, NotFound
 from tfrfs.index.shard_index import ShardIndex
 from tfrfs.index.discovery import Discovery
-from tfrfs.view.nodes import DataFile, Dir, InShard, MetaFile, Node, PlainFile, ReadHandle, RecordBin, RecordDir, RecordId, ScratchFile, ShardDir, Stat, record_name_width
+from tfrfs.view.nodes import Dir, MetaFile, Node, PlainFile, ReadHandle, RecordBin, RecordDir, RecordId, ScratchFile, ShardDir, Stat, as_bytes, record_name_width
 from tfrfs.storage.readers import Served
 from tfrfs.view.records import RecordStore
 from tfrfs.view.schema import Schema
@@ -106,7 +105,7 @@ class Tree:
         self._check = check
         self._unchecked = {id(d): rel for rel, d in self.dirs.items()}
 
-    def _settle(self, node: Node) -> None:
+    def settle(self, node: Node) -> None:
         """Compare a folder with the disk before its first use (see ``check_folders``)."""
         if not self._unchecked or id(node) not in self._unchecked:
             return
@@ -114,6 +113,11 @@ class Tree:
             rel = self._unchecked.pop(id(node), None)
             if rel is not None and self._check is not None and self.dirs.get(rel) is node:
                 self._check(rel)
+
+    @property
+    def meta_mtime_ns(self) -> int:
+        """The time of ``.tfrfs/`` and of the files in it."""
+        return self.meta.mtime_ns
 
     def is_source_folder(self, node: Node) -> bool:
         """A folder that mirrors one of SOURCE's folders (new shards can be made in it)."""
@@ -155,22 +159,7 @@ class Tree:
     def child(self, node: Node, name: str) -> Node:
         if len(name.encode("utf-8", "surrogateescape")) > names.NAME_MAX:
             raise NameTooLong(f"{name[:40]}...: name longer than {names.NAME_MAX} bytes")
-        if isinstance(node, Dir):
-            self._settle(node)
-            try:
-                return node.children[name]
-            except KeyError:
-                pass
-            # A name a feature file was written through, now shown under another (pins.keep_written)
-            alias = node.aliases.get(name) if node.aliases else None
-            if alias is None:
-                raise NotFound(name)
-            return alias
-        if isinstance(node, ShardDir):
-            return self._record_entry(node, name)
-        if isinstance(node, RecordDir):
-            return self.child(self.record_root(node), name)
-        raise NotADir(name)
+        return node.child(self, name)
 
     def record_root(self, record: RecordDir) -> Dir:
         """The folder a record folder shows: its features (and the user's own entries). Raises
@@ -183,7 +172,8 @@ class Tree:
     def is_damaged(self, record: RecordDir) -> bool:
         return self.store.view(record.shard, record.rid).damaged is not None
 
-    def _record_entry(self, node: ShardDir, name: str) -> Node:
+    def record_entry(self, node: ShardDir, name: str) -> Node:
+        """The node of entry ``name`` of a shard folder: a record folder or ``.bin``."""
         store = self.store
         raw_shard = store.kinds[node.shard] == "raw"
         ch = store.layer(node.shard)
@@ -215,23 +205,11 @@ class Tree:
     # -- stat / list ---------------------------------------------------------------
 
     def stat(self, node: Node) -> Stat:
-        if isinstance(node, MetaFile):
-            # Made when looked at: its size is its content's now, its time the folder's.
-            return Stat(False, len(node.render()), self.meta.mtime_ns)
-        if isinstance(node, Dir):
-            self._settle(node)
-        return node.stat()
+        return node.stat_in(self)
 
     def names(self, node: Node) -> Iterator[tuple[str, bool]]:
         """(name, is_dir) of every entry of a folder node."""
-        if isinstance(node, ShardDir):
-            return ((name, folder) for _, name, folder in self._shard_names(node.shard))
-        if isinstance(node, RecordDir):
-            node = self.record_root(node)
-        if isinstance(node, Dir):
-            self._settle(node)
-            return iter([(n, c.folder) for n, c in node.children.items()])
-        raise NotADir("not a folder")
+        return node.names(self)
 
     def entries(self, node: Node, start: int = 0) -> Iterator[tuple[int, str, Node]]:
         """(position, name, node) of a folder's entries from position ``start`` on.
@@ -240,17 +218,7 @@ class Tree:
         and may skip (a shard folder's are its record numbers), so a listing can resume at any
         of them. Each node is cheap to ``stat``: a shard folder's come from its index, unparsed.
         """
-        if isinstance(node, RecordDir):
-            node = self.record_root(node)
-        if isinstance(node, Dir):
-            self._settle(node)
-            rest = itertools.islice(node.children.items(), start, None)
-            return ((pos, name, child) for pos, (name, child) in enumerate(rest, start))
-        if isinstance(node, ShardDir):
-            shard_dir = node
-            return ((pos, name, self._record_entry(shard_dir, name))
-                    for pos, name, _ in self._shard_names(shard_dir.shard, start))
-        raise NotADir("not a folder")
+        return node.entries(self, start)
 
     def shard_listing(self, node: ShardDir, start: int = 0) -> Iterator[tuple[int, str, bool, int]]:
         """(position, name, is_dir, size) of a read-only mount's shard folder's entries, what
@@ -258,16 +226,16 @@ class Tree:
         record's length. A listing of millions of records is made as it is read."""
         assert not self.writable
         idx = self.store.shards[node.shard]
-        for pos, name, folder in self._shard_names(node.shard, start):
+        for pos, name, folder in self.shard_names(node.shard, start):
             yield pos, name, folder, 0 if folder else idx.span(pos)[1]
 
     def record_names(self, node: ShardDir) -> Iterator[tuple[RecordId, str, bool]]:
         """(record id, name, is_dir) of a shard folder's entries, in ``names``' order: an
         original record's id is its index, an added record's its name."""
         count = self.store.shards[node.shard].count
-        return ((pos if pos < count else name, name, folder) for pos, name, folder in self._shard_names(node.shard))
+        return ((pos if pos < count else name, name, folder) for pos, name, folder in self.shard_names(node.shard))
 
-    def _shard_names(self, shard: int, start: int = 0) -> Iterator[tuple[int, str, bool]]:
+    def shard_names(self, shard: int, start: int = 0) -> Iterator[tuple[int, str, bool]]:
         """(position, name, is_dir) of a shard folder's entries: record i at position i,
         records added in --rw after the last one."""
         store = self.store
@@ -294,24 +262,7 @@ class Tree:
     def open(self, node: Node) -> ReadHandle:
         """A handle to read ``node``; a file of a record whose data checksum fails raises
         DataLoss (EIO) at once."""
-        if isinstance(node, DataFile) and node.damaged:
-            raise DataLoss(node.damaged)
-        if isinstance(node, DataFile):
-            if isinstance(node.data, InShard):
-                return ReadHandle(as_bytes(self.store.serve(node.data, node.data.length, 0)), damaged=node.damaged)
-            return ReadHandle(node.data, damaged=node.damaged)
-        if isinstance(node, RecordBin):
-            data, damaged = self.store.record_bytes(node.shard, node.rid)
-            if damaged:
-                raise DataLoss(damaged)
-            return ReadHandle(data)
-        if isinstance(node, PlainFile):
-            return ReadHandle(fd=os.open(self.discovery.access.plain_path(node.path), os.O_RDONLY))
-        if isinstance(node, ScratchFile):
-            return ReadHandle(fd=os.open(node.path, os.O_RDONLY))
-        if isinstance(node, MetaFile):
-            return ReadHandle(node.render())
-        raise IsADir("is a folder")
+        return node.open(self)
 
     def serve(self, node: Node, size: int, offset: int) -> Served:
         """``size`` bytes of a file at ``offset``, with no open handle (read-only mounts).
@@ -323,28 +274,17 @@ class Tree:
         Large images and plain files are answered with where their bytes lie (see ``Served``).
         """
         assert not self.writable, "a writable mount reads through handles"
-        if isinstance(node, DataFile):
-            if node.damaged:
-                raise DataLoss(node.damaged)
-            if isinstance(node.data, InShard):
-                return self.store.serve(node.data, size, offset)
-            return node.data[offset:offset + size]
-        if isinstance(node, RecordBin):
-            data, damaged = self.store.bin_content(node.shard, node.rid)
-            if damaged:
-                raise DataLoss(damaged)
-            return data[offset:offset + size]
-        if isinstance(node, PlainFile):
-            return self._plain_fd(node.path), offset, max(0, min(size, node.size - offset))
-        if isinstance(node, MetaFile):
-            return node.render()[offset:offset + size]
-        raise IsADir("is a folder")   # scratch files exist only in writable mounts
+        return node.serve(self, size, offset)
 
     def read(self, node: Node, size: int, offset: int) -> bytes:
         """``serve``, as bytes."""
         return as_bytes(self.serve(node, size, offset))
 
-    def _plain_fd(self, path: str) -> int:
+    def plain_path(self, path: str) -> str:
+        """A local path of plain file ``path`` (relative to SOURCE; a remote one is fetched)."""
+        return self.discovery.access.plain_path(path)
+
+    def plain_fd(self, path: str) -> int:
         """A descriptor of the plain file at ``path`` (relative to SOURCE), kept open for reads."""
         with self._lock:
             fd = self._plain_fds.get(path)
@@ -363,19 +303,16 @@ class Tree:
             return fd
 
     def xattrs(self, node: Node) -> Mapping[str, bytes]:
-        if isinstance(node, (Dir, DataFile)):
-            return node.xattrs
-        if isinstance(node, (RecordDir, RecordBin)):
-            return self._record_xattrs(node.shard, node.rid)
-        if isinstance(node, ShardDir):
-            idx = self.store.shards[node.shard]
-            return {"user.tfrfs.shard": idx.shard.relpath.encode(),
-                    "user.tfrfs.count": str(idx.count).encode(),
-                    "user.tfrfs.records": self.store.kinds[node.shard].encode(),
-                    "user.tfrfs.compression": idx.shard.compression.encode()}
-        return {}
+        return node.xattrs_in(self)
 
-    def _record_xattrs(self, shard: int, rid: RecordId) -> dict[str, bytes]:
+    def shard_xattrs(self, shard: int) -> dict[str, bytes]:
+        idx = self.store.shards[shard]
+        return {"user.tfrfs.shard": idx.shard.relpath.encode(),
+                "user.tfrfs.count": str(idx.count).encode(),
+                "user.tfrfs.records": self.store.kinds[shard].encode(),
+                "user.tfrfs.compression": idx.shard.compression.encode()}
+
+    def record_xattrs(self, shard: int, rid: RecordId) -> dict[str, bytes]:
         idx = self.store.shards[shard]
         out = {"user.tfrfs.shard": idx.shard.relpath.encode()}
         if isinstance(rid, int):
@@ -402,13 +339,6 @@ class Tree:
             for fd in self._plain_fds.values():
                 os.close(fd)
             self._plain_fds.clear()
-
-
-def as_bytes(served: Served) -> bytes:
-    if isinstance(served, tuple):
-        fd, pos, count = served
-        return os.pread(fd, count, pos) if count else b""
-    return bytes(served)
 
 
 def _merge_scratch(root: Dir, real: str) -> None:
