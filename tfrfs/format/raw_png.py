@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import io
 
-from PIL import Image
-
 from tfrfs.errors import Invalid
 from tfrfs.format.shown_as import Shape
 
@@ -18,6 +16,7 @@ def encode_png(data: bytes, shape: Shape) -> bytes:
     """The PNG of raw pixel array ``data`` of ``shape``, the same bytes on every call."""
     if shape.channels not in _PIXEL_MODES or len(data) != shape.height * shape.width * shape.channels:
         raise ValueError(f"{len(data)} bytes are not a raw pixel array of shape {shape}")
+    from PIL import Image   # Pillow loads when a raw image is first shown, not in every command
     image = Image.frombytes(_PIXEL_MODES[shape.channels], (shape.width, shape.height), data)
     buf = io.BytesIO()
     # No metadata chunks and a fixed zlib level keep the bytes the same on every render (stat
@@ -55,6 +54,7 @@ def parse_raw_png(data: bytes) -> tuple[bytes, Shape]:
     if len(data) > 24 and data[12:16] == b"IHDR" and data[24] == 16:
         raise Invalid("16-bit PNG: raw pixel arrays hold 8-bit samples; save the image as 8-bit")
     try:
+        from PIL import Image
         with Image.open(io.BytesIO(data), formats=["PNG"]) as image:
             image.load()
             mode = image.mode
