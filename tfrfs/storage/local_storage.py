@@ -88,15 +88,8 @@ class LocalStorage(Storage):
                     except FileNotFoundError:
                         continue   # gone since the folder was read
         else:
-            for folder, dirs, files in os.walk(path):
-                rel = os.path.relpath(folder, path)
-                for name in files:
-                    full = os.path.join(folder, name)
-                    try:
-                        st = os.stat(full)
-                    except FileNotFoundError:
-                        continue
-                    found.append(Entry(name if rel == "." else f"{rel.replace(os.sep, '/')}/{name}", full, stat_of(st)))
+            for rel, _, files in _walk(path, skipped=FileNotFoundError):
+                found += [Entry(f"{rel}/{name}" if rel else name, full, stat_of(st)) for name, full, st in files]
         found.sort(key=lambda e: e.name)
         return found
 
@@ -126,19 +119,10 @@ class LocalStorage(Storage):
             return Listing(os.path.dirname(path), ((os.path.basename(path), info(path, st)),), ("",), True)
         root = path.rstrip(os.sep) or os.sep
         files, dirs = [], [""]
-        for folder, subdirs, names in os.walk(root):
-            subdirs[:] = sorted(d for d in subdirs if d != ".tfrfs-staging")
-            rel = os.path.relpath(folder, root).replace(os.sep, "/")
-            rel = "" if rel == "." else rel
+        for rel, subdirs, found in _walk(root, skipped=OSError, leave_out=".tfrfs-staging"):
             dirs += [f"{rel}/{d}" if rel else d for d in subdirs]
-            for name in names:
-                full = os.path.join(folder, name)
-                try:
-                    got = os.stat(full)
-                except OSError:
-                    continue
-                if _stat.S_ISREG(got.st_mode):
-                    files.append((f"{rel}/{name}" if rel else name, info(full, got)))
+            files += [(f"{rel}/{name}" if rel else name, info(full, got))
+                      for name, full, got in found if _stat.S_ISREG(got.st_mode)]
         if not files:
             raise UsageError(f"{path}: no such folder, or nothing in it")
         return Listing(root, tuple(sorted(files)), tuple(sorted(dirs)), False)
@@ -264,3 +248,21 @@ class LocalStorage(Storage):
 
     def sync_all(self, path: str) -> None:
         durable.syncfs(path)
+
+
+def _walk(root: str, *, skipped: type[OSError], leave_out: str | None = None,
+          ) -> Iterator[tuple[str, list[str], list[tuple[str, str, os.stat_result]]]]:
+    """Every folder below ``root``: its path from ``root`` ("/"-separated, "" for ``root``), its
+    subfolders (sorted; ``leave_out`` is not entered) and its files (name, path, stat). A file
+    whose stat raises ``skipped`` (gone since the folder was read, or unreadable) is left out."""
+    for folder, subdirs, names in os.walk(root):
+        subdirs[:] = sorted(d for d in subdirs if d != leave_out)
+        rel = os.path.relpath(folder, root).replace(os.sep, "/")
+        files = []
+        for name in names:
+            full = os.path.join(folder, name)
+            try:
+                files.append((name, full, os.stat(full)))
+            except skipped:
+                continue
+        yield "" if rel == "." else rel, subdirs, files
