@@ -7,7 +7,6 @@ take their dataset from ``open_dataset``; nothing else makes a ``RecordStore`` o
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -20,8 +19,6 @@ from tfrfs.view.overlay import Overlay
 from tfrfs.view.records import RecordStore
 from tfrfs.view.schema import Schema
 from tfrfs.dataset.sources import Source, index_source, open_source
-
-log = logging.getLogger("tfrfs")
 
 # Run once the shards are indexed, before the record store is made: what to lay over its records
 # (a writable mount's staged edits, loaded and recovered only once the source's lock is taken).

@@ -181,15 +181,7 @@ def index_shards(shards: Sequence[ShardFile], cache: IndexCache, where: Where, p
         done_bytes += shards[n].size
         if progress is not None:
             progress(len(found), len(shards), records, done_bytes, total_bytes)
-    cold: list[int] = []
-    for n, shard in enumerate(shards):
-        idx = cache.load(shard)
-        if idx is not None:
-            done(n, idx)
-        elif cache.shipped_candidates(shard):
-            done(n, cache.get(shard)[0])   # an index file beside it: read here
-        else:
-            cold.append(n)
+    cold = _cold(shards, cache, done)
     todo = [(where, shards[n], schema) for n in cold]
     for n, data in zip(cold, shardjobs.gather(runner, index_job, todo)):
         done(n, _loaded(cache, shards[n], data))
@@ -236,21 +228,30 @@ def _index_local(shards: list[ShardFile], cache: IndexCache, progress: ProgressF
         records += idx.count
         if progress:
             progress(len(found), len(shards), records)
-    scan: list[tuple[int, ShardFile]] = []
-    for n, shard in enumerate(shards):
-        idx = cache.load(shard)
-        if idx is not None:
-            done(n, idx)
-        elif poolable(shard, cache) and not cache.shipped_candidates(shard):
-            scan.append((n, shard))
-        else:
-            done(n, cache.get(shard)[0])
+    scan = [(n, shards[n]) for n in _cold(shards, cache, done, lambda shard: poolable(shard, cache))]
     if worth_a_pool([s for _, s in scan]):
         build_all(where, scan, cache, done, schema=schema)
     else:
         for n, shard in scan:
             done(n, _here(where, cache, shard, schema))
     return [found[n] for n in range(len(shards))]
+
+
+def _cold(shards: list[ShardFile], cache: IndexCache, done: Done,
+          walkable: Callable[[ShardFile], bool] = lambda shard: True) -> list[int]:
+    """The positions of the shards to walk as jobs; the others are given to ``done`` here: those
+    in the cache, those with an index file beside them (read here), and those a job could not
+    walk as this process would (not ``walkable``: indexed here)."""
+    cold: list[int] = []
+    for n, shard in enumerate(shards):
+        idx = cache.load(shard)
+        if idx is not None:
+            done(n, idx)
+        elif cache.shipped_candidates(shard) or not walkable(shard):
+            done(n, cache.get(shard)[0])
+        else:
+            cold.append(n)
+    return cold
 
 
 def _tally_of_index(cache: IndexCache, idx: ShardIndex, failed: list[int] | None = None) -> shardschema.Tally:
