@@ -677,10 +677,27 @@ def _moto_server_class() -> Callable[[int], Any]:
     class TrackedMotoServer(_ConnectionTracking, ThreadedWSGIServer):
         def __init__(self, port: int) -> None:
             self._init_tracking()
-            super().__init__(HOST, port, DomainDispatcherApplication(create_backend_app),
+            super().__init__(HOST, port, _WritesOneAtATime(DomainDispatcherApplication(create_backend_app)),
                              handler=QuietMotoHandler)
 
     return TrackedMotoServer
+
+
+class _WritesOneAtATime:
+    """moto's app, answering one write (PUT, POST, DELETE) at a time. moto checks a PUT's
+    ``If-None-Match: *`` or ``If-Match`` and then stores the object, in two steps, so two creates
+    of one key racing on two server threads could both pass the check; S3 decides each
+    conditional write atomically. Reads are answered concurrently, as before."""
+
+    def __init__(self, app: Callable[..., Any]) -> None:
+        self.app = app
+        self.lock = threading.Lock()
+
+    def __call__(self, environ: dict, start_response: Callable[..., Any]) -> Any:
+        if environ.get("REQUEST_METHOD") not in ("PUT", "POST", "DELETE"):
+            return self.app(environ, start_response)
+        with self.lock:
+            return list(self.app(environ, start_response))   # the whole answer made under the lock
 
 
 class S3Server(_Lifecycle):
