@@ -11,6 +11,8 @@ from typing import Iterator
 
 import pytest
 
+from support import commands
+
 # The loopback servers' fixtures (s3_server, s3_proxy, http_server, http_proxy, s3) for tests/remote.
 pytest_plugins = ["support.remote_fixtures", "support.ray_fixtures"]
 
@@ -43,9 +45,9 @@ REALDATA = Path(os.environ.get("TFRFS_REALDATA", REPO.parent / "shared" / "reald
 
 
 def run_tfrfs(*args: str, check: bool = False, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
-    """Run the real command line (``python -m tfrfs``) and capture its output."""
-    proc = subprocess.run([sys.executable, "-m", "tfrfs", *args], capture_output=True, text=True,
-                          timeout=timeout, **kw)
+    """Run the real command line (``python -m tfrfs``) and capture its output (a fork of this
+    process's command server: support/commands.py)."""
+    proc = commands.run(args, timeout=timeout, **kw)
     if check and proc.returncode != 0:
         raise AssertionError(f"tfrfs {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -182,3 +184,7 @@ def tf_written(_tf_written: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     out = tmp_path_factory.mktemp("tf_fixtures")
     shutil.copytree(_tf_written, out, symlinks=True, dirs_exist_ok=True)
     return out
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    commands.stop()   # this process's command server (support/commands.py)

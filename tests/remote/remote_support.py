@@ -15,12 +15,12 @@ import os
 import random
 import stat
 import subprocess
-import sys
 import time
 import urllib.parse
 from pathlib import Path
 from typing import Callable, Iterable
 
+from support import commands
 from support.servers import FaultProxy, Request
 
 BLOCK = 1 << 20      # the remote reader's block (README, "Remote sources")
@@ -57,9 +57,9 @@ def gz_shards(root: Path) -> list[str]:
 
 
 def cli(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
-    """Run the real command line (``python -m tfrfs ARGS``), output captured as text."""
-    return subprocess.run([sys.executable, "-m", "tfrfs", *args], capture_output=True, text=True,
-                          timeout=timeout, **kw)
+    """Run the real command line (``python -m tfrfs ARGS``), output captured as text (through the
+    command server: support/commands.py)."""
+    return commands.run(args, timeout=timeout, **kw)
 
 
 def record_offsets(path: Path) -> list[int]:

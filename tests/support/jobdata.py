@@ -17,6 +17,7 @@ import time
 import zlib
 from pathlib import Path
 
+from support import commands
 from tfrfs.format import proto
 from tfrfs.format import tfrecord
 
@@ -92,8 +93,7 @@ def run(*args: str, cache: Path, env: dict | None = None, timeout: float = 300) 
     """``tfrfs ARGS`` as a subprocess with its own cache folder and the lowered split: (exit
     status, stdout with the seconds taken left out). Fails on a traceback."""
     environ = dict(env or os.environ, XDG_CACHE_HOME=str(cache), TFRFS_SPLIT_RECORDS=str(SPLIT_RECORDS))
-    proc = subprocess.run([sys.executable, "-m", "tfrfs", *args], capture_output=True, text=True,
-                          timeout=timeout, env=environ)
+    proc = commands.run(args, timeout=timeout, env=environ)
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc.returncode, _TIMES.sub(" in Ns", proc.stdout)
 
