@@ -94,28 +94,40 @@ class CommandServer:
             request = json.dumps({"args": list(args), "env": env, "cwd": cwd}).encode()
             socket.send_fds(conn, [len(request).to_bytes(8, "big") + request],
                             [inp.fileno(), out.fileno(), err.fileno()])
-            replies = conn.makefile("rb")
-            pid = int(replies.readline())
-            status = _await_status(conn, replies, pid, argv, timeout)
+            pid = int(_line(conn, None) or b"0")
+            if not pid:
+                raise RuntimeError(f"the tests' command server refused a command: {self.log.read_text()[-2000:]}")
+            status = _await_status(conn, pid, argv, timeout)
             out.seek(0)
             err.seek(0)
             return subprocess.CompletedProcess(argv, status, _text(out.read()), _text(err.read()))
 
 
-def _await_status(conn: socket.socket, replies: io.BufferedReader, pid: int, argv: list[str],
-                  timeout: float | None) -> int:
+def _line(conn: socket.socket, timeout: float | None) -> bytes:
+    """The next line the server sends (read a byte at a time: the pid's line and the status's may
+    come in one packet), or b"" if it closed the connection; ``TimeoutError`` after ``timeout``
+    seconds."""
+    conn.settimeout(timeout)
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = conn.recv(1)
+        if not chunk:
+            return b""
+        data += chunk
+    return data
+
+
+def _await_status(conn: socket.socket, pid: int, argv: list[str], timeout: float | None) -> int:
     """The exit status the server reports for the command ``pid``; past ``timeout``, the command
     is killed and ``subprocess.TimeoutExpired`` raised, as ``subprocess.run`` does."""
-    conn.settimeout(timeout)
     try:
-        line = replies.readline()
+        line = _line(conn, timeout)
     except TimeoutError:
         try:
             os.kill(pid, 9)
         except ProcessLookupError:
             pass
-        conn.settimeout(30)
-        replies.readline()
+        _line(conn, 30)   # its status, once the server has reaped it
         raise subprocess.TimeoutExpired(argv, timeout or 0) from None
     if not line:
         raise RuntimeError("the tests' command server ended while a command ran")
