@@ -110,17 +110,19 @@ install_tfrfs() {
     if [ -n "${TFRFS_REINSTALL:-}" ] || [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ] ||
         [ ! -x "$VENV/bin/tfrfs" ] || ! modules_ok "${BASE_MODULES[@]}" "$@"; then
         # Through uv where it can be had (one small wheel, installed by pip into the
-        # virtualenv): it resolves and installs the test extras' 150 packages in about 20 s,
-        # where pip takes 8 minutes on this 2-core machine (resolving and unpacking, not
-        # downloading). Without it (no wheel for this machine), pip does the same.
-        # No byte-compiling: doing every module of TensorFlow and Ray (some 18,000 files) at
-        # install takes minutes, though a run imports a small part of them; Python compiles a
-        # module when it is first imported and keeps the result beside it.
+        # virtualenv): it resolves, installs and byte-compiles the test extras' 150 packages
+        # in under a minute, where pip took 8.5 minutes on this 2-core machine (resolving and
+        # unpacking, not downloading) without compiling. Compiled at install, no process pays
+        # for it later: left to the first import, each test process that imported TensorFlow
+        # or Ray before another had kept the result compiled them again (tens of seconds
+        # each), and the ordinary user the mount suite's second pass runs as cannot keep them
+        # at all. Without uv (no wheel for this machine), pip does the same, uncompiled.
         if "$PY" -m uv --version >/dev/null 2>&1 || "$PY" -m pip install -q uv >/dev/null 2>&1; then
             say "installing $name into $VENV (uv pip install -e)"
             local index
             index="$("$PY" -m pip config get global.index-url 2>/dev/null || true)"
-            UV_LINK_MODE=copy "$PY" -m uv pip install -q --python "$PY" ${index:+--index-url "$index"} -e "$spec" || {
+            UV_LINK_MODE=copy "$PY" -m uv pip install -q --compile-bytecode --python "$PY" ${index:+--index-url "$index"} \
+                -e "$spec" || {
                 say "uv could not install $name; pip instead"
                 "$PY" -m pip install -q --no-compile -e "$spec"
             }

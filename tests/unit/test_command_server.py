@@ -77,5 +77,10 @@ def test_an_interpreter_flag_in_the_environment_runs_a_fresh_interpreter(tmp_pat
         pytest.skip(f"{commands.SWITCH}=0: every command runs in a fresh interpreter")
     assert server.stands_in_for(dict(os.environ))
     assert not server.stands_in_for(dict(os.environ, PYTHONPATH=str(tmp_path)))
+    assert not server.stands_in_for(dict(os.environ, FUSE_LIBRARY_PATH=str(tmp_path / "libfuse.so")))
+    plain = {k: v for k, v in os.environ.items() if not k.startswith("FUSE_LIBRARY")}
+    # The FUSE binding names libfuse3 itself where neither variable is set: a process that
+    # imported it has FUSE_LIBRARY_NAME=fuse3, which is no difference.
+    assert server.stands_in_for(plain) and server.stands_in_for(dict(plain, FUSE_LIBRARY_NAME="fuse3"))
     got = commands.run(["--version"], env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"), timeout=60)
     assert got.returncode == 0 and got.stdout.startswith("tfrfs ")
