@@ -57,13 +57,7 @@ class CommandServer:
         return self.proc.poll() is None
 
     def stop(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        end_by_stdin(self.proc)
 
     def _connect(self, conn: socket.socket) -> None:
         """Connect to the server, which listens a moment after it starts (before its imports:
@@ -102,6 +96,18 @@ class CommandServer:
             out.seek(0)
             err.seek(0)
             return subprocess.CompletedProcess(argv, status, _text(out.read()), _text(err.read()))
+
+
+def end_by_stdin(proc: subprocess.Popen, seconds: float = 10) -> None:
+    """End a helper process that serves until its stdin ends: close it, wait ``seconds``, then
+    kill it."""
+    if proc.stdin is not None:
+        proc.stdin.close()
+    try:
+        proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _line(conn: socket.socket, timeout: float | None) -> bytes:

@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from support.commands import end_by_stdin
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -42,10 +44,4 @@ class TfWorker:
         return json.loads(self._answer("OK "))
 
     def close(self) -> None:
-        if self.proc.stdin:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        end_by_stdin(self.proc)
