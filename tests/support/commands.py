@@ -14,10 +14,11 @@ What differs is only what a fork shares: modules already imported. The daemon th
 ``tfrfs mount`` starts is still a new interpreter (``python -m tfrfs mount ... --daemon``).
 
 ``run(args, ...)`` answers like ``subprocess.run([python, "-m", "tfrfs", *args],
-capture_output=True, text=True, ...)``. A call the server cannot stand in for (another
-``PYTHONPATH`` or interpreter flag, keywords other than ``env``, ``cwd``, ``input`` and
-``timeout``) runs as that subprocess. ``TFRFS_TEST_COMMAND_SERVER=0`` turns the server off:
-every command then starts its own interpreter.
+capture_output=True, text=True, ...)``. Variables an interpreter reads as it starts (``PYTHON*``,
+``LD_*``, ...) are the server's own: a command whose environment sets them otherwise goes to a
+server started with them (one per such environment). A call with keywords other than ``env``,
+``cwd``, ``input`` and ``timeout`` runs as that subprocess. ``TFRFS_TEST_COMMAND_SERVER=0``
+turns the servers off: every command then starts its own interpreter.
 """
 
 from __future__ import annotations
@@ -42,10 +43,10 @@ _AT_START = ("PYTHON", "PROTOCOL_BUFFERS", "FUSE_LIBRARY", "LD_")
 class CommandServer:
     """One server process and the socket it listens on (see the module's docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, environ: dict) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="tfrfs-commands-"))
         self.address = str(self.folder / "socket")
-        self.environ = dict(os.environ)
+        self.environ = dict(environ)
         # Its stdin is a pipe this process holds: when this process ends, the server sees the
         # end of it and ends too. Its own output (nothing, unless it fails) goes to a file.
         self.log = self.folder / "server.log"
@@ -178,27 +179,32 @@ def _text(data: bytes) -> str:
     return io.TextIOWrapper(io.BytesIO(data)).read()
 
 
-_server: CommandServer | None = None
-_server_lock = threading.Lock()
+_servers: dict[tuple, CommandServer] = {}   # by the variables read at start (_started_with)
+_servers_lock = threading.Lock()
 
 
-def _the_server() -> CommandServer | None:
-    global _server
+def _started_with(env: dict) -> tuple:
+    return tuple(sorted((k, v) for k, v in _as_read(env).items() if k.startswith(_AT_START)))
+
+
+def _the_server(env: dict) -> CommandServer | None:
+    """This process's server for commands with environment ``env``."""
     if os.environ.get(SWITCH, "1") == "0":
         return None
-    with _server_lock:
-        if _server is None or not _server.alive():
-            _server = CommandServer()
-        return _server
+    key = _started_with(env)
+    with _servers_lock:
+        server = _servers.get(key)
+        if server is None or not server.alive():
+            server = _servers[key] = CommandServer(env)
+        return server
 
 
 def stop() -> None:
-    """End this process's server (at the end of a test session)."""
-    global _server
-    with _server_lock:
-        if _server is not None:
-            _server.stop()
-            _server = None
+    """End this process's servers (at the end of a test session)."""
+    with _servers_lock:
+        for server in _servers.values():
+            server.stop()
+        _servers.clear()
 
 
 def run(args: list[str] | tuple[str, ...], *, timeout: float | None = None, env: dict | None = None,
@@ -207,8 +213,8 @@ def run(args: list[str] | tuple[str, ...], *, timeout: float | None = None, env:
     """``subprocess.run([python, "-m", "tfrfs", *args], capture_output=True, text=True, ...)``,
     through this process's command server where it can stand in (see the module's docstring)."""
     environ = dict(os.environ if env is None else env)
-    server = _the_server() if not other else None
-    if server is None or not server.stands_in_for(environ):
+    server = _the_server(environ) if not other else None
+    if server is None:
         return subprocess.run([sys.executable, "-m", "tfrfs", *args], capture_output=True, text=True,
                               timeout=timeout, env=env, cwd=cwd, input=input, **other)  # type: ignore[call-overload]
     data = input.encode() if isinstance(input, str) else input

@@ -71,16 +71,26 @@ def test_a_command_past_its_timeout_is_killed_and_the_next_one_runs(shards: Path
     assert commands.run(["verify", str(shards)], env=env, timeout=60).returncode == 1
 
 
-def test_an_interpreter_flag_in_the_environment_runs_a_fresh_interpreter(tmp_path: Path) -> None:
-    server = commands._the_server()
-    if server is None:
-        pytest.skip(f"{commands.SWITCH}=0: every command runs in a fresh interpreter")
-    assert server.stands_in_for(dict(os.environ))
-    assert not server.stands_in_for(dict(os.environ, PYTHONPATH=str(tmp_path)))
-    assert not server.stands_in_for(dict(os.environ, FUSE_LIBRARY_PATH=str(tmp_path / "libfuse.so")))
-    plain = {k: v for k, v in os.environ.items() if not k.startswith("FUSE_LIBRARY")}
-    # The FUSE binding names libfuse3 itself where neither variable is set: a process that
-    # imported it has FUSE_LIBRARY_NAME=fuse3, which is no difference.
-    assert server.stands_in_for(plain) and server.stands_in_for(dict(plain, FUSE_LIBRARY_NAME="fuse3"))
-    got = commands.run(["--version"], env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"), timeout=60)
+def test_variables_read_at_start_take_effect(tmp_path: Path) -> None:
+    """A command whose environment sets what an interpreter reads as it starts (here PYTHONPATH,
+    with a sitecustomize module that Python imports at start) runs in an interpreter started with
+    it, as a fresh ``python -m tfrfs`` would."""
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    marker = tmp_path / "started"
+    (extra / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'a').write('x')\n")
+    path = os.pathsep.join(p for p in (str(extra), os.environ.get("PYTHONPATH", "")) if p)
+    got = commands.run(["--version"], env=dict(os.environ, PYTHONPATH=path), timeout=60)
     assert got.returncode == 0 and got.stdout.startswith("tfrfs ")
+    assert marker.exists()
+    got = commands.run(["--version"], timeout=60)   # the server of this process's own environment
+    assert got.returncode == 0 and marker.read_text() == "x"
+    server = commands._the_server(dict(os.environ))
+    if server is not None:
+        assert server.stands_in_for(dict(os.environ))
+        assert not server.stands_in_for(dict(os.environ, PYTHONPATH=path))
+        assert not server.stands_in_for(dict(os.environ, FUSE_LIBRARY_PATH=str(tmp_path / "libfuse.so")))
+        plain = {k: v for k, v in os.environ.items() if not k.startswith("FUSE_LIBRARY")}
+        # The FUSE binding names libfuse3 itself where neither variable is set: a process that
+        # imported it has FUSE_LIBRARY_NAME=fuse3, which is no difference.
+        assert server.stands_in_for(plain) and server.stands_in_for(dict(plain, FUSE_LIBRARY_NAME="fuse3"))
