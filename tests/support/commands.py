@@ -26,6 +26,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -59,6 +60,7 @@ class CommandServer:
 
     def stop(self) -> None:
         end_by_stdin(self.proc)
+        shutil.rmtree(self.folder, ignore_errors=True)   # its socket and log
 
     def _connect(self, conn: socket.socket) -> None:
         """Connect to the server, which listens a moment after it starts (before its imports:
@@ -75,11 +77,7 @@ class CommandServer:
 
     def stands_in_for(self, env: dict) -> bool:
         """Whether a command with environment ``env`` can be a fork of this server."""
-        mine, theirs = _as_read(self.environ), _as_read(env)
-        for name in set(mine) | set(theirs):
-            if name.startswith(_AT_START) and mine.get(name) != theirs.get(name):
-                return False
-        return True
+        return _started_with(env) == _started_with(self.environ)
 
     def run(self, args: list[str], env: dict, cwd: str, stdin: bytes | None, timeout: float | None
             ) -> subprocess.CompletedProcess:
@@ -184,6 +182,7 @@ _servers_lock = threading.Lock()
 
 
 def _started_with(env: dict) -> tuple:
+    """What of ``env`` an interpreter reads as it starts: the key of its server."""
     return tuple(sorted((k, v) for k, v in _as_read(env).items() if k.startswith(_AT_START)))
 
 
