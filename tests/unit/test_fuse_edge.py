@@ -1,5 +1,5 @@
 """Errors mapped once, at the edge of the operations classes, without a mount: whatever an
-operation raises reaches the binding as ``FuseOSError`` with a positive errno."""
+operation raises reaches the request loop as ``Refused`` with a positive errno."""
 
 from __future__ import annotations
 
@@ -12,10 +12,9 @@ import pytest
 
 from tfrfs.fuse import operations as fuse_ops
 from tfrfs.errors import DataLoss, NoAttr, NotFound, ReadOnly
-from tfrfs.fuse.binding import Edge as _Edge
+from tfrfs.fuse.edge import Edge as _Edge
+from tfrfs.fuse.edge import Refused
 from tfrfs.fuse.operations import errno_of
-
-FuseOSError = fuse_ops.fuse.FuseOSError
 
 
 @pytest.mark.parametrize("exc, code", [
@@ -23,7 +22,7 @@ FuseOSError = fuse_ops.fuse.FuseOSError
     (NoAttr("user.x"), errno.ENODATA),
     (ReadOnly("x"), errno.EROFS),
     (DataLoss("x"), errno.EIO),
-    (FuseOSError(errno.ENOTSUP), errno.ENOTSUP),
+    (Refused(errno.ENOTSUP), errno.ENOTSUP),
     (PermissionError(errno.EACCES, "denied"), errno.EACCES),
     (UnicodeDecodeError("utf-8", b"\xff", 0, 1, "bad"), errno.ENOENT),
 ])
@@ -66,16 +65,16 @@ class _Ops(_Edge):
         raise ReadOnly(path)
 
 
-def test_operations_raise_only_fuse_errors() -> None:
+def test_operations_raise_only_refusals() -> None:
     ops = _Ops()
     assert ops.getattr("/abc") == {"st_size": 4}
-    with pytest.raises(FuseOSError) as e:
+    with pytest.raises(Refused) as e:
         ops.getattr("/missing")
     assert e.value.errno == errno.ENOENT and isinstance(e.value.__cause__, NotFound)
-    with pytest.raises(FuseOSError) as e:
+    with pytest.raises(Refused) as e:
         ops.getattr("/bug")
     assert e.value.errno == errno.EIO
-    with pytest.raises(FuseOSError) as e:
+    with pytest.raises(Refused) as e:
         ops.access("/x", 0)
     assert e.value.errno == errno.EROFS
 
@@ -83,7 +82,7 @@ def test_operations_raise_only_fuse_errors() -> None:
 def test_a_listing_maps_errors_raised_while_it_is_read() -> None:
     listing = _Ops().readdir("/", 0, True)
     assert [next(listing)[1], next(listing)[1]] == ["a", "b"]
-    with pytest.raises(FuseOSError) as e:
+    with pytest.raises(Refused) as e:
         next(listing)
     assert e.value.errno == errno.EIO
 
@@ -91,7 +90,7 @@ def test_a_listing_maps_errors_raised_while_it_is_read() -> None:
 def test_a_listing_left_early_is_closed_quietly() -> None:
     listing = _Ops().readdir("/", 0, True)
     next(listing)
-    listing.close()   # the binding stops when the kernel's buffer is full
+    listing.close()   # the request loop stops when the kernel's buffer is full
 
 
 def test_helpers_and_values_are_left_alone() -> None:
@@ -111,7 +110,7 @@ class _FailingInit(_Edge):
     def __init__(self) -> None:
         self.destroyed = False
 
-    def init_with_config(self, conn: Any, config: Any) -> None:
+    def init(self, conn: Any) -> None:
         raise RuntimeError("no session")
 
     def destroy(self, path: str) -> None:
@@ -121,10 +120,10 @@ class _FailingInit(_Edge):
 def test_a_failed_init_ends_the_session_and_is_kept(monkeypatch: pytest.MonkeyPatch,
                                                     caplog: pytest.LogCaptureFixture) -> None:
     exits: list[bool] = []
-    monkeypatch.setattr(fuse_ops.fuse, "fuse_exit", lambda: exits.append(True))
     ops = _FailingInit()
+    ops.end_session = lambda: exits.append(True)
     with caplog.at_level(logging.ERROR, logger="tfrfs"):
-        ops.init_with_config(None, None)   # returns: nothing for the binding to handle
+        ops.init(None)   # returns: nothing for the request loop to answer
     assert exits == [True]
     assert isinstance(ops.init_failure, RuntimeError)
     assert "FUSE init failed" in caplog.text and "no session" in caplog.text
@@ -133,14 +132,13 @@ def test_a_failed_init_ends_the_session_and_is_kept(monkeypatch: pytest.MonkeyPa
 
 
 def test_a_sound_init_leaves_the_session_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fuse_ops.fuse, "fuse_exit", lambda: pytest.fail("fuse_exit called"))
-
     class Sound(_FailingInit):
-        def init_with_config(self, conn: Any, config: Any) -> None:
+        def init(self, conn: Any) -> None:
             pass
 
     ops = Sound()
-    ops.init_with_config(None, None)
+    ops.end_session = lambda: pytest.fail("the session was ended")
+    ops.init(None)
     assert ops.init_failure is None
     ops.destroy("/")
     assert ops.destroyed

@@ -1,22 +1,11 @@
-"""The FUSE adapter: the operations a mount answers, and ``mount``, which serves them.
+"""The operations a mount answers, by path, and ``mount``, which serves them.
 
-The binding (``tfrfs.fuse.binding``) is mfusepy (fusepy's maintained fork, same interface) on
-libfuse3. libfuse3 is what lets the kernel send 1 MiB reads and list a folder with every
-entry's attributes (readdirplus); with libfuse2 the kernel asks for each name
-again and reads in 128 KiB pieces.
-
-Each call is translated to the tree in a line or two; every exception is
-mapped to an errno in one place, ``errno_of``, at the edge of the operations
-classes (``binding.Edge``), so the binding receives nothing but ``FuseOSError``.
-Operations the mount does not need are left undefined on purpose: only the
-methods an operations object has are registered, so an unneeded call (``flush``
-on a read-only file, say) never enters Python at all.
-
-libfuse's own request loop is replaced by ``fuse_loop.Loop``, which after each
-request keeps watching the device for the next one a little while before
-sleeping: on a virtual machine, waking a sleeping daemon costs more than
-answering most requests. What tfrfs does with libfuse below the binding (that
-loop, kernel notifications, read_buf buffers) lives in ``fuse_loop``.
+Each call is translated to the tree in a line or two; every exception is mapped to an errno in
+one place, ``errno_of``, at the edge of the operations classes (``edge.Edge``), so the request
+loop receives nothing but ``Refused``. ``tfrfs.fuse.requests`` turns libfuse's low-level
+requests (by node id) into these calls, and ``tfrfs.fuse.libfuse`` serves them from several
+threads: on a read-only mount the tree is read by many requests at once; a writable mount's
+requests each hold its guard.
 """
 
 from __future__ import annotations
@@ -26,65 +15,40 @@ import errno
 import logging
 import os
 import posixpath
-import signal
 import stat as _stat
 import threading
 from typing import Any, Callable, Iterator, Mapping
 
-from tfrfs.fuse import loop as fuse_loop
-from tfrfs.fuse.binding import LIBFUSE, LIBFUSE_PATH, Edge, FuseBinding, errno_of, fuse  # noqa: F401 - errno_of: the map, here too
-from tfrfs.fuse import mountrecord
+from tfrfs.fuse import libfuse, mountrecord
+from tfrfs.fuse.edge import Edge, Refused, errno_of  # noqa: F401 - errno_of: the map, here too
+from tfrfs.fuse.inodes import ROOT, path_ino, record_ino
+from tfrfs.fuse.requests import Requests
 from tfrfs.errors import Busy, DataLoss, NoAttr, TfrfsError
 from tfrfs.dataset.assembly import Mount
-from tfrfs.view.nodes import FileHandle, MetaFile, RecordBin, RecordDir, ShardDir, Stat
+from tfrfs.view.nodes import FileHandle, MetaFile, RecordBin, RecordDir, ShardDir, Stat, record_name_width
 from tfrfs.fuse.options import FUSE_FLAGS, FUSE_VALUES, Owner
 from tfrfs.view.tree import Tree
 from tfrfs.fuse.watchdog import RequestWatch
 
 log = logging.getLogger("tfrfs")
 
-# libfuse3's fuse_common.h and fuse.h
+# libfuse3's fuse_common.h
 _CAP_ATOMIC_O_TRUNC = 1 << 3
 _CAP_READDIRPLUS = 1 << 13
 _CAP_READDIRPLUS_AUTO = 1 << 14
+_CAP_PARALLEL_DIROPS = 1 << 18
 _RENAME_NOREPLACE = 1 << 0
-_MAIN_LOOP_ENDED = 8          # fuse_main_real's status when its loop ended with an error (a signal)
 _META_PATH = "/.tfrfs/"   # the metadata folder's files (see Tree.lookup)
 _SETTLE_S = 0.25   # the most a request answered EIO for damage waits for .tfrfs/errors to be made fresh
-
-
-_INO_BITS = (1 << 62) - 1          # inode numbers from a path's hash
-_RECORD_INO = 1 << 62               # a record's: this bit, its shard's number, its index + 1
-_RECORD_INO_INDEX = 34              # bits of the index (records a shard may hold: 2**34 - 1)
-
-
-def _ino(path: str) -> int:
-    """A path's inode number: the same for the mount's life, whatever the kernel forgets.
-
-    (libfuse would number nodes itself, and give a new number to a name looked up again after
-    the kernel dropped it under memory pressure; cp, rsync and tar compare inode numbers
-    between a stat and an open, and call such a file "replaced while being copied".)
-    """
-    if path == "/":
-        return 1   # the kernel numbers the root 1 (FUSE_ROOT_ID)
-    return (hash(path) & _INO_BITS) or 2
+WORKERS = 4        # threads reading requests: one answers while others wait on the disk or the network
 
 
 def _node_ino(path: str, node: object) -> int:
-    """``_ino``, except that a record's folder (or ``.bin``) is numbered in record order.
-
-    cp -r reads a folder's entries in inode order (coreutils sorts them so, to spare a disk's
-    seeks): numbered by hash, a shard's records would be read in a random order, and a remote
-    shard would cost a request for each; numbered in order, they are read in order, and the
-    remote reader reads ahead.
-    """
+    """A node's inode number: a record's folder (or ``.bin``) by its shard and index (see
+    ``inodes.record_ino``), any other by its path."""
     if isinstance(node, (RecordDir, RecordBin)) and isinstance(node.rid, int):
-        return _record_ino(node.shard, node.rid)
-    return _ino(path)
-
-
-def _record_ino(shard: int, index: int) -> int:
-    return _RECORD_INO | (shard << _RECORD_INO_INDEX) | (index + 1)
+        return record_ino(node.shard, node.rid, isinstance(node, RecordBin))
+    return path_ino(path)
 
 
 class Operations(Edge):
@@ -107,7 +71,8 @@ class Operations(Edge):
         self._handles: dict[int, FileHandle] = {}
         self._next_fh = 1
         self._fh_lock = threading.Lock()   # not "lock": that would register a lock operation
-        self._invalidator: fuse_loop.MetaInvalidator | None = None   # read-only mounts, from init on
+        # Tells the kernel to forget names (set by mount() before the session starts)
+        self.notifier: libfuse.Notifier | None = None
 
     # -- helpers --------------------------------------------------------------
 
@@ -124,8 +89,8 @@ class Operations(Edge):
         # The damage may have been found a moment ago (a record read for this lookup or read):
         # let the kernel forget the .tfrfs/errors it holds before the caller, told EIO, looks
         # there. Bounded: inside a lookup in the root folder the notice waits for that lookup.
-        if self._invalidator is not None:
-            self._invalidator.settle(_SETTLE_S)
+        if self.notifier is not None and not self.tree.writable:
+            self.notifier.settle(_SETTLE_S)
 
     def _new_handle(self, handle: FileHandle) -> int:
         with self._fh_lock:
@@ -136,7 +101,7 @@ class Operations(Edge):
 
     # -- operations -----------------------------------------------------------
 
-    def init_with_config(self, conn: Any, config: Any) -> None:
+    def init(self, conn: Any) -> None:
         if self.tree.writable:
             # atomic_o_trunc: open(O_TRUNC) arrives as one open with the flag. Without it the
             # kernel sends a path truncate to 0 first, with no file handle, and an empty .json
@@ -145,17 +110,24 @@ class Operations(Edge):
             # attributes in a listing would be thrown away, and cost a stat per entry.
             conn.want = (conn.want | _CAP_ATOMIC_O_TRUNC) & ~(_CAP_READDIRPLUS | _CAP_READDIRPLUS_AUTO)
             return
-        # Every listing carries attributes, not only its first page ("auto"). No splicing of
-        # replies (FUSE_CAP_SPLICE_WRITE): most large images are served from memory (the local
-        # shard reader's serve), which libfuse would copy into a pipe first and then out of it.
-        conn.want = (conn.want | _CAP_READDIRPLUS) & ~_CAP_READDIRPLUS_AUTO
-        invalidator = fuse_loop.MetaInvalidator(LIBFUSE)
-        invalidator.bind()
-        self.tree.errors.on_change = invalidator.poke
-        self._invalidator = invalidator
+        # Every listing carries attributes, not only its first page ("auto"); lookups and
+        # listings of one folder may run at once.
+        conn.want = (conn.want | _CAP_READDIRPLUS | _CAP_PARALLEL_DIROPS) & ~_CAP_READDIRPLUS_AUTO
+        notifier = self.notifier
+        if notifier is not None:
+            # A read-only mount lets the kernel keep names, sizes and pages for a day, and it
+            # never opens files (reads come by path), so nothing else would make it ask for the
+            # new size of .tfrfs/errors.
+            self.tree.errors.on_change = lambda: notifier.forget_name(ROOT, ".tfrfs")
         if self.mountpoint:
-            threading.Thread(target=fuse_loop.widen_readahead, args=(self.mountpoint,),
+            threading.Thread(target=libfuse.widen_readahead, args=(self.mountpoint,),
                              name="tfrfs-readahead", daemon=True).start()
+
+    def _record_path(self, shard: int, index: int, binary: bool) -> str:
+        """The path of record ``index`` of shard ``shard`` (its ``.bin`` with ``binary``)."""
+        store = self.tree.store
+        width = record_name_width(store.shards[shard].count)
+        return f"/{store.relpath(shard)}/{index:0{width}d}{'.bin' if binary else ''}"
 
     def getattr(self, path: str, fh: Any = None) -> dict[str, int]:
         node = self.tree.lookup(path)
@@ -164,12 +136,12 @@ class Operations(Edge):
     def access(self, path: str, amode: int) -> int:
         self.tree.lookup(path)
         if amode & os.W_OK and not self.tree.writable:
-            raise fuse.FuseOSError(errno.EROFS)
+            raise Refused(errno.EROFS)
         return 0
 
     def opendir(self, path: str) -> int:
         if not self.tree.lookup(path).folder:
-            raise fuse.FuseOSError(errno.ENOTDIR)
+            raise Refused(errno.ENOTDIR)
         return 0
 
     def readdir(self, path: str, offset: int, plus: bool) -> Iterator[tuple[int, str, dict[str, int]]]:
@@ -185,7 +157,7 @@ class Operations(Edge):
         node = self.tree.lookup(path)
         for position, name, of in ((1, ".", path), (2, "..", posixpath.dirname(path))):
             if position > offset:
-                yield (position if plus else 0), name, {"st_mode": _stat.S_IFDIR, "st_ino": _ino(of)}
+                yield (position if plus else 0), name, {"st_mode": _stat.S_IFDIR, "st_ino": path_ino(of)}
         prefix = path.rstrip("/") + "/"
         tree = self.tree
         if plus and isinstance(node, ShardDir) and not tree.writable:
@@ -202,11 +174,11 @@ class Operations(Edge):
             return
         if isinstance(node, ShardDir):
             for rid, name, is_dir in tree.record_names(node):
-                ino = _record_ino(node.shard, rid) if isinstance(rid, int) else _ino(prefix + name)
+                ino = record_ino(node.shard, rid, not is_dir) if isinstance(rid, int) else path_ino(prefix + name)
                 yield 0, name, {"st_mode": _stat.S_IFDIR if is_dir else _stat.S_IFREG, "st_ino": ino}
             return
         for name, is_dir in tree.names(node):
-            yield 0, name, {"st_mode": _stat.S_IFDIR if is_dir else _stat.S_IFREG, "st_ino": _ino(prefix + name)}
+            yield 0, name, {"st_mode": _stat.S_IFDIR if is_dir else _stat.S_IFREG, "st_ino": path_ino(prefix + name)}
 
     def _shard_entries(self, node: ShardDir, prefix: str, offset: int) -> Iterator[tuple[int, str, Any]]:
         """``readdir``'s entries of a read-only shard folder, each with (the attributes every record
@@ -216,9 +188,9 @@ class Operations(Edge):
         shard = node.shard
         for pos, name, is_dir, size in self.tree.shard_listing(node, max(0, offset - 2)):
             if is_dir:
-                yield pos + 3, name, (folder, _record_ino(shard, pos), 0)
+                yield pos + 3, name, (folder, record_ino(shard, pos), 0)
             elif size:
-                yield pos + 3, name, (binary, _record_ino(shard, pos), size)
+                yield pos + 3, name, (binary, record_ino(shard, pos, True), size)
             else:
                 # An empty record: its stat checks its checksum (an empty file is never read).
                 child = self.tree.child(node, name)
@@ -230,7 +202,7 @@ class Operations(Edge):
 
     def open(self, path: str, fi: Any) -> int:
         if not self.tree.writable:
-            raise fuse.FuseOSError(errno.ENOSYS)   # see the class docstring; writes fail with EROFS
+            raise Refused(errno.ENOSYS)   # see the class docstring; writes fail with EROFS
         node = self.tree.lookup(path)
         handle = self.tree.open(node)
         fi.fh = self._new_handle(handle)
@@ -269,7 +241,7 @@ class Operations(Edge):
         if not name.startswith("user."):
             # ls -l asks every file for security.selinux and system.posix_acl_access; "not
             # supported" (unlike "no such attribute") makes it stop asking for the whole mount.
-            raise fuse.FuseOSError(errno.ENOTSUP)
+            raise Refused(errno.ENOTSUP)
         try:
             return self.tree.xattrs(self.tree.lookup(path))[name]
         except KeyError:
@@ -292,8 +264,8 @@ class WritableOperations(Operations):
         self.folders = mount.folders
         self.renames = mount.renames
         self.guard = mount.guard
-        # Why the request loop ended, asked at destroy; None: not known (libfuse's own loop).
-        self.ended: Callable[[], fuse_loop.End | None] = lambda: None
+        # Why the request loop ended, asked at destroy
+        self.ended: Callable[[], libfuse.End | None] = lambda: None
 
     def getattr(self, path: str, fh: Any = None) -> dict[str, int]:
         st = self.files.open_stat(path)
@@ -376,9 +348,9 @@ class WritableOperations(Operations):
 
     def rename(self, old: str, new: str, flags: int = 0) -> int:
         if flags & ~_RENAME_NOREPLACE:
-            raise fuse.FuseOSError(errno.EINVAL)   # RENAME_EXCHANGE, RENAME_WHITEOUT: not supported
+            raise Refused(errno.EINVAL)   # RENAME_EXCHANGE, RENAME_WHITEOUT: not supported
         if flags & _RENAME_NOREPLACE and self._present(new):
-            raise fuse.FuseOSError(errno.EEXIST)
+            raise Refused(errno.EEXIST)
         self._changing(old)
         if not self.files.is_new(old):   # else there is nothing to move but the open file
             self.renames.rename(old, new)
@@ -440,75 +412,59 @@ class WritableOperations(Operations):
         # leaves the edits staged (SPEC 7). The mount decides, and says what it did.
         try:
             end = self.ended()
-            self.mount.finish(end is not None and end.unmounted,
-                              str(end) if end is not None else "ended (libfuse's own request loop cannot "
-                                                               "tell an unmount from a signal)")
+            self.mount.finish(end is not None and end.unmounted, str(end) if end is not None else "ended")
         finally:
             super().destroy(path)
 
 
-class MountFailed(RuntimeError):
-    """No mount was made, or it ended as it began: the message says why."""
+MountFailed = libfuse.MountFailed
 
 
-def mount(m: Mount, mountpoint: str, *, poll_us: int, options: Mapping[str, str | bool] | None = None,
-          owner: Owner | None = None) -> None:
-    """Serve mount ``m`` at ``mountpoint`` until it is unmounted (in this process, in the foreground);
-    after each request, watch ``poll_us`` microseconds for the next before sleeping (see fuse_loop.Loop).
+def mount(m: Mount, mountpoint: str, *, poll_us: int = 0, options: Mapping[str, str | bool] | None = None,
+          owner: Owner | None = None, workers: int = WORKERS) -> None:
+    """Serve mount ``m`` at ``mountpoint`` until it is unmounted (in this process, in the foreground),
+    with ``workers`` threads answering requests.
     ``options``: the user's FUSE mount options (``tfrfs.fuse.options.FUSE_FLAGS``, ``FUSE_VALUES``), added
     to tfrfs's own; ``owner``: the owner and modes every file shows (default: the mounting user's,
-    umask 022). Raises ``MountFailed`` if libfuse cannot mount, or the mount's init fails."""
-    opts: dict[str, Any] = dict(
-        foreground=True,
-        nothreads=True,     # one thread: the tree's caches and the journal need no locking
-        fsname="tfrfs",
-        subtype="tfrfs",    # the mount table's type, fuse.tfrfs, is how tfrfs knows its mounts
-        use_ino=True,       # inode numbers from _ino()
-    )
+    umask 022). Raises ``MountFailed`` if libfuse cannot mount, or the mount's init fails.
+    (``poll_us`` is accepted for the options that name it, and has no effect: see README.)"""
+    opts: dict[str, str | bool] = {
+        "fsname": "tfrfs",
+        "subtype": "tfrfs",    # the mount table's type, fuse.tfrfs, is how tfrfs knows its mounts
+    }
     opts.update({k: v for k, v in (options or {}).items() if k in FUSE_FLAGS + FUSE_VALUES})
     owner = owner or Owner(os.getuid(), os.getgid())
+    ops: Operations
     if m.writable:
         # No attribute or name caching: names and sizes change without a call through the kernel
         # for that path (a commit renumbers records; a PNG sets height.json; a value becomes
         # binary and city.txt is city.bin). The kernel reads no further than the size it holds,
         # and a name it still believes in makes open(O_CREAT) skip create and fail with ENOENT.
         # (Writes come in requests of up to 1 MiB, and open(O_TRUNC) as one open with the flag:
-        # see init_with_config.)
-        opts.update(attr_timeout=0.0, entry_timeout=0.0, negative_timeout=0)
-        ops: Operations = WritableOperations(m, owner)
+        # see Operations.init.)
+        ops = WritableOperations(m, owner)
+        requests = Requests(ops, writable=True, entry_timeout=0.0, attr_timeout=0.0, negative_timeout=0.0)
     else:
-        # Nothing changes under a read-only mount: let the kernel keep attributes, names and data.
-        opts.update(ro=True, kernel_cache=True, attr_timeout=86400.0, entry_timeout=86400.0,
-                    negative_timeout=60.0)
+        # Nothing changes under a read-only mount: let the kernel keep attributes, names, data
+        # and listings.
+        opts["ro"] = True
         ops = Operations(m.tree, mountpoint, owner)
-    loop = fuse_loop.Loop(LIBFUSE, poll_us)
-    if loop.usable():
-        if isinstance(ops, WritableOperations):
-            ops.ended = lambda: loop.ended
-    else:
-        log.warning("this libfuse lacks a function the request loop needs; using libfuse's own loop "
-                    "(no --poll-us): %s", LIBFUSE_PATH)
-        if m.writable:
-            log.warning("with libfuse's own loop an unmount cannot be told from SIGTERM or Ctrl-C, so "
-                        "staged edits are committed only by tfrfs commit and tfrfs umount")
+        requests = Requests(ops, writable=False, entry_timeout=86400.0, attr_timeout=86400.0,
+                            negative_timeout=60.0, record_path=ops._record_path)
+    session = libfuse.Session(requests, ",".join(k if v is True else f"{k}={v}" for k, v in opts.items()), workers)
+    ops.end_session = session.end
+    ops.notifier = session.notifier()
     m.attach(mountpoint)
     ops.watch = RequestWatch(note=lambda doc: mountrecord.write_busy(mountpoint, doc))
     ops.watch.start()
-    with _recorded(m, mountpoint), _libfuse_main(loop.main if loop.usable() else None), \
-            _libfuse_signals(not loop.usable()), _stopped(ops.watch):
-        try:
-            FuseBinding(ops, mountpoint, raw_fi=True, encoding="utf-8", errors="surrogateescape", **opts)
-        except RuntimeError as exc:
-            if not (exc.args and isinstance(exc.args[0], int)):
-                raise
-            if not loop.usable() and exc.args[0] == _MAIN_LOOP_ENDED and ops.init_failure is None:
-                # libfuse's own loop ends so after a stop signal (libfuse 3.10 on), or a failed read.
-                log.info("libfuse's own request loop ended with status %d: stopped by a signal (or "
-                         "reading from the kernel failed)", _MAIN_LOOP_ENDED)
-                return
-            # The binding's report of a non-zero return from libfuse's main: say what failed.
-            raise MountFailed(loop.failure if loop.usable() and loop.failure
-                              else f"libfuse's fuse_main returned {exc.args[0]}") from None
+    end: libfuse.End | None = None
+    try:
+        with _recorded(m, mountpoint), _stopped(ops.watch):
+            end = session.serve(mountpoint)
+            log.info("request loop %s", end)
+            requests.destroy(end)
+    finally:
+        session.close()
     if ops.init_failure is not None:
         failure = ops.init_failure
         raise MountFailed(f"init failed ({type(failure).__name__}: {failure}), so the mount ended")
@@ -531,40 +487,3 @@ def _stopped(watch: RequestWatch) -> Iterator[None]:
         yield
     finally:
         watch.stop()
-
-
-@contextlib.contextmanager
-def _libfuse_signals(libfuses: bool) -> Iterator[None]:
-    """With libfuse's own loop (``libfuses``), let libfuse's handler end the mount on SIGINT as on
-    SIGTERM and SIGHUP: it sets one only where the handler is SIG_DFL, and Python holds SIGINT
-    (its KeyboardInterrupt would surface inside an operation)."""
-    if not libfuses or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.signal(signal.SIGINT, signal.SIG_DFL)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
-
-
-@contextlib.contextmanager
-def _libfuse_main(main: Callable[..., int] | None) -> Iterator[None]:
-    """Have the binding run ``main`` in place of libfuse's fuse_main_real (None: libfuse's own),
-    for the ``FUSE()`` call made inside this block.
-
-    The binding builds libfuse's table of operations inside ``FUSE.__init__`` and hands it
-    straight to its module-level ``fuse_main_real``: it takes no other main function, as an
-    argument or a method to override, and keeps the table nowhere a caller could reach. So that
-    name is swapped for the call and put back however it ends (README, "Choices where the
-    contract is silent"). ``main`` takes fuse_main_real's arguments (see ``fuse_loop.Loop``).
-    """
-    if main is None:
-        yield
-        return
-    binding_main = fuse.fuse_main_real
-    fuse.fuse_main_real = main
-    try:
-        yield
-    finally:
-        fuse.fuse_main_real = binding_main

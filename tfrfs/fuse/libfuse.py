@@ -1,0 +1,687 @@
+"""libfuse3's low-level API, through ctypes: the only module that touches libfuse.
+
+tfrfs talks to libfuse's low-level API rather than through a high-level binding (README, "Why
+libfuse's low-level API"): its requests name node ids, so the daemon keeps only the names the
+kernel holds (``tfrfs.fuse.inodes``) and lets the kernel cache listings (``cache_readdir``, which
+libfuse's high-level API passes on only from 3.16.1), and its session is read by several threads
+at once, so requests that wait on the disk or the network overlap.
+
+- ``Session``: a low-level session answering with a ``handler`` (``tfrfs.fuse.requests``), served
+  by ``workers`` threads until the kernel unmounts it or a stop signal comes (``End`` says which).
+- ``Notifier``: tells the kernel to forget a name or a node's cached data, from its own thread.
+- ``widen_readahead``: the mount's read-ahead in sysfs.
+
+Every callback answers its request exactly once. The handler raises ``Refused`` (an errno) for a
+request that fails; anything else it raises is mapped by ``edge.errno_of`` (logged, EIO). Nothing
+here knows the dataset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import logging
+import os
+import platform
+import select
+import signal
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from tfrfs.fuse.edge import Refused, errno_of
+
+log = logging.getLogger("tfrfs")
+
+
+def _load() -> tuple[ctypes.CDLL, str]:
+    path = (os.environ.get("FUSE_LIBRARY_PATH") or ctypes.util.find_library("fuse3") or "libfuse3.so.3")
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as exc:
+        raise ImportError(f"{exc}: tfrfs needs libfuse3 (Debian/Ubuntu: apt-get install fuse3)") from None
+    if not hasattr(lib, "fuse_session_new"):
+        raise ImportError(f"tfrfs needs libfuse3, and {path} is not it")
+    return lib, path
+
+
+_lib, LIBFUSE_PATH = _load()
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.dlvsym.restype = ctypes.c_void_p
+_libc.dlvsym.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
+_libc.free.restype = None
+_libc.free.argtypes = [ctypes.c_void_p]
+
+u32, u64, i64, vp = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int64, ctypes.c_void_p
+
+if platform.machine() in ("aarch64", "arm64", "riscv64", "loongarch64"):
+    class _Stat(ctypes.Structure):
+        """struct stat of the generic 64-bit Linux ABI."""
+        _fields_ = [("st_dev", u64), ("st_ino", u64), ("st_mode", u32), ("st_nlink", u32), ("st_uid", u32),
+                    ("st_gid", u32), ("st_rdev", u64), ("_pad1", u64), ("st_size", i64), ("st_blksize", ctypes.c_int32),
+                    ("_pad2", ctypes.c_int32), ("st_blocks", i64), ("st_atime", i64), ("st_atime_ns", i64),
+                    ("st_mtime", i64), ("st_mtime_ns", i64), ("st_ctime", i64), ("st_ctime_ns", i64),
+                    ("_unused", ctypes.c_int32 * 2)]
+else:
+    class _Stat(ctypes.Structure):   # type: ignore[no-redef]
+        """struct stat of x86_64 Linux."""
+        _fields_ = [("st_dev", u64), ("st_ino", u64), ("st_nlink", u64), ("st_mode", u32), ("st_uid", u32),
+                    ("st_gid", u32), ("_pad0", ctypes.c_int32), ("st_rdev", u64), ("st_size", i64),
+                    ("st_blksize", i64), ("st_blocks", i64), ("st_atime", i64), ("st_atime_ns", i64),
+                    ("st_mtime", i64), ("st_mtime_ns", i64), ("st_ctime", i64), ("st_ctime_ns", i64),
+                    ("_unused", i64 * 3)]
+
+
+class _StatVfs(ctypes.Structure):
+    _fields_ = [("f_bsize", ctypes.c_ulong), ("f_frsize", ctypes.c_ulong), ("f_blocks", u64), ("f_bfree", u64),
+                ("f_bavail", u64), ("f_files", u64), ("f_ffree", u64), ("f_favail", u64),
+                ("f_fsid", ctypes.c_ulong), ("f_flag", ctypes.c_ulong), ("f_namemax", ctypes.c_ulong),
+                ("_spare", ctypes.c_int * 6)]
+
+
+class _FileInfo(ctypes.Structure):
+    """struct fuse_file_info (libfuse 3.0 to 3.16)."""
+    _fields_ = [("flags", ctypes.c_int), ("writepage", ctypes.c_uint, 1), ("direct_io", ctypes.c_uint, 1),
+                ("keep_cache", ctypes.c_uint, 1), ("flush", ctypes.c_uint, 1), ("nonseekable", ctypes.c_uint, 1),
+                ("flock_release", ctypes.c_uint, 1), ("cache_readdir", ctypes.c_uint, 1),
+                ("noflush", ctypes.c_uint, 1), ("padding", ctypes.c_uint, 24), ("padding2", ctypes.c_uint, 32),
+                ("fh", u64), ("lock_owner", u64), ("poll_events", u32)]
+
+
+class _ConnInfo(ctypes.Structure):
+    _fields_ = [("proto_major", u32), ("proto_minor", u32), ("max_write", u32), ("max_read", u32),
+                ("max_readahead", u32), ("capable", u32), ("want", u32), ("max_background", u32),
+                ("congestion_threshold", u32), ("time_gran", u32), ("reserved", u32 * 22)]
+
+
+class _EntryParam(ctypes.Structure):
+    _fields_ = [("ino", u64), ("generation", u64), ("attr", _Stat), ("attr_timeout", ctypes.c_double),
+                ("entry_timeout", ctypes.c_double)]
+
+
+class _Buf(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("flags", ctypes.c_int), ("mem", vp), ("fd", ctypes.c_int),
+                ("pos", i64)]
+
+
+class _BufVec(ctypes.Structure):
+    _fields_ = [("count", ctypes.c_size_t), ("idx", ctypes.c_size_t), ("off", ctypes.c_size_t), ("buf", _Buf)]
+
+
+class _Args(ctypes.Structure):
+    _fields_ = [("argc", ctypes.c_int), ("argv", ctypes.POINTER(ctypes.c_char_p)), ("allocated", ctypes.c_int)]
+
+
+class _Forget(ctypes.Structure):
+    _fields_ = [("ino", u64), ("nlookup", u64)]
+
+
+_BUF_IS_FD, _BUF_FD_SEEK = 1 << 1, 1 << 2
+_SET_MODE, _SET_UID, _SET_GID, _SET_SIZE = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+_SET_ATIME, _SET_MTIME, _SET_ATIME_NOW, _SET_MTIME_NOW = 1 << 4, 1 << 5, 1 << 7, 1 << 8
+UTIME_NOW = (1 << 30) - 1   # utimensat's: "the current time"
+
+req_t, ino_t, fi_p = vp, u64, ctypes.POINTER(_FileInfo)
+_name = ctypes.c_char_p
+_OPS: list[tuple[str, tuple[Any, ...]]] = [   # struct fuse_lowlevel_ops, in order (libfuse 3.0 to 3.16)
+    ("init", (vp, ctypes.POINTER(_ConnInfo))), ("destroy", (vp,)), ("lookup", (req_t, ino_t, _name)),
+    ("forget", (req_t, ino_t, u64)), ("getattr", (req_t, ino_t, fi_p)),
+    ("setattr", (req_t, ino_t, ctypes.POINTER(_Stat), ctypes.c_int, fi_p)), ("readlink", (req_t, ino_t)),
+    ("mknod", (req_t, ino_t, _name, ctypes.c_uint, u64)), ("mkdir", (req_t, ino_t, _name, ctypes.c_uint)),
+    ("unlink", (req_t, ino_t, _name)), ("rmdir", (req_t, ino_t, _name)), ("symlink", (req_t, _name, ino_t, _name)),
+    ("rename", (req_t, ino_t, _name, ino_t, _name, ctypes.c_uint)), ("link", (req_t, ino_t, ino_t, _name)),
+    ("open", (req_t, ino_t, fi_p)), ("read", (req_t, ino_t, ctypes.c_size_t, i64, fi_p)),
+    ("write", (req_t, ino_t, vp, ctypes.c_size_t, i64, fi_p)), ("flush", (req_t, ino_t, fi_p)),
+    ("release", (req_t, ino_t, fi_p)), ("fsync", (req_t, ino_t, ctypes.c_int, fi_p)), ("opendir", (req_t, ino_t, fi_p)),
+    ("readdir", (req_t, ino_t, ctypes.c_size_t, i64, fi_p)), ("releasedir", (req_t, ino_t, fi_p)),
+    ("fsyncdir", (req_t, ino_t, ctypes.c_int, fi_p)), ("statfs", (req_t, ino_t)),
+    ("setxattr", (req_t, ino_t, _name, vp, ctypes.c_size_t, ctypes.c_int)),
+    ("getxattr", (req_t, ino_t, _name, ctypes.c_size_t)), ("listxattr", (req_t, ino_t, ctypes.c_size_t)),
+    ("removexattr", (req_t, ino_t, _name)), ("access", (req_t, ino_t, ctypes.c_int)),
+    ("create", (req_t, ino_t, _name, ctypes.c_uint, fi_p)), ("getlk", (req_t, ino_t, fi_p, vp)),
+    ("setlk", (req_t, ino_t, fi_p, vp, ctypes.c_int)), ("bmap", (req_t, ino_t, ctypes.c_size_t, u64)),
+    ("ioctl", (req_t, ino_t, ctypes.c_uint, vp, fi_p, ctypes.c_uint, vp, ctypes.c_size_t, ctypes.c_size_t)),
+    ("poll", (req_t, ino_t, fi_p, vp)), ("write_buf", (req_t, ino_t, vp, i64, fi_p)),
+    ("retrieve_reply", (req_t, vp, ino_t, i64, vp)), ("forget_multi", (req_t, ctypes.c_size_t, ctypes.POINTER(_Forget))),
+    ("flock", (req_t, ino_t, fi_p, ctypes.c_int)), ("fallocate", (req_t, ino_t, ctypes.c_int, i64, i64, fi_p)),
+    ("readdirplus", (req_t, ino_t, ctypes.c_size_t, i64, fi_p)),
+]
+_CALLBACK = {name: ctypes.CFUNCTYPE(None, *args) for name, args in _OPS}
+
+
+class _LowlevelOps(ctypes.Structure):
+    _fields_ = [(name, _CALLBACK[name]) for name, _ in _OPS]
+
+
+def _function(name: str, restype: Any, *argtypes: Any, version: str = "FUSE_3.0") -> Any:
+    """libfuse's ``name`` at symbol version ``version``: libfuse keeps a changed function's old
+    version under its old name, so these signatures hold for every libfuse3."""
+    address = _libc.dlvsym(_lib._handle, name.encode(), version.encode())
+    if not address:
+        raise ImportError(f"{LIBFUSE_PATH} has no {name}@{version}: tfrfs needs libfuse 3.0 or later")
+    return ctypes.CFUNCTYPE(restype, *argtypes)(address)
+
+
+_i = ctypes.c_int
+_session_new = _function("fuse_session_new", vp, ctypes.POINTER(_Args), ctypes.POINTER(_LowlevelOps),
+                         ctypes.c_size_t, vp)
+_session_mount = _function("fuse_session_mount", _i, vp, ctypes.c_char_p)
+_session_unmount = _function("fuse_session_unmount", None, vp)
+_session_destroy = _function("fuse_session_destroy", None, vp)
+_session_fd = _function("fuse_session_fd", _i, vp)
+_session_exit = _function("fuse_session_exit", None, vp)
+_session_exited = _function("fuse_session_exited", _i, vp)
+_receive = _function("fuse_session_receive_buf", _i, vp, ctypes.POINTER(_Buf))
+_process = _function("fuse_session_process_buf", None, vp, ctypes.POINTER(_Buf))
+_reply_err = _function("fuse_reply_err", _i, req_t, _i)
+_reply_none = _function("fuse_reply_none", None, req_t)
+_reply_entry = _function("fuse_reply_entry", _i, req_t, ctypes.POINTER(_EntryParam))
+_reply_create = _function("fuse_reply_create", _i, req_t, ctypes.POINTER(_EntryParam), fi_p)
+_reply_attr = _function("fuse_reply_attr", _i, req_t, ctypes.POINTER(_Stat), ctypes.c_double)
+_reply_open = _function("fuse_reply_open", _i, req_t, fi_p)
+_reply_write = _function("fuse_reply_write", _i, req_t, ctypes.c_size_t)
+_reply_buf = _function("fuse_reply_buf", _i, req_t, vp, ctypes.c_size_t)
+_reply_data = _function("fuse_reply_data", _i, req_t, ctypes.POINTER(_BufVec), _i)
+_reply_statfs = _function("fuse_reply_statfs", _i, req_t, ctypes.POINTER(_StatVfs))
+_reply_xattr = _function("fuse_reply_xattr", _i, req_t, ctypes.c_size_t)
+_notify_inval_entry = _function("fuse_lowlevel_notify_inval_entry", _i, vp, ino_t, ctypes.c_char_p, ctypes.c_size_t)
+_notify_inval_inode = _function("fuse_lowlevel_notify_inval_inode", _i, vp, ino_t, i64, i64)
+
+
+def _fill_stat(st: Any, attrs: dict[str, int]) -> None:
+    for key in ("st_ino", "st_mode", "st_nlink", "st_uid", "st_gid", "st_size", "st_blocks", "st_blksize"):
+        value = attrs.get(key)
+        if value is not None:
+            setattr(st, key, value)
+    for key in ("st_atime", "st_mtime", "st_ctime"):
+        ns = attrs.get(key)
+        if ns is not None:
+            setattr(st, key, ns // 1_000_000_000)
+            setattr(st, key + "_ns", ns % 1_000_000_000)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A lookup's answer: the node id the kernel is to hold, its attributes, and how long it may keep
+    each (seconds). ``nodeid`` 0: no such name, and the kernel may remember that for ``entry_timeout``."""
+
+    nodeid: int
+    attrs: dict[str, int]
+    entry_timeout: float
+    attr_timeout: float
+
+    def param(self) -> _EntryParam:
+        e = _EntryParam()
+        e.ino, e.entry_timeout, e.attr_timeout = self.nodeid, self.entry_timeout, self.attr_timeout
+        _fill_stat(e.attr, self.attrs)
+        return e
+
+
+@dataclass(frozen=True)
+class Opened:
+    """An open's answer: the handle, and what the kernel may cache."""
+
+    fh: int = 0
+    direct_io: bool = False
+    keep_cache: bool = False
+    cache_readdir: bool = False
+
+    def into(self, fi: Any) -> None:
+        fi.fh, fi.direct_io, fi.keep_cache, fi.cache_readdir = (self.fh, int(self.direct_io), int(self.keep_cache),
+                                                                int(self.cache_readdir))
+
+
+@dataclass(frozen=True)
+class SetAttr:
+    """What a setattr asks to change (None: leave it): times in nanoseconds, or ``UTIME_NOW``."""
+
+    size: int | None = None
+    mode: int | None = None
+    uid: int | None = None
+    gid: int | None = None
+    atime_ns: int | None = None
+    mtime_ns: int | None = None
+
+
+def _set_attr(st: Any, to_set: int) -> SetAttr:
+    def ns(flag: int, now: int, sec: int, nsec: int) -> int | None:
+        if to_set & now:
+            return UTIME_NOW
+        return sec * 1_000_000_000 + nsec if to_set & flag else None
+    return SetAttr(size=st.st_size if to_set & _SET_SIZE else None,
+                   mode=st.st_mode if to_set & _SET_MODE else None,
+                   uid=st.st_uid if to_set & _SET_UID else None, gid=st.st_gid if to_set & _SET_GID else None,
+                   atime_ns=ns(_SET_ATIME, _SET_ATIME_NOW, st.st_atime, st.st_atime_ns),
+                   mtime_ns=ns(_SET_MTIME, _SET_MTIME_NOW, st.st_mtime, st.st_mtime_ns))
+
+
+def _text(name: bytes) -> str:
+    return name.decode("utf-8", "surrogateescape")
+
+
+def _fh(fi: Any) -> int | None:
+    return fi.contents.fh if fi else None
+
+
+class Conn:
+    """What init may change of the connection: the capabilities it wants (libfuse's FUSE_CAP_*)."""
+
+    def __init__(self, capable: int, want: int) -> None:
+        self.capable, self.want = capable, want
+
+
+def _reply_bytes(req: int, data: bytes | memoryview) -> None:
+    if isinstance(data, memoryview) and not data.readonly and data.contiguous:
+        n = data.nbytes
+        _reply_buf(req, ctypes.addressof(ctypes.c_char.from_buffer(data)) if n else None, n)
+    else:
+        data = bytes(data) if isinstance(data, memoryview) else data
+        _reply_buf(req, data, len(data))
+
+
+def _reply_read(req: int, answer: tuple[tuple[int, int, int] | None, bytes | memoryview]) -> None:
+    where, data = answer
+    if where is None:
+        _reply_bytes(req, data)
+        return
+    vec = _BufVec(1, 0, 0)   # libfuse reads the bytes from the file itself, in C
+    vec.buf.fd, vec.buf.pos, vec.buf.size = where
+    vec.buf.flags = _BUF_IS_FD | _BUF_FD_SEEK
+    _reply_data(req, ctypes.byref(vec), 0)
+
+
+def _reply_xattr_value(req: int, value: bytes, size: int) -> None:
+    if size == 0:
+        _reply_xattr(req, len(value))
+    elif len(value) > size:
+        _reply_err(req, errno.ERANGE)
+    else:
+        _reply_buf(req, value, len(value))
+
+
+def _reply_statvfs(req: int, values: dict[str, int]) -> None:
+    st = _StatVfs()
+    for key, value in values.items():
+        setattr(st, key, value)
+    _reply_statfs(req, ctypes.byref(st))
+
+
+def _callbacks(h: Any) -> dict[str, Callable[..., None]]:
+    """The low-level callbacks, each a translation of its C arguments for ``h`` and of its answer
+    for libfuse; ``None`` answers "done" (0)."""
+    ok = lambda req, _: _reply_err(req, 0)   # noqa: E731
+    entry = lambda req, e: _reply_entry(req, ctypes.byref(e.param()))   # noqa: E731
+    attr = lambda req, a: _reply_attr(req, ctypes.byref(_stat_of(a[0])), a[1])   # noqa: E731
+
+    def opened(req: int, fi: Any, answer: Opened) -> None:
+        answer.into(fi.contents)
+        _reply_open(req, fi)
+
+    def created(req: int, fi: Any, answer: tuple[Entry, Opened]) -> None:
+        answer[1].into(fi.contents)
+        _reply_create(req, ctypes.byref(answer[0].param()), fi)
+
+    table: dict[str, tuple[Callable[..., Any], Callable[..., None]]] = {
+        "lookup": (lambda p, n: h.lookup(p, _text(n)), entry),
+        "getattr": (lambda ino, fi: h.getattr(ino), attr),
+        "setattr": (lambda ino, st, to_set, fi: h.setattr(ino, _set_attr(st.contents, to_set), _fh(fi)), attr),
+        "mkdir": (lambda p, n, mode: h.mkdir(p, _text(n), mode), entry),
+        "unlink": (lambda p, n: h.unlink(p, _text(n)), ok),
+        "rmdir": (lambda p, n: h.rmdir(p, _text(n)), ok),
+        "rename": (lambda p, n, np, nn, flags: h.rename(p, _text(n), np, _text(nn), flags), ok),
+        "read": (lambda ino, size, off, fi: h.read(ino, size, off, _fh(fi)), _reply_read),
+        "write": (lambda ino, buf, size, off, fi: h.write(ino, ctypes.string_at(buf, size), off, fi.contents.fh),
+                  lambda req, n: _reply_write(req, n)),
+        "flush": (lambda ino, fi: h.flush(ino, fi.contents.fh), ok),
+        "release": (lambda ino, fi: h.release(ino, fi.contents.fh), ok),
+        "fsync": (lambda ino, datasync, fi: h.fsync(ino, datasync, fi.contents.fh), ok),
+        "releasedir": (lambda ino, fi: h.releasedir(ino, fi.contents.fh), ok),
+        "readdir": (lambda ino, size, off, fi: h.readdir(ino, size, off, _fh(fi), False), _reply_bytes),
+        "readdirplus": (lambda ino, size, off, fi: h.readdir(ino, size, off, _fh(fi), True), _reply_bytes),
+        "statfs": (lambda ino: h.statfs(ino), _reply_statvfs),
+        "setxattr": (lambda ino, n, v, size, flags: h.setxattr(ino, _text(n), ctypes.string_at(v, size), flags), ok),
+        "removexattr": (lambda ino, n: h.removexattr(ino, _text(n)), ok),
+        "access": (lambda ino, mask: h.access(ino, mask), ok),
+    }
+    out: dict[str, Callable[..., None]] = {}
+    for name, (call, reply) in table.items():
+        if hasattr(h, name if not name.startswith("readdir") else "readdir") and (name != "readdirplus" or h.plus):
+            out[name] = _answering(name, call, reply)
+    if hasattr(h, "getxattr"):
+        out["getxattr"] = _answering("getxattr", lambda ino, n, size: (h.getxattr(ino, _text(n)), size),
+                                     lambda req, a: _reply_xattr_value(req, *a))
+        out["listxattr"] = _answering("listxattr", lambda ino, size: (h.listxattr(ino), size),
+                                      lambda req, a: _reply_xattr_value(req, *a))
+    for name in ("open", "opendir"):
+        out[name] = _answering_fi(name, getattr(h, name), opened)
+    if hasattr(h, "create"):
+        out["create"] = _answering_fi("create", lambda ino, n, mode, fi: h.create(ino, _text(n), mode, fi.contents.flags),
+                                      created, pass_fi=True)
+
+    def forget(req: int, ino: int, n: int) -> None:
+        _guarded("forget", lambda: h.forget(ino, n))
+        _reply_none(req)
+
+    def forget_multi(req: int, count: int, forgets: Any) -> None:
+        _guarded("forget", lambda: h.forget_many([(forgets[k].ino, forgets[k].nlookup) for k in range(count)]))
+        _reply_none(req)
+
+    def init(userdata: int, conn: Any) -> None:
+        c = Conn(conn.contents.capable, conn.contents.want)
+        _guarded("init", lambda: h.init(c))
+        conn.contents.want = c.want & c.capable
+
+    out.update(forget=forget, forget_multi=forget_multi, init=init)
+    return out
+
+
+def _stat_of(attrs: dict[str, int]) -> _Stat:
+    st = _Stat()
+    _fill_stat(st, attrs)
+    return st
+
+
+def _guarded(name: str, call: Callable[[], Any]) -> None:
+    try:
+        call()
+    except BaseException as exc:   # nothing may leave a callback: libfuse would never be answered
+        log.error("internal error in %s", name, exc_info=exc)
+
+
+def _answering(name: str, call: Callable[..., Any], reply: Callable[[int, Any], None]) -> Callable[..., None]:
+    def callback(req: int, *args: Any) -> None:
+        try:
+            answer = call(*args)
+        except Refused as exc:
+            _reply_err(req, exc.errno)
+            return
+        except BaseException as exc:   # a bug: logged once, answered EIO
+            _reply_err(req, errno_of(exc if isinstance(exc, Exception) else RuntimeError(exc), name, args))
+            return
+        try:
+            reply(req, answer)
+        except BaseException as exc:
+            log.error("answering %s failed", name, exc_info=exc)
+            _reply_err(req, errno.EIO)
+    return callback
+
+
+def _answering_fi(name: str, call: Callable[..., Any], reply: Callable[[int, Any, Any], None],
+                  pass_fi: bool = False) -> Callable[..., None]:
+    def callback(req: int, *args: Any) -> None:
+        fi = args[-1]
+        try:
+            answer = call(*args) if pass_fi else call(args[0], fi.contents.flags)
+        except Refused as exc:
+            _reply_err(req, exc.errno)
+            return
+        except BaseException as exc:
+            _reply_err(req, errno_of(exc if isinstance(exc, Exception) else RuntimeError(exc), name, args))
+            return
+        reply(req, fi, answer)
+    return callback
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+_WAKE = signal.SIGRTMIN + 2   # sent to a worker blocked reading the device, so that it sees the session end
+
+
+@dataclass(frozen=True)
+class End:
+    """Why a request loop ended."""
+
+    how: str                    # "unmounted", "signal", "failed", or "exited" (the session was ended from inside)
+    signal: str | None = None   # with "signal": its name (SIGTERM)
+
+    @property
+    def unmounted(self) -> bool:
+        """Ended by the kernel: fusermount3 -u, umount, or tfrfs umount (or the connection aborted)."""
+        return self.how == "unmounted"
+
+    def __str__(self) -> str:
+        return {"unmounted": "unmounted", "signal": f"stopped by {self.signal}", "failed": "ended by an error",
+                "exited": "ended from inside"}[self.how]
+
+
+class MountFailed(RuntimeError):
+    """No mount was made, or it ended as it began: the message says why."""
+
+
+class Session:
+    """A low-level session answering with ``handler``, served by ``workers`` threads.
+
+    ``handler`` has a method per request it answers (``tfrfs.fuse.requests.Requests``; a missing
+    one is answered ENOSYS by libfuse, or as libfuse's default for open, opendir and release), and
+    ``plus``: whether listings carry attributes (readdirplus). ``options`` are libfuse's mount
+    options (``fsname=tfrfs,ro,...``).
+
+    ``serve`` mounts, answers requests until the kernel unmounts the file system or a stop signal
+    (SIGTERM, SIGINT, SIGHUP) comes, and returns why (``End``) with the mount already detached;
+    ``close`` then frees the session. Each worker blocks reading the device (the kernel hands
+    each request to one of them) and answers in Python: one answers while others wait on the disk
+    or the network. A stop signal is read by the calling thread from a wakeup pipe (Python's
+    handler writes the signal's number there), so an unmount can be told from a signal; the
+    workers are then woken with ``_WAKE`` to see that the session ended.
+    """
+
+    def __init__(self, handler: Any, options: str, workers: int) -> None:
+        self.workers = max(1, workers)
+        self._keep = _callbacks(handler)   # the C callbacks must live as long as the session
+        ops = _LowlevelOps(**{name: _CALLBACK[name](fn) for name, fn in self._keep.items()})
+        self._ops = ops
+        argv = (ctypes.c_char_p * 4)(b"tfrfs", b"-o", options.encode(), None)
+        self._argv = argv
+        args = _Args(3, ctypes.cast(argv, ctypes.POINTER(ctypes.c_char_p)), 0)
+        self.se = _session_new(ctypes.byref(args), ctypes.byref(ops), ctypes.sizeof(ops), None)
+        if not self.se:
+            raise MountFailed("libfuse refused the mount options (libfuse's message says why)")
+        self._threads: list[threading.Thread] = []
+        self._ends: list[End] = []
+        self._done_r, self._done_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+
+    def end(self) -> None:
+        """End the session from inside (a failed init): the workers stop after this request."""
+        _session_exit(self.se)
+        os.write(self._done_w, b"x")
+
+    def serve(self, mountpoint: str) -> End:
+        if _session_mount(self.se, mountpoint.encode()) != 0:
+            raise MountFailed("libfuse could not mount (libfuse's message says why)")
+        ended: End | None = None
+        try:
+            with _stop_signals() as wakeup:
+                for k in range(self.workers):
+                    t = threading.Thread(target=self._work, name=f"tfrfs-fuse-{k}", daemon=True)
+                    t.start()
+                    self._threads.append(t)
+                ended = self._wait(wakeup)
+                _session_exit(self.se)
+                self._wake_workers()
+                for t in self._threads:   # (while _WAKE is still handled: its default ends the process)
+                    t.join(1.0)
+        finally:
+            _session_unmount(self.se)   # after a signal: detached lazily
+        return ended
+
+    def _wait(self, wakeup: int | None) -> End:
+        watch = select.poll()
+        watch.register(self._done_r, select.POLLIN)
+        if wakeup is not None:
+            watch.register(wakeup, select.POLLIN)
+        while True:
+            for fd, _ in watch.poll():
+                if fd == wakeup:
+                    return End("signal", _signal_name(_read_signal(fd)))
+                with contextlib.suppress(BlockingIOError):
+                    os.read(self._done_r, 64)
+                if self._ends:
+                    return self._ends[0]
+                if _session_exited(self.se):
+                    return End("exited")
+
+    def _work(self) -> None:
+        buf = _Buf()
+        se, bufp = self.se, ctypes.byref(buf)
+        end = End("exited")
+        try:
+            while not _session_exited(se):
+                res = _receive(se, bufp)
+                if res in (-errno.EINTR, -errno.EAGAIN):
+                    continue
+                if res <= 0:   # 0: unmounted (libfuse read ENODEV)
+                    end = End("unmounted") if res == 0 else End("failed")
+                    if res < 0:
+                        log.error("reading a request from the kernel failed: %s", os.strerror(-res))
+                    break
+                _process(se, bufp)
+        finally:
+            _libc.free(buf.mem)
+            self._ends.append(end)
+            with contextlib.suppress(OSError):
+                os.write(self._done_w, b"x")
+
+    def _wake_workers(self) -> None:
+        for t in self._threads:
+            if t.is_alive() and t.ident is not None:
+                with contextlib.suppress(ProcessLookupError, OSError):
+                    signal.pthread_kill(t.ident, _WAKE)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Free the session once every worker has stopped (else leave it: the process is ending)."""
+        for t in self._threads:
+            t.join(timeout)
+        os.close(self._done_r)
+        os.close(self._done_w)
+        if not any(t.is_alive() for t in self._threads):
+            _session_destroy(self.se)
+        else:
+            log.info("a request was still being answered when the mount ended")
+        self.se = None
+
+    def notifier(self) -> "Notifier":
+        return Notifier(self.se)
+
+
+@contextlib.contextmanager
+def _stop_signals() -> Iterator[int | None]:
+    """Python handlers for the stop signals and ``_WAKE``, and the read end of a pipe that receives
+    the number of each that arrives (None, and the handlers left as they are, off the main thread:
+    only it may set them). Put back as they were on the way out."""
+    if threading.current_thread() is not threading.main_thread():
+        yield None
+        return
+    read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    old_wakeup = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    old = {sig: signal.signal(sig, _noted) for sig in STOP_SIGNALS}
+    signal.signal(_WAKE, _noted)   # left set: a late _WAKE must not end the process
+    try:
+        yield read_end
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        signal.set_wakeup_fd(old_wakeup)
+        os.close(read_end)
+        os.close(write_end)
+
+
+def _noted(signum: int, frame: Any) -> None:
+    """The Python side of a stop signal's handler: nothing to do, the loop has read the pipe."""
+
+
+def _read_signal(fd: int) -> int:
+    try:
+        data = os.read(fd, 64)
+    except BlockingIOError:
+        data = b""
+    stops = [b for b in data if b in STOP_SIGNALS]
+    return stops[0] if stops else signal.SIGTERM
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+class Notifier:
+    """Tells the kernel to forget names and nodes' cached contents, from a thread of its own.
+
+    Sent from inside a request, a notice could wait on a lock that the request holds (libfuse's
+    rule for notifications), so ``forget_name`` and ``forget_node`` only queue; ``settle`` waits
+    until what was queued has been sent.
+    """
+
+    def __init__(self, se: int) -> None:
+        self._se = se
+        self._changed = threading.Condition()
+        self._queue: list[tuple[int, bytes | None]] = []
+        self._asked = 0        # notices queued so far
+        self._sent = 0         # of those, the ones sent
+        self._stopped = False
+        threading.Thread(target=self._run, name="tfrfs-notify", daemon=True).start()
+
+    def forget_name(self, parent: int, name: str) -> None:
+        self._queue_one(parent, name.encode("utf-8", "surrogateescape"))
+
+    def forget_node(self, nodeid: int) -> None:
+        """The kernel's cached data of ``nodeid`` (a folder's listing, a file's pages) is stale."""
+        self._queue_one(nodeid, None)
+
+    def _queue_one(self, nodeid: int, name: bytes | None) -> None:
+        with self._changed:
+            self._queue.append((nodeid, name))
+            self._asked += 1
+            self._changed.notify_all()
+
+    def settle(self, timeout: float) -> None:
+        """Wait, at most ``timeout`` seconds, until every notice queued so far has been sent. Call
+        it only while answering a request that holds no folder's lock (a read)."""
+        with self._changed:
+            asked = self._asked
+            self._changed.wait_for(lambda: self._sent >= asked or self._stopped, timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: bool(self._queue))
+                batch, self._queue = self._queue, []
+            gone = False
+            for nodeid, name in batch:
+                if name is None:
+                    rc = _notify_inval_inode(self._se, nodeid, 0, 0)
+                else:
+                    rc = _notify_inval_entry(self._se, nodeid, name, len(name))
+                gone = rc in (-errno.ENODEV, -errno.EBADF)   # unmounted
+                if rc not in (0, -errno.ENOENT) and not gone:   # ENOENT: the kernel holds no such node
+                    log.debug("kernel notification for node %d failed: %s", nodeid, os.strerror(-rc))
+                if gone:
+                    break
+            with self._changed:
+                self._sent += len(batch)
+                self._stopped = gone
+                self._changed.notify_all()
+            if gone:
+                return
+
+
+_READ_AHEAD_KB = 1024
+
+
+def widen_readahead(mountpoint: str) -> None:
+    """Let the kernel read ahead 1 MiB on this mount (its backing device's sysfs knob; root only),
+    so that a large file arrives in 1 MiB requests, the most libfuse3 takes, instead of 128 KiB.
+
+    Runs on its own thread: the stat below is answered by the daemon, which must first have
+    finished ``init``; and the kernel sets its own read-ahead when that reply arrives.
+    """
+    try:
+        dev = os.stat(mountpoint).st_dev
+        knob = f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb"
+        with open(knob, "w") as f:
+            f.write(f"{_READ_AHEAD_KB}\n")
+        log.info("read-ahead %d KiB (%s)", _READ_AHEAD_KB, knob)
+    except OSError as exc:   # not root, or no sysfs: large files come in 128 KiB reads
+        log.info("read-ahead left at the kernel's default (raising it needs root): %s", exc)

@@ -1,0 +1,323 @@
+"""The low-level requests in the operations' terms: node ids to paths, listings to the kernel's bytes.
+
+libfuse's low-level API names nodes by id; the operations (``tfrfs.fuse.operations``) answer by
+path. ``Requests`` turns one into the other through ``inodes.Nodes`` (the names the kernel holds),
+counts every id it hands the kernel as a lookup to be forgotten, and packs listings in the
+kernel's own layout (``fuse_dirent``, ``fuse_direntplus``) a page at a time. Nothing here knows
+libfuse's C side (``tfrfs.fuse.libfuse`` calls these methods and sends their answers) or the
+dataset (the operations do).
+
+Caching (read-only mounts): names and attributes are kept by the kernel for ``entry_timeout`` and
+``attr_timeout``; opendir is answered "not implemented", which has the kernel cache every
+folder's listing (and stop sending opendir and releasedir): a second walk of the tree is
+answered by the kernel alone. A writable mount caches nothing (see ``operations.mount``), and
+lists a folder from a copy of its names taken when it is opened.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import stat as _stat
+import struct
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from tfrfs.errors import NotFound
+from tfrfs.fuse.edge import Refused
+from tfrfs.fuse.inodes import Nodes
+from tfrfs.fuse.libfuse import Conn, End, Entry, Opened, SetAttr
+
+# linux/fuse.h: struct fuse_entry_out (nodeid, generation, entry_valid, attr_valid and their
+# nanoseconds), struct fuse_attr (ino, size, blocks, atime, mtime, ctime, their nanoseconds,
+# mode, nlink, uid, gid, rdev, blksize, flags), then struct fuse_dirent (ino, off, namelen, type).
+_PLUS = struct.Struct("<QQQQII" "QQQQQQIIIIIIIIII" "QQII")
+_DIRENT = struct.Struct("<QQII")
+_NS = 1_000_000_000
+
+
+@dataclass
+class _FileInfo:
+    """What the operations read and set of a request's file: its handle and flags."""
+
+    fh: int = 0
+    flags: int = 0
+    direct_io: int = 0
+
+
+def _seconds(timeout: float) -> tuple[int, int]:
+    whole = int(timeout)
+    return whole, int((timeout - whole) * _NS)
+
+
+class Requests:
+    """Each low-level request, answered with the path-level ``ops``.
+
+    ``writable``: a ``--rw`` mount (nothing cached by the kernel, folders listed from a copy taken
+    at opendir). ``entry_timeout``, ``attr_timeout``, ``negative_timeout``: how long the kernel
+    may keep a name, attributes, and the absence of a name (seconds). ``record_path(shard, index,
+    binary)``: the path of a record (read-only mounts: records' node ids are their inode numbers).
+    """
+
+    def __init__(self, ops: Any, *, writable: bool, entry_timeout: float, attr_timeout: float,
+                 negative_timeout: float, record_path: Callable[[int, int, bool], str] | None = None) -> None:
+        self.ops = ops
+        self.writable = writable
+        self.plus = not writable   # listings carry attributes (readdirplus)
+        self.nodes = Nodes(record_path=None if writable else record_path)
+        self.entry_timeout, self.attr_timeout, self.negative_timeout = entry_timeout, attr_timeout, negative_timeout
+        self._valid = _seconds(entry_timeout) + _seconds(attr_timeout)
+        self._listings: dict[int, list[tuple[str, int, int]]] = {}   # a writable mount's open folders
+        self._fhs = itertools.count(1)
+        self._lock = threading.Lock()
+
+    # -- the session -----------------------------------------------------------------
+
+    def init(self, conn: Conn) -> None:
+        self.ops.init(conn)
+
+    def destroy(self, end: End | None) -> None:
+        self.ops.ended = lambda: end
+        self.ops.destroy("/")
+
+    # -- names -----------------------------------------------------------------------
+
+    def _path(self, nodeid: int) -> str:
+        return self.nodes.path(nodeid)
+
+    def _entry(self, parent: int, name: str, attrs: dict[str, int]) -> Entry:
+        nodeid = self.nodes.looked_up(parent, name, attrs["st_ino"])
+        return Entry(nodeid, attrs, self.entry_timeout, self.attr_timeout)
+
+    def lookup(self, parent: int, name: str) -> Entry:
+        path = self.nodes.child_path(parent, name)
+        try:
+            attrs = self.ops.getattr(path)
+        except Refused as exc:
+            if exc.errno == errno.ENOENT and self.negative_timeout:
+                return Entry(0, {}, self.negative_timeout, 0.0)   # the kernel may remember the absence
+            raise
+        return self._entry(parent, name, attrs)
+
+    def forget(self, nodeid: int, count: int) -> None:
+        self.nodes.forget(nodeid, count)
+
+    def forget_many(self, forgets: list[tuple[int, int]]) -> None:
+        for nodeid, count in forgets:
+            self.nodes.forget(nodeid, count)
+
+    def getattr(self, nodeid: int) -> tuple[dict[str, int], float]:
+        return self.ops.getattr(self._path(nodeid)), self.attr_timeout
+
+    # -- listings --------------------------------------------------------------------
+
+    def opendir(self, nodeid: int, flags: int) -> Opened:
+        if not self.writable:
+            raise Refused(errno.ENOSYS)   # the kernel caches listings, and stops asking (see above)
+        path = self._path(nodeid)
+        self.ops.opendir(path)
+        names = [(name, attrs["st_mode"], attrs["st_ino"]) for _, name, attrs in self.ops.readdir(path, 0, False)]
+        fh = next(self._fhs)
+        with self._lock:
+            self._listings[fh] = names
+        return Opened(fh)
+
+    def releasedir(self, nodeid: int, fh: int) -> None:
+        with self._lock:
+            self._listings.pop(fh, None)
+
+    def readdir(self, nodeid: int, size: int, offset: int, fh: int | None, plus: bool) -> bytes:
+        """A page of folder ``nodeid``'s listing, of at most ``size`` bytes, from after position ``offset``."""
+        listing = self._listings.get(fh) if fh else None   # (a dict read: safe without the lock)
+        if listing is not None:
+            return self._plain_page(listing, size, offset)
+        out = bytearray()
+        if not plus:
+            for position, name, attrs in self.ops.readdir(self._path(nodeid), offset, True):
+                ino = attrs[1] if type(attrs) is tuple else attrs["st_ino"]
+                mode = attrs[0]["st_mode"] if type(attrs) is tuple else attrs["st_mode"]
+                if not _add_dirent(out, size, name, ino, position, mode):
+                    break
+            return bytes(out)
+        valid = self._valid
+        for position, name, attrs in self.ops.readdir(self._path(nodeid), offset, True):
+            if not self._add_plus(out, size, nodeid, name, position, attrs, valid):
+                break
+        return bytes(out)
+
+    def _plain_page(self, listing: list[tuple[str, int, int]], size: int, offset: int) -> bytes:
+        out = bytearray()
+        for k in range(offset, len(listing)):
+            name, mode, ino = listing[k]
+            if not _add_dirent(out, size, name, ino, k + 1, mode):
+                break
+        return bytes(out)
+
+    def _add_plus(self, out: bytearray, size: int, parent: int, name: str, position: int, attrs: Any,
+                  valid: tuple[int, int, int, int]) -> bool:
+        raw = name.encode("utf-8", "surrogateescape")
+        length = _PLUS.size + ((len(raw) + 7) & ~7)
+        if len(out) + length > size:
+            return False
+        if type(attrs) is tuple:
+            # A shard's record: the attributes its shard's records share, with its own number and size
+            base, ino, rec_size = attrs
+            a = dict(base, st_ino=ino)
+            if rec_size:
+                a["st_size"], a["st_blocks"] = rec_size, (rec_size + 511) // 512
+        else:
+            a = attrs
+        ino = a["st_ino"]
+        mode = a["st_mode"]
+        # "." and "..", and an entry listed without its size (its stat fails), go without
+        # attributes (node id 0): the kernel asks for them by name
+        full = "st_size" in a and name not in (".", "..")
+        nodeid = self.nodes.looked_up(parent, name, ino) if full else 0
+        mtime = a.get("st_mtime", 0)
+        atime, ctime = a.get("st_atime", mtime), a.get("st_ctime", mtime)
+        start = len(out)
+        out += bytes(length)
+        _PLUS.pack_into(out, start, nodeid, 0, valid[0], valid[2], valid[1], valid[3],
+                        ino, a.get("st_size", 0), a.get("st_blocks", 0), atime // _NS, mtime // _NS, ctime // _NS,
+                        atime % _NS, mtime % _NS, ctime % _NS, mode, a.get("st_nlink", 1), a.get("st_uid", 0),
+                        a.get("st_gid", 0), 0, a.get("st_blksize", 0), 0,
+                        ino, position, len(raw), _stat.S_IFMT(mode) >> 12)
+        out[start + _PLUS.size:start + _PLUS.size + len(raw)] = raw
+        return True
+
+    # -- files -----------------------------------------------------------------------
+
+    def open(self, nodeid: int, flags: int) -> Opened:
+        if not self.writable:
+            # Read by path: "not implemented" has the kernel stop sending opens and releases
+            # (two of the four requests reading a small file would cost), and keep pages cached.
+            raise Refused(errno.ENOSYS)
+        fi = _FileInfo(flags=flags)
+        self.ops.open(self._path(nodeid), fi)
+        return Opened(fi.fh, direct_io=bool(fi.direct_io))
+
+    def read(self, nodeid: int, size: int, offset: int, fh: int | None) -> tuple[Any, Any]:
+        path = self._path(nodeid)
+        if not self.writable:
+            return self.ops.read_buf(path, size, offset)
+        return None, self.ops.read(path, size, offset, _FileInfo(fh or 0))
+
+    def write(self, nodeid: int, data: bytes, offset: int, fh: int) -> int:
+        return self.ops.write(self._known_path(nodeid), data, offset, _FileInfo(fh))
+
+    def flush(self, nodeid: int, fh: int) -> None:
+        self._writable_only(errno.ENOSYS)   # (read-only: the kernel stops sending it)
+        self.ops.flush(self._known_path(nodeid), _FileInfo(fh))
+
+    def fsync(self, nodeid: int, datasync: int, fh: int) -> None:
+        self._writable_only(errno.ENOSYS)
+        self.ops.fsync(self._known_path(nodeid), datasync, _FileInfo(fh))
+
+    def release(self, nodeid: int, fh: int) -> None:
+        self._writable_only(errno.ENOSYS)
+        self.ops.release(self._known_path(nodeid), _FileInfo(fh))
+
+    def _writable_only(self, code: int) -> None:
+        if not self.writable:
+            raise Refused(code)
+
+    def _known_path(self, nodeid: int) -> str:
+        """The path of an open file's node, or "" for one removed since (its handle is what counts)."""
+        try:
+            return self._path(nodeid)
+        except NotFound:
+            return ""
+
+    def create(self, parent: int, name: str, mode: int, flags: int) -> tuple[Entry, Opened]:
+        path = self.nodes.child_path(parent, name)
+        fi = _FileInfo(flags=flags)
+        self.ops.create(path, mode, fi)
+        return self._entry(parent, name, self.ops.getattr(path)), Opened(fi.fh)
+
+    def setattr(self, nodeid: int, change: SetAttr, fh: int | None) -> tuple[dict[str, int], float]:
+        if not self.writable:
+            raise Refused(errno.EROFS)
+        path = self._path(nodeid)
+        ops = self.ops
+        if change.size is not None:
+            ops.truncate(path, change.size, _FileInfo(fh) if fh is not None else None)
+        if change.mode is not None:
+            ops.chmod(path, change.mode)
+        if change.uid is not None or change.gid is not None:
+            ops.chown(path, -1 if change.uid is None else change.uid, -1 if change.gid is None else change.gid)
+        if change.atime_ns is not None or change.mtime_ns is not None:
+            ops.utimens(path, (change.atime_ns, change.mtime_ns))
+        return ops.getattr(path), self.attr_timeout
+
+    # -- changes to folders (writable mounts) ----------------------------------------
+
+    def mkdir(self, parent: int, name: str, mode: int) -> Entry:
+        path = self.nodes.child_path(parent, name)
+        self.ops.mkdir(path, mode)
+        return self._entry(parent, name, self.ops.getattr(path))
+
+    def unlink(self, parent: int, name: str) -> None:
+        self.ops.unlink(self.nodes.child_path(parent, name))
+        self.nodes.unlinked(parent, name)
+
+    def rmdir(self, parent: int, name: str) -> None:
+        self.ops.rmdir(self.nodes.child_path(parent, name))
+        self.nodes.unlinked(parent, name)
+
+    def rename(self, parent: int, name: str, new_parent: int, new_name: str, flags: int) -> None:
+        self.ops.rename(self.nodes.child_path(parent, name), self.nodes.child_path(new_parent, new_name), flags)
+        self.nodes.renamed(parent, name, new_parent, new_name)
+
+    # -- the rest --------------------------------------------------------------------
+
+    def statfs(self, nodeid: int) -> dict[str, int]:
+        return self.ops.statfs("/")
+
+    def access(self, nodeid: int, mask: int) -> None:
+        self.ops.access(self._path(nodeid), mask)
+
+    def getxattr(self, nodeid: int, name: str) -> bytes:
+        return self.ops.getxattr(self._path(nodeid), name)
+
+    def listxattr(self, nodeid: int) -> bytes:
+        return b"".join(n.encode("utf-8", "surrogateescape") + b"\0" for n in self.ops.listxattr(self._path(nodeid)))
+
+    def setxattr(self, nodeid: int, name: str, value: bytes, flags: int) -> None:
+        if not self.writable:
+            raise Refused(errno.EROFS)
+        self.ops.setxattr(self._path(nodeid), name, value, flags)
+
+    def removexattr(self, nodeid: int, name: str) -> None:
+        if not self.writable:
+            raise Refused(errno.EROFS)
+        self.ops.removexattr(self._path(nodeid), name)
+
+
+def _add_dirent(out: bytearray, size: int, name: str, ino: int, position: int, mode: int) -> bool:
+    raw = name.encode("utf-8", "surrogateescape")
+    length = (_DIRENT.size + len(raw) + 7) & ~7
+    if len(out) + length > size:
+        return False
+    start = len(out)
+    out += bytes(length)
+    _DIRENT.pack_into(out, start, ino, position, len(raw), _stat.S_IFMT(mode) >> 12)
+    out[start + _DIRENT.size:start + _DIRENT.size + len(raw)] = raw
+    return True
+
+
+def entries(page: bytes, plus: bool) -> Iterator[tuple[int, str, int, int]]:
+    """(node id, name, inode number, position) of each entry of a packed page (for tests)."""
+    at = 0
+    while at < len(page):
+        nodeid = 0
+        if plus:
+            fields = _PLUS.unpack_from(page, at)
+            nodeid, ino, off, namelen = fields[0], fields[22], fields[23], fields[24]
+            name_at = at + _PLUS.size
+            at = name_at + ((namelen + 7) & ~7)
+        else:
+            ino, off, namelen, _ = _DIRENT.unpack_from(page, at)
+            name_at = at + _DIRENT.size
+            at += (_DIRENT.size + namelen + 7) & ~7
+        yield nodeid, page[name_at:name_at + namelen].decode("utf-8", "surrogateescape"), ino, off
