@@ -23,7 +23,7 @@ _FAIL_INIT = '''
 from tfrfs.fuse import operations as fuse_ops
 
 class InitFails(fuse_ops.Operations):
-    def init_with_config(self, conn, config):
+    def init(self, conn):
         raise RuntimeError("init fails on purpose")
 
 fuse_ops.Operations = InitFails
@@ -86,8 +86,10 @@ def test_a_mount_libfuse_refuses_is_reported_by_what_failed(source: Path, tmp_pa
 
     m = open_mount(str(source), cache_dir=str(tmp_path / "cache"))
     try:
-        with pytest.raises(fuse_ops.MountFailed, match="libfuse refused the options or the mount point"):
-            fuse_ops.mount(m, str(tmp_path / "no such folder"), poll_us=0)
+        with pytest.raises(fuse_ops.MountFailed, match="libfuse could not mount"):
+            fuse_ops.mount(m, str(tmp_path / "no such folder"))
+        with pytest.raises(fuse_ops.MountFailed, match="libfuse refused the mount options"):
+            fuse_ops.mount(m, str(tmp_path), options={"fsname": "a,no_such_option"})
     finally:
         m.close()
-    assert fuse_ops.fuse.fuse_main_real is fuse_ops.fuse._libfuse.fuse_main_real   # put back
+    assert not is_mounted(tmp_path)

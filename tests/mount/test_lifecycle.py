@@ -10,8 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -318,39 +316,3 @@ def test_rw_mount_of_an_empty_folder_builds_a_dataset(tmp_path: Path, tfrfs_moun
     ro.mkdir()
     proc = run_tfrfs("mount", str(other), str(ro), "--cache-dir", str(tmp_path / "cache"))
     assert proc.returncode == 2 and "no TFRecord shard" in proc.stderr
-
-
-def test_libfuses_own_loop_never_commits_on_a_signal(src: Path, tmp_path: Path) -> None:
-    """With libfuse's own request loop (a libfuse lacking what tfrfs's loop needs), an unmount cannot
-    be told from a signal: nothing is committed at the end, SIGINT ends the mount as SIGTERM does,
-    and the log says why; tfrfs umount still commits."""
-    before = disk_files(src)
-    code = ("import sys; from tfrfs.fuse import loop as fuse_loop; fuse_loop.Loop.usable = lambda self: False; "
-            "from tfrfs.cli import main; sys.exit(main(sys.argv[1:]))")
-    log = tmp_path / "daemon.log"
-    for sig in (signal.SIGINT, signal.SIGTERM, None):
-        mnt = tmp_path / f"mnt-{sig}"
-        mnt.mkdir()
-        proc = subprocess.Popen([sys.executable, "-c", code, "mount", str(src), str(mnt), "--rw", "-f", "--daemon",
-                                 "--cache-dir", str(tmp_path / "cache"), "--log", str(log)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            deadline = time.monotonic() + 30
-            while not is_mounted(mnt) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            sh(f"echo '[6]' > {mnt}/{AGE}")
-            if sig is None:
-                subprocess.run(["fusermount3", "-u", str(mnt)], check=True)
-            else:
-                proc.send_signal(sig)
-            assert proc.wait(timeout=30) == 0
-            assert not is_mounted(mnt)
-            assert disk_files(src) == before
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            force_unmount(mnt)
-    text = log.read_text()
-    assert "libfuse's own request loop cannot tell an unmount from a signal" in text and "Traceback" not in text
-    assert status_lines(src) == ["tabular.tfrecord.gz: 1 edited"]

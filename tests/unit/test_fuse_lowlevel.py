@@ -14,38 +14,38 @@ from typing import Any, Iterator
 import pytest
 
 from tfrfs.errors import NotFound
-from tfrfs.fuse import inodes, libfuse
+from tfrfs.fuse import inodes, loop
 from tfrfs.fuse.edge import Refused
 from tfrfs.fuse.inodes import ROOT, Nodes, record_ino
 from tfrfs.fuse.requests import Requests, entries
 
 
-@pytest.mark.parametrize("module", ["tfrfs.view.tree", "tfrfs.fuse.edge", "tfrfs.fuse.inodes"])
+@pytest.mark.parametrize("module", ["tfrfs.view.tree", "tfrfs.fuse.edge", "tfrfs.fuse.inodes", "tfrfs.fuse.loop"])
 def test_only_the_adapter_loads_libfuse(module: str) -> None:
     code = (f"import sys, {module}; "
             "assert 'tfrfs.fuse.libfuse' not in sys.modules, 'libfuse was loaded'")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-@pytest.mark.parametrize("sig", libfuse.STOP_SIGNALS)
+@pytest.mark.parametrize("sig", loop.STOP_SIGNALS)
 def test_a_stop_signal_is_read_from_the_wakeup_pipe(sig: int) -> None:
     """While the request loop runs, SIGTERM, SIGINT and SIGHUP neither kill the daemon nor raise
     KeyboardInterrupt: their number arrives on the pipe the loop watches. Afterwards the handlers
     are as they were."""
-    before = {s: signal.getsignal(s) for s in libfuse.STOP_SIGNALS}
-    with libfuse._stop_signals() as wakeup:
+    before = {s: signal.getsignal(s) for s in loop.STOP_SIGNALS}
+    with loop.stop_signals() as wakeup:
         assert wakeup is not None
         os.kill(os.getpid(), sig)
-        assert libfuse._signal_name(libfuse._read_signal(wakeup)) == signal.Signals(sig).name
-    assert {s: signal.getsignal(s) for s in libfuse.STOP_SIGNALS} == before
+        assert loop.signal_name(loop.read_signal(wakeup)) == signal.Signals(sig).name
+    assert {s: signal.getsignal(s) for s in loop.STOP_SIGNALS} == before
     assert signal.set_wakeup_fd(-1) == -1   # and no wakeup pipe is left set
 
 
 def test_only_an_unmount_is_an_unmount() -> None:
-    assert libfuse.End("unmounted").unmounted
-    for end in (libfuse.End("signal", "SIGTERM"), libfuse.End("failed"), libfuse.End("exited")):
+    assert loop.End("unmounted").unmounted
+    for end in (loop.End("signal", "SIGTERM"), loop.End("failed"), loop.End("exited")):
         assert not end.unmounted
-    assert str(libfuse.End("signal", "SIGINT")) == "stopped by SIGINT"
+    assert str(loop.End("signal", "SIGINT")) == "stopped by SIGINT"
 
 
 # -- the names the kernel holds --------------------------------------------------------

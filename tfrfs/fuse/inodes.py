@@ -164,6 +164,10 @@ class Nodes:
             else:
                 return
 
+    def id_of(self, parent: int, name: str) -> int | None:
+        """The id of entry ``name`` of ``parent``, if the kernel holds one."""
+        return self._ids.get((parent, name))   # (a dict read: safe without the lock)
+
     def unlinked(self, parent: int, name: str) -> None:
         """Entry ``name`` of ``parent`` is gone: its node (if the kernel holds one) has no name."""
         with self._lock:

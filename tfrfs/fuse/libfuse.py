@@ -28,10 +28,11 @@ import platform
 import select
 import signal
 import threading
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from tfrfs.fuse.edge import Refused, errno_of
+from tfrfs.fuse.loop import (UTIME_NOW, WAKE, Conn, End, Entry, MountFailed, Opened, SetAttr, read_signal,
+                             signal_name, stop_signals)
 
 log = logging.getLogger("tfrfs")
 
@@ -121,7 +122,6 @@ class _Forget(ctypes.Structure):
 _BUF_IS_FD, _BUF_FD_SEEK = 1 << 1, 1 << 2
 _SET_MODE, _SET_UID, _SET_GID, _SET_SIZE = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 _SET_ATIME, _SET_MTIME, _SET_ATIME_NOW, _SET_MTIME_NOW = 1 << 4, 1 << 5, 1 << 7, 1 << 8
-UTIME_NOW = (1 << 30) - 1   # utimensat's: "the current time"
 
 req_t, ino_t, fi_p = vp, u64, ctypes.POINTER(_FileInfo)
 _name = ctypes.c_char_p
@@ -202,47 +202,15 @@ def _fill_stat(st: Any, attrs: dict[str, int]) -> None:
             setattr(st, key + "_ns", ns % 1_000_000_000)
 
 
-@dataclass(frozen=True)
-class Entry:
-    """A lookup's answer: the node id the kernel is to hold, its attributes, and how long it may keep
-    each (seconds). ``nodeid`` 0: no such name, and the kernel may remember that for ``entry_timeout``."""
-
-    nodeid: int
-    attrs: dict[str, int]
-    entry_timeout: float
-    attr_timeout: float
-
-    def param(self) -> _EntryParam:
-        e = _EntryParam()
-        e.ino, e.entry_timeout, e.attr_timeout = self.nodeid, self.entry_timeout, self.attr_timeout
-        _fill_stat(e.attr, self.attrs)
-        return e
+def _param(e: Entry) -> _EntryParam:
+    p = _EntryParam()
+    p.ino, p.entry_timeout, p.attr_timeout = e.nodeid, e.entry_timeout, e.attr_timeout
+    _fill_stat(p.attr, e.attrs)
+    return p
 
 
-@dataclass(frozen=True)
-class Opened:
-    """An open's answer: the handle, and what the kernel may cache."""
-
-    fh: int = 0
-    direct_io: bool = False
-    keep_cache: bool = False
-    cache_readdir: bool = False
-
-    def into(self, fi: Any) -> None:
-        fi.fh, fi.direct_io, fi.keep_cache, fi.cache_readdir = (self.fh, int(self.direct_io), int(self.keep_cache),
-                                                                int(self.cache_readdir))
-
-
-@dataclass(frozen=True)
-class SetAttr:
-    """What a setattr asks to change (None: leave it): times in nanoseconds, or ``UTIME_NOW``."""
-
-    size: int | None = None
-    mode: int | None = None
-    uid: int | None = None
-    gid: int | None = None
-    atime_ns: int | None = None
-    mtime_ns: int | None = None
+def _into(fi: Any, o: Opened) -> None:
+    fi.fh, fi.direct_io, fi.keep_cache, fi.cache_readdir = o.fh, int(o.direct_io), int(o.keep_cache), int(o.cache_readdir)
 
 
 def _set_attr(st: Any, to_set: int) -> SetAttr:
@@ -263,13 +231,6 @@ def _text(name: bytes) -> str:
 
 def _fh(fi: Any) -> int | None:
     return fi.contents.fh if fi else None
-
-
-class Conn:
-    """What init may change of the connection: the capabilities it wants (libfuse's FUSE_CAP_*)."""
-
-    def __init__(self, capable: int, want: int) -> None:
-        self.capable, self.want = capable, want
 
 
 def _reply_bytes(req: int, data: bytes | memoryview) -> None:
@@ -312,16 +273,16 @@ def _callbacks(h: Any) -> dict[str, Callable[..., None]]:
     """The low-level callbacks, each a translation of its C arguments for ``h`` and of its answer
     for libfuse; ``None`` answers "done" (0)."""
     ok = lambda req, _: _reply_err(req, 0)   # noqa: E731
-    entry = lambda req, e: _reply_entry(req, ctypes.byref(e.param()))   # noqa: E731
+    entry = lambda req, e: _reply_entry(req, ctypes.byref(_param(e)))   # noqa: E731
     attr = lambda req, a: _reply_attr(req, ctypes.byref(_stat_of(a[0])), a[1])   # noqa: E731
 
     def opened(req: int, fi: Any, answer: Opened) -> None:
-        answer.into(fi.contents)
+        _into(fi.contents, answer)
         _reply_open(req, fi)
 
     def created(req: int, fi: Any, answer: tuple[Entry, Opened]) -> None:
-        answer[1].into(fi.contents)
-        _reply_create(req, ctypes.byref(answer[0].param()), fi)
+        _into(fi.contents, answer[1])
+        _reply_create(req, ctypes.byref(_param(answer[0])), fi)
 
     table: dict[str, tuple[Callable[..., Any], Callable[..., None]]] = {
         "lookup": (lambda p, n: h.lookup(p, _text(n)), entry),
@@ -424,31 +385,6 @@ def _answering_fi(name: str, call: Callable[..., Any], reply: Callable[[int, Any
     return callback
 
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-_WAKE = signal.SIGRTMIN + 2   # sent to a worker blocked reading the device, so that it sees the session end
-
-
-@dataclass(frozen=True)
-class End:
-    """Why a request loop ended."""
-
-    how: str                    # "unmounted", "signal", "failed", or "exited" (the session was ended from inside)
-    signal: str | None = None   # with "signal": its name (SIGTERM)
-
-    @property
-    def unmounted(self) -> bool:
-        """Ended by the kernel: fusermount3 -u, umount, or tfrfs umount (or the connection aborted)."""
-        return self.how == "unmounted"
-
-    def __str__(self) -> str:
-        return {"unmounted": "unmounted", "signal": f"stopped by {self.signal}", "failed": "ended by an error",
-                "exited": "ended from inside"}[self.how]
-
-
-class MountFailed(RuntimeError):
-    """No mount was made, or it ended as it began: the message says why."""
-
-
 class Session:
     """A low-level session answering with ``handler``, served by ``workers`` threads.
 
@@ -463,7 +399,7 @@ class Session:
     each request to one of them) and answers in Python: one answers while others wait on the disk
     or the network. A stop signal is read by the calling thread from a wakeup pipe (Python's
     handler writes the signal's number there), so an unmount can be told from a signal; the
-    workers are then woken with ``_WAKE`` to see that the session ended.
+    workers are then woken with ``WAKE`` to see that the session ended.
     """
 
     def __init__(self, handler: Any, options: str, workers: int) -> None:
@@ -491,7 +427,7 @@ class Session:
             raise MountFailed("libfuse could not mount (libfuse's message says why)")
         ended: End | None = None
         try:
-            with _stop_signals() as wakeup:
+            with stop_signals() as wakeup:
                 for k in range(self.workers):
                     t = threading.Thread(target=self._work, name=f"tfrfs-fuse-{k}", daemon=True)
                     t.start()
@@ -499,7 +435,7 @@ class Session:
                 ended = self._wait(wakeup)
                 _session_exit(self.se)
                 self._wake_workers()
-                for t in self._threads:   # (while _WAKE is still handled: its default ends the process)
+                for t in self._threads:   # (while WAKE is still handled: its default ends the process)
                     t.join(1.0)
         finally:
             _session_unmount(self.se)   # after a signal: detached lazily
@@ -513,7 +449,7 @@ class Session:
         while True:
             for fd, _ in watch.poll():
                 if fd == wakeup:
-                    return End("signal", _signal_name(_read_signal(fd)))
+                    return End("signal", signal_name(read_signal(fd)))
                 with contextlib.suppress(BlockingIOError):
                     os.read(self._done_r, 64)
                 if self._ends:
@@ -546,7 +482,7 @@ class Session:
         for t in self._threads:
             if t.is_alive() and t.ident is not None:
                 with contextlib.suppress(ProcessLookupError, OSError):
-                    signal.pthread_kill(t.ident, _WAKE)
+                    signal.pthread_kill(t.ident, WAKE)
 
     def close(self, timeout: float = 5.0) -> None:
         """Free the session once every worker has stopped (else leave it: the process is ending)."""
@@ -562,48 +498,6 @@ class Session:
 
     def notifier(self) -> "Notifier":
         return Notifier(self.se)
-
-
-@contextlib.contextmanager
-def _stop_signals() -> Iterator[int | None]:
-    """Python handlers for the stop signals and ``_WAKE``, and the read end of a pipe that receives
-    the number of each that arrives (None, and the handlers left as they are, off the main thread:
-    only it may set them). Put back as they were on the way out."""
-    if threading.current_thread() is not threading.main_thread():
-        yield None
-        return
-    read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    old_wakeup = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
-    old = {sig: signal.signal(sig, _noted) for sig in STOP_SIGNALS}
-    signal.signal(_WAKE, _noted)   # left set: a late _WAKE must not end the process
-    try:
-        yield read_end
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-        signal.set_wakeup_fd(old_wakeup)
-        os.close(read_end)
-        os.close(write_end)
-
-
-def _noted(signum: int, frame: Any) -> None:
-    """The Python side of a stop signal's handler: nothing to do, the loop has read the pipe."""
-
-
-def _read_signal(fd: int) -> int:
-    try:
-        data = os.read(fd, 64)
-    except BlockingIOError:
-        data = b""
-    stops = [b for b in data if b in STOP_SIGNALS]
-    return stops[0] if stops else signal.SIGTERM
-
-
-def _signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
 
 
 class Notifier:
@@ -667,21 +561,3 @@ class Notifier:
                 return
 
 
-_READ_AHEAD_KB = 1024
-
-
-def widen_readahead(mountpoint: str) -> None:
-    """Let the kernel read ahead 1 MiB on this mount (its backing device's sysfs knob; root only),
-    so that a large file arrives in 1 MiB requests, the most libfuse3 takes, instead of 128 KiB.
-
-    Runs on its own thread: the stat below is answered by the daemon, which must first have
-    finished ``init``; and the kernel sets its own read-ahead when that reply arrives.
-    """
-    try:
-        dev = os.stat(mountpoint).st_dev
-        knob = f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb"
-        with open(knob, "w") as f:
-            f.write(f"{_READ_AHEAD_KB}\n")
-        log.info("read-ahead %d KiB (%s)", _READ_AHEAD_KB, knob)
-    except OSError as exc:   # not root, or no sysfs: large files come in 128 KiB reads
-        log.info("read-ahead left at the kernel's default (raising it needs root): %s", exc)

@@ -19,7 +19,7 @@ import stat as _stat
 import threading
 from typing import Any, Callable, Iterator, Mapping
 
-from tfrfs.fuse import libfuse, mountrecord
+from tfrfs.fuse import libfuse, loop, mountrecord
 from tfrfs.fuse.edge import Edge, Refused, errno_of  # noqa: F401 - errno_of: the map, here too
 from tfrfs.fuse.inodes import ROOT, path_ino, record_ino
 from tfrfs.fuse.requests import Requests
@@ -120,7 +120,7 @@ class Operations(Edge):
             # new size of .tfrfs/errors.
             self.tree.errors.on_change = lambda: notifier.forget_name(ROOT, ".tfrfs")
         if self.mountpoint:
-            threading.Thread(target=libfuse.widen_readahead, args=(self.mountpoint,),
+            threading.Thread(target=loop.widen_readahead, args=(self.mountpoint,),
                              name="tfrfs-readahead", daemon=True).start()
 
     def _record_path(self, shard: int, index: int, binary: bool) -> str:
@@ -265,7 +265,7 @@ class WritableOperations(Operations):
         self.renames = mount.renames
         self.guard = mount.guard
         # Why the request loop ended, asked at destroy
-        self.ended: Callable[[], libfuse.End | None] = lambda: None
+        self.ended: Callable[[], loop.End | None] = lambda: None
 
     def getattr(self, path: str, fh: Any = None) -> dict[str, int]:
         st = self.files.open_stat(path)
@@ -417,7 +417,7 @@ class WritableOperations(Operations):
             super().destroy(path)
 
 
-MountFailed = libfuse.MountFailed
+MountFailed = loop.MountFailed
 
 
 def mount(m: Mount, mountpoint: str, *, poll_us: int = 0, options: Mapping[str, str | bool] | None = None,
@@ -457,7 +457,7 @@ def mount(m: Mount, mountpoint: str, *, poll_us: int = 0, options: Mapping[str, 
     m.attach(mountpoint)
     ops.watch = RequestWatch(note=lambda doc: mountrecord.write_busy(mountpoint, doc))
     ops.watch.start()
-    end: libfuse.End | None = None
+    end: loop.End | None = None
     try:
         with _recorded(m, mountpoint), _stopped(ops.watch):
             end = session.serve(mountpoint)

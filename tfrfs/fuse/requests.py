@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator
 from tfrfs.errors import NotFound
 from tfrfs.fuse.edge import Refused
 from tfrfs.fuse.inodes import Nodes
-from tfrfs.fuse.libfuse import Conn, End, Entry, Opened, SetAttr
+from tfrfs.fuse.loop import Conn, End, Entry, Opened, SetAttr
 
 # linux/fuse.h: struct fuse_entry_out (nodeid, generation, entry_valid, attr_valid and their
 # nanoseconds), struct fuse_attr (ino, size, blocks, atime, mtime, ctime, their nanoseconds,
@@ -69,6 +69,8 @@ class Requests:
         self.entry_timeout, self.attr_timeout, self.negative_timeout = entry_timeout, attr_timeout, negative_timeout
         self._valid = _seconds(entry_timeout) + _seconds(attr_timeout)
         self._listings: dict[int, list[tuple[str, int, int]]] = {}   # a writable mount's open folders
+        self._open: dict[int, int] = {}   # a writable mount's node ids with open files: how many
+        self._hidden: dict[int, tuple[int, str]] = {}   # open files removed meanwhile: (folder, hidden name)
         self._fhs = itertools.count(1)
         self._lock = threading.Lock()
 
@@ -195,13 +197,13 @@ class Requests:
             raise Refused(errno.ENOSYS)
         fi = _FileInfo(flags=flags)
         self.ops.open(self._path(nodeid), fi)
+        self._opened(nodeid, 1)
         return Opened(fi.fh, direct_io=bool(fi.direct_io))
 
     def read(self, nodeid: int, size: int, offset: int, fh: int | None) -> tuple[Any, Any]:
-        path = self._path(nodeid)
         if not self.writable:
-            return self.ops.read_buf(path, size, offset)
-        return None, self.ops.read(path, size, offset, _FileInfo(fh or 0))
+            return self.ops.read_buf(self._path(nodeid), size, offset)
+        return None, self.ops.read(self._known_path(nodeid), size, offset, _FileInfo(fh or 0))
 
     def write(self, nodeid: int, data: bytes, offset: int, fh: int) -> int:
         return self.ops.write(self._known_path(nodeid), data, offset, _FileInfo(fh))
@@ -216,7 +218,23 @@ class Requests:
 
     def release(self, nodeid: int, fh: int) -> None:
         self._writable_only(errno.ENOSYS)
-        self.ops.release(self._known_path(nodeid), _FileInfo(fh))
+        try:
+            self.ops.release(self._known_path(nodeid), _FileInfo(fh))
+        finally:
+            if self._opened(nodeid, -1) == 0:
+                hidden = self._hidden.pop(nodeid, None)
+                if hidden is not None:   # removed while open: now it goes
+                    self.ops.unlink(self.nodes.child_path(*hidden))
+                    self.nodes.unlinked(*hidden)
+
+    def _opened(self, nodeid: int, change: int) -> int:
+        with self._lock:
+            n = self._open.get(nodeid, 0) + change
+            if n > 0:
+                self._open[nodeid] = n
+            else:
+                self._open.pop(nodeid, None)
+            return n
 
     def _writable_only(self, code: int) -> None:
         if not self.writable:
@@ -233,7 +251,9 @@ class Requests:
         path = self.nodes.child_path(parent, name)
         fi = _FileInfo(flags=flags)
         self.ops.create(path, mode, fi)
-        return self._entry(parent, name, self.ops.getattr(path)), Opened(fi.fh)
+        entry = self._entry(parent, name, self.ops.getattr(path))
+        self._opened(entry.nodeid, 1)
+        return entry, Opened(fi.fh)
 
     def setattr(self, nodeid: int, change: SetAttr, fh: int | None) -> tuple[dict[str, int], float]:
         if not self.writable:
@@ -258,6 +278,14 @@ class Requests:
         return self._entry(parent, name, self.ops.getattr(path))
 
     def unlink(self, parent: int, name: str) -> None:
+        nodeid = self.nodes.id_of(parent, name)
+        if nodeid is not None and nodeid in self._open:
+            # Removed while open: as libfuse's high-level API does, it is moved aside under a
+            # hidden name, so that its descriptors keep working, and removed at its last close.
+            hidden = f".fuse_hidden{nodeid:08x}{next(self._fhs):08x}"
+            self.rename(parent, name, parent, hidden, 0)
+            self._hidden[nodeid] = (parent, hidden)
+            return
         self.ops.unlink(self.nodes.child_path(parent, name))
         self.nodes.unlinked(parent, name)
 
