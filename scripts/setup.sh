@@ -15,8 +15,8 @@ PY="$VENV/bin/python"
 PROG="scripts/${0##*/}"   # the sourcing script, for messages
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# Import names of the base package's dependencies in pyproject.toml (mfusepy's module is mfusepy).
-BASE_MODULES=(mfusepy google.protobuf PIL crc32c)
+# Import names of the base package's dependencies in pyproject.toml.
+BASE_MODULES=(google.protobuf PIL crc32c)
 
 say() { printf '==> %s\n' "$*"; }
 die() { printf '%s: %s\n' "$PROG" "$*" >&2; exit 1; }

@@ -114,9 +114,10 @@ def _commit_now(mnt: str) -> str | None:
     if failure is not None:
         return failure
     while True:
-        doc = _read_commit(mnt)
-        if doc is None:
-            return "the mount stopped answering while it committed (its log says why)"
+        try:
+            doc = _commit_state(mnt)
+        except (OSError, ValueError) as exc:
+            return f"the mount stopped answering while it committed ({exc}; its log says why)"
         if "running" not in doc:
             break   # a daemon that committed inside the write
         if not doc["running"] and (doc.get("commits", 0) > (before or {}).get("commits", 0)
@@ -131,11 +132,19 @@ def _commit_now(mnt: str) -> str | None:
 def _read_commit(mnt: str) -> dict | None:
     """A writable mount's ``.tfrfs/commit``, or None when it cannot be read."""
     try:
-        with open(os.path.join(mnt, ".tfrfs", "commit")) as f:
-            doc = json.loads(f.read() or "{}")
+        return _commit_state(mnt)
     except (OSError, ValueError):
         return None
-    return doc if isinstance(doc, dict) else None
+
+
+def _commit_state(mnt: str) -> dict:
+    """A writable mount's ``.tfrfs/commit``; OSError or ValueError (what is wrong) when it cannot be read."""
+    with open(os.path.join(mnt, ".tfrfs", "commit")) as f:
+        text = f.read()
+    doc = json.loads(text or "{}")
+    if not isinstance(doc, dict):
+        raise ValueError(f".tfrfs/commit holds no JSON object: {text[:80]!r}")
+    return doc
 
 
 def _last_commit(mnt: str) -> dict:
