@@ -220,13 +220,10 @@ class RecordStore:
             return
         offset, _ = idx.span(rid)
         if report:
-            self.errors.add(idx.shard.relpath, rid, offset, reason)
+            self.errors.add(idx.shard.relpath, rid, offset, reason)   # (each once)
         layer = self.layer(shard)
         if not (layer is not None and rid in layer.edited):
-            idx.bad.add(rid)
-            if report:
-                idx.problems.append(Problem(offset, reason, rid))
-            if self.on_bad is not None:
+            if idx.note_bad(rid, Problem(offset, reason, rid) if report else None) and self.on_bad is not None:
                 self.on_bad(idx)
 
     def _view_in_shard(self, shard: int, rid: RecordId) -> RecordView | None:
