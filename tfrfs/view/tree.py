@@ -43,6 +43,7 @@ class Tree:
         # Folders shown as a manifest says, to compare with the disk when first visited (SPEC 1.2).
         self._unchecked: dict[int, str] = {}
         self._check: Callable[[str], None] | None = None
+        # One check at a time: a check may add, replace or hide shards, which the whole tree shares.
         self._checking = threading.RLock()
         self.root = self._build_static()
         store.note_problems()
@@ -105,13 +106,20 @@ class Tree:
         self._unchecked = {id(d): rel for rel, d in self.dirs.items()}
 
     def settle(self, node: Node) -> None:
-        """Compare a folder with the disk before its first use (see ``check_folders``)."""
-        if not self._unchecked or id(node) not in self._unchecked:
+        """Compare a folder with the disk before its first use (see ``check_folders``). A thread
+        that asks while another compares it waits until that is done: it is marked checked only
+        then, so that no one lists a folder half changed."""
+        if not self._unchecked or id(node) not in self._unchecked:   # (GIL-atomic look-ups)
             return
         with self._checking:
-            rel = self._unchecked.pop(id(node), None)
-            if rel is not None and self._check is not None and self.dirs.get(rel) is node:
-                self._check(rel)
+            rel = self._unchecked.get(id(node))
+            if rel is None:
+                return
+            try:
+                if self._check is not None and self.dirs.get(rel) is node:
+                    self._check(rel)
+            finally:
+                self._unchecked.pop(id(node), None)
 
     @property
     def meta_mtime_ns(self) -> int:
