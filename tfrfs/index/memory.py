@@ -49,6 +49,13 @@ class IndexMemory:
     def hold(self, owner: Droppable, nbytes: int) -> None:
         """``owner`` just loaded ``nbytes`` of offsets: the least recently used others go while
         the total is past the budget (the newest always stays)."""
+        for other in self.take(owner, nbytes):
+            other.drop_offsets()
+
+    def take(self, owner: Droppable, nbytes: int) -> list[Droppable]:
+        """``hold``, but the others that must go are returned, for the caller to drop once it
+        holds no lock of its own (an owner drops its offsets under its own lock: dropping
+        another's while holding one's own could wait for each other)."""
         doomed: list[Droppable] = []
         with self._lock:
             key = id(owner)
@@ -63,8 +70,7 @@ class IndexMemory:
                 self.total -= size
                 self.drops += 1
                 doomed.append(other)
-        for other in doomed:
-            other.drop_offsets()
+        return doomed
 
     def used(self, owner: Droppable) -> None:
         with self._lock:

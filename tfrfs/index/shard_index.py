@@ -24,6 +24,7 @@ from array import array
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from tfrfs.storage.sharing import KeyedLocks
 from tfrfs.index.cache_dir import default_cache_dir
 from tfrfs.index import idxfile
 from tfrfs.storage import durable
@@ -31,7 +32,7 @@ from tfrfs.format.record_kinds import choose_kind, parse_problem
 from tfrfs.format import salvage
 from tfrfs.format import tfrecord
 from tfrfs.errors import DataLoss
-from tfrfs.index.memory import IndexMemory
+from tfrfs.index.memory import Droppable, IndexMemory
 from tfrfs.storage.readers import Readers, ShardReader, default_readers
 from tfrfs.index.shardschema import Tally
 from tfrfs.format.tfrecord import Problem
@@ -75,7 +76,9 @@ class ShardIndex:
         self._offsets = offsets
         self._loader = loader
         self._memory = memory if loader is not None else None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()        # loading and dropping the offsets
+        self._learning = threading.Lock()    # what is learned while mounted (``note_bad``); taken alone
+        self._tally_lock = threading.Lock()
         # What the records hold (the schema's part of this shard), once read: kept in the index file.
         self._tally = tally
         self._header = header if tally is None else None
@@ -92,12 +95,17 @@ class ShardIndex:
 
     @property
     def offsets(self) -> idxfile.Offsets:
-        """Header offsets of every record, plus the end of the last one (loaded if need be)."""
-        held = self._offsets
+        """Header offsets of every record, plus the end of the last one (loaded if need be).
+
+        Thread-safe: the offsets are loaded once however many threads ask at once (the others
+        wait for them under the index's lock), and what ``memory`` counts is what is held: both
+        change together under that lock. The offsets a caller got stay valid after a drop."""
+        held = self._offsets   # (one read of an attribute: atomic under the GIL)
         if held is not None:
             if self._memory is not None:
                 self._memory.used(self)
             return held
+        doomed: list[Droppable] = []
         with self._lock:
             held = self._offsets
             if held is None:
@@ -107,8 +115,10 @@ class ShardIndex:
                     raise DataLoss(f"{self.shard.relpath}: its index now holds {len(held) - 1} records, "
                                    f"{self._count} when it was mounted")
                 self._offsets = held
-        if self._memory is not None:
-            self._memory.hold(self, len(held) * held.itemsize)
+                if self._memory is not None:
+                    doomed = self._memory.take(self, len(held) * held.itemsize)
+        for other in doomed:   # others' locks are taken with this one let go
+            other.drop_offsets()
         return held
 
     def peek_offsets(self) -> idxfile.Offsets:
@@ -127,9 +137,10 @@ class ShardIndex:
     def drop_offsets(self) -> None:
         """Let the offsets go (they are loaded again when next needed); kept when they cannot be."""
         if self._loader is not None:
-            self._offsets = None
-            if self._memory is not None:
-                self._memory.forget(self)
+            with self._lock:
+                self._offsets = None
+                if self._memory is not None:
+                    self._memory.forget(self)
 
     def release(self) -> None:
         """This index is no longer served (its shard was written anew): its memory is freed."""
@@ -138,18 +149,49 @@ class ShardIndex:
 
     @property
     def tally(self) -> Tally | None:
-        if self._header is not None:
-            read, self._header = self._header, None
-            try:
-                self._tally = read()
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                log.debug("%s: the schema kept in its index is not read: %s", self.shard.relpath, exc)
-        return self._tally
+        if self._header is None:
+            return self._tally
+        with self._tally_lock:   # read once; a caller meanwhile waits for it
+            if self._header is not None:
+                read, self._header = self._header, None
+                try:
+                    self._tally = read()
+                except (OSError, ValueError, KeyError, TypeError) as exc:
+                    log.debug("%s: the schema kept in its index is not read: %s", self.shard.relpath, exc)
+            return self._tally
 
     @tally.setter
     def tally(self, value: Tally | None) -> None:
-        self._header = None
-        self._tally = value
+        with self._tally_lock:   # not overwritten by a read of the header under way
+            self._header = None
+            self._tally = value
+
+    def note_bad(self, index: int, problem: Problem | None) -> bool:
+        """Record ``index`` was found not to parse (``problem``: and is to be listed among the
+        shard's problems); False if that was known already. ``bad`` and ``problems`` are
+        replaced, never changed in place, so whoever goes through them meanwhile (a listing, a
+        save, the schema's jobs) sees them whole."""
+        with self._learning:
+            if index in self.bad:
+                return False
+            self.bad = self.bad | {index}
+            if problem is not None:
+                self.problems = [*self.problems, problem]
+            return True
+
+    def learned(self) -> tuple[list[Problem], list[int]]:
+        """(problems, bad records) as they are now, sorted, for a save."""
+        with self._learning:
+            problems, bad = self.problems, self.bad
+        return list(problems), sorted(bad)
+
+    def learn_from(self, other: ShardIndex) -> None:
+        """What an index made of the shard itself says, where it differs from this one's (the
+        manifest's): its kind and gaps, its bad records and problems added."""
+        with self._learning:
+            self.detected_kind, self.ends = other.detected_kind, other.ends
+            self.bad = self.bad | other.bad
+            self.problems = [*self.problems, *other.problems]
 
     def span(self, index: int) -> tuple[int, int]:
         """(header offset, data length) of record ``index``."""
@@ -216,6 +258,8 @@ class IndexCache:
         self.index_dir = index_dir
         self.memory = memory or IndexMemory()   # offsets held at once, of every index this gives
         self.scans = 0       # shards indexed from their headers (not from a cache or shipped index)
+        self._scans_lock = threading.Lock()   # (``+=`` is a read and a write: two threads may meet between)
+        self._saving: KeyedLocks[str] = KeyedLocks()
 
     def _paths(self, shard: ShardFile) -> tuple[Path, Path]:
         key = _cache_key(shard)
@@ -277,13 +321,14 @@ class IndexCache:
             return None
 
     def meta(self, idx: ShardIndex) -> dict:
+        problems, bad = idx.learned()
         return {
             "shard": os.path.basename(idx.shard.relpath), "size": idx.shard.size, "identity": idx.shard.identity,
             "compression": idx.shard.compression, "kind": idx.detected_kind,
             "stream_size": idx.shard.size if idx.shard.compression == tfrecord.NONE else
             os.path.getsize(idx.data_path),
-            "problems": [p.fields() for p in idx.problems],
-            "bad": sorted(idx.bad),
+            "problems": [p.fields() for p in problems],
+            "bad": bad,
             "gaps": sorted(idx.ends.items()),
             **({"schema": idx.tally.to_json()} if idx.tally is not None and idx.tally.kind == idx.detected_kind
                else {}),
@@ -291,8 +336,12 @@ class IndexCache:
         }
 
     def save(self, idx: ShardIndex) -> None:
+        # One save of a shard at a time, each of the index as it is when its turn comes: two
+        # threads that each found a record bad end with both in the file, whichever writes last.
         try:
-            self.save_bytes(idx.shard, self.entry_bytes(idx))
+            offsets = idx.offsets   # first, with no lock held: loading them may save an index of the shard
+            with self._saving(idx.shard.path):
+                self.save_bytes(idx.shard, idxfile.dump(dict(self.meta(idx), path=idx.shard.path), offsets))
         except OSError:
             pass   # as ``save_bytes``: the stream of a compressed shard is gone from the cache
 
@@ -335,8 +384,7 @@ class IndexCache:
                 log.warning("%s: differs from the manifest though its size and time match: %d records as %s "
                             "(the manifest: %d as %s); tfrfs index --beside writes it anew",
                             shard.relpath, idx.count, idx.detected_kind, count, kind)
-                lazy.detected_kind, lazy.ends, lazy.bad = idx.detected_kind, idx.ends, lazy.bad | idx.bad
-                lazy.problems.extend(idx.problems)
+                lazy.learn_from(idx)
             return idx.peek_offsets()
         problems = [Problem.from_fields(p) for p in summary["problems"]]
         ends = {int(i): int(end) for i, end in summary["gaps"]}
@@ -477,7 +525,8 @@ class IndexCache:
         """Index ``shard`` from its headers (decompressing it into the cache first if needed)."""
         data_path = shard.path
         stream_problem = None
-        self.scans += 1
+        with self._scans_lock:
+            self.scans += 1
         if shard.compression != tfrecord.NONE:
             data_path, stream_problem = self._decompress(shard)
         reader = self.readers.open(data_path)

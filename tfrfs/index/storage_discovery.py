@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
 
+from tfrfs.storage.sharing import Flights
 from tfrfs.errors import UsageError
 from tfrfs.index import idxfile
 from tfrfs.index import manifest
@@ -83,6 +84,7 @@ class StorageFiles(SourceFiles):
         self.cache_dir = cache_dir
         self.objects = {rel: obj for rel, obj in listing.files}
         self.prefetched: dict[str, bytes] = {}   # index files read while finding the shards
+        self._fetching: Flights[str, str] = Flights()
         self.dir_times: dict[str, int] = {}
         for rel, obj in listing.files:
             d = posixpath.dirname(rel)
@@ -101,7 +103,8 @@ class StorageFiles(SourceFiles):
 
     def plain_path(self, rel: str) -> str:
         obj = self.objects[rel]
-        return plain_file_path(self.storage, obj.url, obj.identity, self.cache_dir)
+        # Fetched once however many threads read it at once.
+        return self._fetching.run(rel, lambda: plain_file_path(self.storage, obj.url, obj.identity, self.cache_dir))
 
     def local_path(self, path: str) -> str | None:
         return self.storage.local_path(path)

@@ -7,6 +7,12 @@
   (``readahead``, past the page cache) while the current one is served, and their images are then
   served from those buffers while they are among the last ``KEPT`` taken.
 
+Readers are used by several threads at once (a read-only mount's FUSE workers): reads are
+``os.pread``s (no shared file position), the records kept are guarded by a lock, and the buffer
+a large record is read into is each thread's own. A record's buffer that ``serve`` handed out is
+never read into again: the adapter copies from it after ``serve`` returned, while other threads
+go on (see ``LocalReaders.keep``).
+
 A mount reads each shard through the descriptor it opened at start, so a shard file that another
 process replaces never mixes this mount's offsets with the new file's bytes.
 """
@@ -50,7 +56,10 @@ class LocalReaders:
         with self._lock:
             self._kept[(reader, offset)] = record
             while len(self._kept) > KEPT:
-                self.ahead.give_back(self._kept.popitem(last=False)[1])
+                # Its buffer is not given back to be read into again: a view of it that ``kept``
+                # handed out may still be being copied from, by a thread that ``serve`` returned
+                # to. The buffer is unmapped once the last such view is gone.
+                self._kept.popitem(last=False)
 
     def kept(self, reader: "LocalReader", pos: int, size: int) -> memoryview | None:
         """``size`` bytes at ``pos`` of ``reader``'s stream, if they lie in a record kept in memory."""
@@ -63,6 +72,7 @@ class LocalReaders:
         return None
 
     def scratch(self, size: int) -> bytearray:
+        """A buffer of at least ``size`` bytes, the calling thread's own (reused by its next call)."""
         buf = getattr(self._scratch, "buf", None)
         if buf is None or len(buf) < size:
             buf = bytearray(size)
@@ -91,6 +101,9 @@ class LocalReader(ShardReader):
 
     def close(self) -> None:
         if self.fd >= 0:
+            # The read-ahead's second descriptor of this file goes too: the number of this one may
+            # be given to another file next.
+            self._shared.ahead.forget(self.fd)
             os.close(self.fd)
             self.fd = -1
 
@@ -125,7 +138,9 @@ class LocalReader(ShardReader):
 
     def _read_ahead(self, index: int, was_ahead: bool, following: Spans | None, prepare: Prepare | None) -> None:
         """Start reading the records after ``index`` (as many as ``MAX_AHEAD``) when the shard's
-        large records are being read in order (this one was read ahead, or follows the last one)."""
+        large records are being read in order (this one was read ahead, or follows the last one).
+        (Threads reading the shard at once may see each other's last record: that only changes
+        what is read ahead, never what a read gives; ``start`` reads a record once.)"""
         previous, self._last_borrowed = self._last_borrowed, index
         if following is None or not (was_ahead or previous == index - 1):
             return

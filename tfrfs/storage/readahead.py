@@ -103,12 +103,22 @@ class ReadAhead:
             return None
         record = job.result()
         if record is not None:
-            self.taken += 1
+            with self._lock:
+                self.taken += 1
         return record
 
     def give_back(self, record: Record) -> None:
         """Done with a record ``take`` returned (nothing refers to its data any more)."""
         self._keep(record.buf)
+
+    def forget(self, fd: int) -> None:
+        """Descriptor ``fd`` is being closed: so is the O_DIRECT one opened on its file (else a
+        file opened next under the same number would be read ahead from the old file). A read
+        under way through it fails, or reads for a key nobody takes any more."""
+        with self._direct_lock:
+            direct = self._direct.pop(fd, -1)
+        if direct >= 0:
+            os.close(direct)
 
     def close(self) -> None:
         """Stop reading ahead; returns once no read is under way (the descriptors may go)."""
@@ -170,8 +180,9 @@ class ReadAhead:
                     raise
                 log.info("reading ahead through the page cache: %s", exc)
                 with self._direct_lock:   # closed in close(): the other worker may be reading it
-                    self._direct[fd] = -1
-                    self._refused.append(direct)
+                    if self._direct.get(fd) == direct:   # (else ``forget`` closed it already)
+                        self._direct[fd] = -1
+                        self._refused.append(direct)
         return os.preadv(fd, [view], pos)
 
     def _read(self, fd: int, offset: int, length: int, buf: mmap.mmap,

@@ -107,7 +107,7 @@ class BlockCache:
         if len(data) > self.capacity:
             return
         path = self._path(key, n)
-        tmp = f"{path}.tmp-{threading.get_ident()}"
+        tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"   # (another mount may share the folder)
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(tmp, "wb") as f:
@@ -288,7 +288,10 @@ class DeferredReader(ShardReader):
         self._lock = threading.Lock()
 
     def _stream(self) -> ShardReader:
-        with self._lock:
+        real = self._real   # (one read of an attribute: atomic under the GIL)
+        if real is not None:
+            return real
+        with self._lock:   # one thread fetches and inflates; the others wait for it
             if self._real is None:
                 if not os.path.exists(self.path):
                     log.info("fetching and inflating %s", self.path)

@@ -27,7 +27,8 @@ class Rejected:
 
 
 class ErrorLog:
-    """Each problem once: a warning in the daemon log and a JSON line in ``.tfrfs/errors``."""
+    """Each problem once: a warning in the daemon log and a JSON line in ``.tfrfs/errors``;
+    thread-safe (the lines and what was seen change together, under its lock)."""
 
     def __init__(self) -> None:
         self._lines: list[bytes] = []
@@ -60,4 +61,4 @@ class ErrorLog:
             return b"".join(self._lines)
 
     def __len__(self) -> int:
-        return len(self._lines)
+        return len(self._lines)   # (len of a list: atomic under the GIL; lines are only added)

@@ -16,6 +16,7 @@ import threading
 from collections import OrderedDict
 from typing import Any, Callable, Generic, Hashable, Sequence, TypeVar, overload
 
+from tfrfs.storage.sharing import Flights
 from tfrfs.format import record_kinds
 from tfrfs.format import tfrecord
 from tfrfs.errors import DataLoss, Unreachable
@@ -51,22 +52,28 @@ class RecordStore:
         # Opened when a record of the shard is first read: a mount of ten thousand shards opens
         # only those it reads.
         self._readers: list[ShardReader | None] = [None] * len(indexes)
-        self._opening = threading.Lock()
-        self._lock = threading.RLock()
+        self._opening: Flights[int, ShardReader | None] = Flights()   # each shard's opened once, by one thread
+        self._lock = threading.RLock()   # the two caches, around their bookkeeping only
         self._views: CostLRU[tuple[int, RecordId], RecordView] = CostLRU(cache_bytes, lambda v: v.cost)
         self._bins: CostLRU[tuple[int, RecordId], tuple[bytes, str | None]] = \
             CostLRU(_BIN_CACHE_BYTES, lambda got: len(got[0]))
+        # A record read and rendered by one thread while others ask for it: they wait for it.
+        self._rendering: Flights[tuple[int, RecordId], RecordView] = Flights()
+        self._reading: Flights[tuple[int, RecordId], tuple[bytes, str | None]] = Flights()
 
     # -- shards --------------------------------------------------------------
 
     def reader(self, shard: int) -> ShardReader | None:
         """Shard ``shard``'s reader (None for a shard of no record), opened when first asked for."""
-        reader = self._readers[shard]
+        reader = self._readers[shard]   # (an item of a list: read atomically under the GIL)
         if reader is None and self.shards[shard].count:
-            with self._opening:
-                reader = self._readers[shard]
-                if reader is None:
-                    reader = self._readers[shard] = self._readers_factory.open(self.shards[shard].data_path)
+            reader = self._opening.run(shard, lambda: self._open(shard))
+        return reader
+
+    def _open(self, shard: int) -> ShardReader | None:
+        reader = self._readers[shard]   # opened by the flight that just ended?
+        if reader is None:
+            reader = self._readers[shard] = self._readers_factory.open(self.shards[shard].data_path)
         return reader
 
     def relpath(self, shard: int) -> str:
@@ -87,9 +94,9 @@ class RecordStore:
 
     def replace_shard(self, shard: int, idx: ShardIndex) -> None:
         """Read shard ``shard`` from a new file and index (after a commit): records are renumbered."""
-        with self._opening:
-            old = self._readers[shard]
-            self._readers[shard] = None
+        # (In between requests: a writable mount's commit holds its guard, a folder compared with
+        # the disk (``Tree.settle``) is not read before that is done.)
+        old, self._readers[shard] = self._readers[shard], None
         if old is not None:
             old.close()
         self.shards[shard].release()
@@ -159,10 +166,16 @@ class RecordStore:
             hit = self._bins.get(key)
         if hit is not None:
             return hit
-        got = self.record_bytes(shard, rid)
-        with self._lock:
-            self._bins.put(key, got)
-        return got
+
+        def read() -> tuple[bytes, str | None]:
+            with self._lock:
+                got = self._bins.get(key)
+            if got is None:
+                got = self.record_bytes(shard, rid)
+                with self._lock:
+                    self._bins.put(key, got)
+            return got
+        return self._reading.run(key, read)
 
     def is_bad(self, shard: int, index: int) -> bool:
         """Whether record ``index`` does not parse (rendering it now if that is not yet known)."""
@@ -190,11 +203,21 @@ class RecordStore:
     # -- views ---------------------------------------------------------------
 
     def view(self, shard: int, rid: RecordId) -> RecordView:
+        """The record's view: from the cache, else read and rendered (once, however many
+        threads ask for it meanwhile)."""
         key = (shard, rid)
         with self._lock:
             hit = self._views.get(key)
-            if hit is not None:
-                return hit
+        if hit is not None:
+            return hit
+        return self._rendering.run(key, lambda: self._render(shard, rid))
+
+    def _render(self, shard: int, rid: RecordId) -> RecordView:
+        key = (shard, rid)
+        with self._lock:
+            hit = self._views.get(key)   # put there by a flight that just ended?
+        if hit is not None:
+            return hit
         pin = self.overlay.pin(shard, rid) if self.overlay is not None else None
         view = None if self.writable else self._view_in_shard(shard, rid)
         if view is None:
@@ -220,13 +243,10 @@ class RecordStore:
             return
         offset, _ = idx.span(rid)
         if report:
-            self.errors.add(idx.shard.relpath, rid, offset, reason)
+            self.errors.add(idx.shard.relpath, rid, offset, reason)   # (each once)
         layer = self.layer(shard)
         if not (layer is not None and rid in layer.edited):
-            idx.bad.add(rid)
-            if report:
-                idx.problems.append(Problem(offset, reason, rid))
-            if self.on_bad is not None:
+            if idx.note_bad(rid, Problem(offset, reason, rid) if report else None) and self.on_bad is not None:
                 self.on_bad(idx)
 
     def _view_in_shard(self, shard: int, rid: RecordId) -> RecordView | None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import OrderedDict
 from typing import Callable, Iterator, Mapping
 
 from tfrfs.format import names
@@ -20,6 +19,7 @@ from tfrfs.errors import DataLoss, NameTooLong, NotFound
 from tfrfs.index.shard_index import ShardIndex
 from tfrfs.index.discovery import Discovery
 from tfrfs.view.nodes import Dir, MetaFile, Node, PlainFile, ReadHandle, RecordBin, RecordDir, RecordId, ScratchFile, ShardDir, Stat, as_bytes, record_name_width
+from tfrfs.storage.open_files import OpenFiles
 from tfrfs.storage.readers import Served
 from tfrfs.view.records import RecordStore
 from tfrfs.view.schema import Schema
@@ -37,13 +37,13 @@ class Tree:
         self.schema = schema
         self.errors = store.errors
         self.writable = store.writable
-        self._plain_fds: OrderedDict[str, int] = OrderedDict()
-        self._lock = threading.Lock()
+        self._plain = OpenFiles(discovery.access.plain_path, _PLAIN_FDS)
         self.meta = Dir(mtime_ns=0)
         self.dirs: dict[str, Dir] = {}
         # Folders shown as a manifest says, to compare with the disk when first visited (SPEC 1.2).
         self._unchecked: dict[int, str] = {}
         self._check: Callable[[str], None] | None = None
+        # One check at a time: a check may add, replace or hide shards, which the whole tree shares.
         self._checking = threading.RLock()
         self.root = self._build_static()
         store.note_problems()
@@ -106,13 +106,20 @@ class Tree:
         self._unchecked = {id(d): rel for rel, d in self.dirs.items()}
 
     def settle(self, node: Node) -> None:
-        """Compare a folder with the disk before its first use (see ``check_folders``)."""
-        if not self._unchecked or id(node) not in self._unchecked:
+        """Compare a folder with the disk before its first use (see ``check_folders``). A thread
+        that asks while another compares it waits until that is done: it is marked checked only
+        then, so that no one lists a folder half changed."""
+        if not self._unchecked or id(node) not in self._unchecked:   # (GIL-atomic look-ups)
             return
         with self._checking:
-            rel = self._unchecked.pop(id(node), None)
-            if rel is not None and self._check is not None and self.dirs.get(rel) is node:
-                self._check(rel)
+            rel = self._unchecked.get(id(node))
+            if rel is None:
+                return
+            try:
+                if self._check is not None and self.dirs.get(rel) is node:
+                    self._check(rel)
+            finally:
+                self._unchecked.pop(id(node), None)
 
     @property
     def meta_mtime_ns(self) -> int:
@@ -271,7 +278,12 @@ class Tree:
         implemented, which saves an open and a release per file), so what a handle would hold
         is kept here instead: recent ``.bin`` records (in the store) and plain files'
         descriptors. Nothing changes under a read-only mount, so neither needs invalidating.
-        Large images and plain files are answered with where their bytes lie (see ``Served``).
+        Large images are answered with where their bytes lie (see ``Served``: the shard's
+        descriptor stays open while mounted), plain files with their bytes.
+
+        Several threads may ask at once (as may they ``lookup``, ``stat``, list and ask
+        ``xattrs``): what is shared below is guarded where it is kept (the record store's
+        caches, each shard's index, the readers, the plain files' descriptors).
         """
         assert not self.writable, "a writable mount reads through handles"
         return node.serve(self, size, offset)
@@ -284,23 +296,10 @@ class Tree:
         """A local path of plain file ``path`` (relative to SOURCE; a remote one is fetched)."""
         return self.discovery.access.plain_path(path)
 
-    def plain_fd(self, path: str) -> int:
-        """A descriptor of the plain file at ``path`` (relative to SOURCE), kept open for reads."""
-        with self._lock:
-            fd = self._plain_fds.get(path)
-            if fd is not None:
-                self._plain_fds.move_to_end(path)
-                return fd
-        local = self.discovery.access.plain_path(path)   # a remote one is fetched on first use
-        fd = os.open(local, os.O_RDONLY)
-        with self._lock:
-            if path in self._plain_fds:   # opened meanwhile by another read
-                os.close(fd)
-                return self._plain_fds[path]
-            self._plain_fds[path] = fd
-            while len(self._plain_fds) > _PLAIN_FDS:
-                os.close(self._plain_fds.popitem(last=False)[1])
-            return fd
+    def plain_read(self, path: str, size: int, offset: int) -> bytes:
+        """``size`` bytes at ``offset`` of the plain file at ``path`` (relative to SOURCE), through
+        a descriptor kept open for the next reads (a remote file is fetched on first use)."""
+        return self._plain.pread(path, size, offset)
 
     def xattrs(self, node: Node) -> Mapping[str, bytes]:
         return node.xattrs_in(self)
@@ -335,10 +334,7 @@ class Tree:
     def close(self) -> None:
         self.schema.close()   # before the readers it may be reading through
         self.store.close()
-        with self._lock:
-            for fd in self._plain_fds.values():
-                os.close(fd)
-            self._plain_fds.clear()
+        self._plain.close()
 
 
 def _merge_scratch(root: Dir, real: str) -> None:
