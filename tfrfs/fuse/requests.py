@@ -163,25 +163,27 @@ class Requests:
         if len(out) + length > size:
             return False
         if type(attrs) is tuple:
-            # A shard's record: the attributes its shard's records share, with its own number and size
-            base, ino, rec_size = attrs
-            a = dict(base, st_ino=ino)
-            if rec_size:
-                a["st_size"], a["st_blocks"] = rec_size, (rec_size + 511) // 512
+            # A shard's record: the attributes its shard's records share, with its own number and
+            # size; its node id is its inode number, kept nowhere (see inodes)
+            a, ino, rec_size = attrs
+            nodeid = ino
+            st_size = rec_size or a["st_size"]
+            blocks = (st_size + 511) // 512
         else:
             a = attrs
-        ino = a["st_ino"]
+            ino = a["st_ino"]
+            st_size, blocks = a.get("st_size", 0), a.get("st_blocks", 0)
+            # "." and "..", and an entry listed without its size (its stat fails), go without
+            # attributes (node id 0): the kernel asks for them by name
+            full = "st_size" in a and name != "." and name != ".."
+            nodeid = self.nodes.looked_up(parent, name, ino) if full else 0
         mode = a["st_mode"]
-        # "." and "..", and an entry listed without its size (its stat fails), go without
-        # attributes (node id 0): the kernel asks for them by name
-        full = "st_size" in a and name not in (".", "..")
-        nodeid = self.nodes.looked_up(parent, name, ino) if full else 0
         mtime = a.get("st_mtime", 0)
         atime, ctime = a.get("st_atime", mtime), a.get("st_ctime", mtime)
         start = len(out)
         out += bytes(length)
         _PLUS.pack_into(out, start, nodeid, 0, valid[0], valid[2], valid[1], valid[3],
-                        ino, a.get("st_size", 0), a.get("st_blocks", 0), atime // _NS, mtime // _NS, ctime // _NS,
+                        ino, st_size, blocks, atime // _NS, mtime // _NS, ctime // _NS,
                         atime % _NS, mtime % _NS, ctime % _NS, mode, a.get("st_nlink", 1), a.get("st_uid", 0),
                         a.get("st_gid", 0), 0, a.get("st_blksize", 0), 0,
                         ino, position, len(raw), _stat.S_IFMT(mode) >> 12)
