@@ -77,6 +77,9 @@ Its dataset is smaller by default (--small 5000, --large 150) and --random is
 over a feature file of a --rw mount, the daemon's peak memory above its baseline during the close
 and the commit, in copies of the value, and their times (scripts/benchkit/largevalues.py).
 
+--limit measures tfrfs against the limit instead: the same files as plain files on the same
+disk, cold and warm (scripts/benchkit/limit.py).
+
 --damage measures damaged shards instead (SPEC 6): the resync scan's speed over garbage, zeros
 and real record data with broken headers, and `tfrfs index`, `verify` and `repair` on such shards
 against a sound one (scripts/benchkit/damage.py).
@@ -128,6 +131,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="run only the stall probe of the write-back phases (implies --only-write)")
     p.add_argument("--remote", action="store_true",
                    help="read the dataset from a loopback S3 server with injected latency instead (see above)")
+    p.add_argument("--limit", action="store_true",
+                   help="measure tfrfs against the same files as plain files on the same disk instead: find, "
+                        "ls -lR, small files with 1 and 4 readers, large files, random reads, cold and warm "
+                        "(see scripts/benchkit/limit.py)")
     p.add_argument("--damage", action="store_true",
                    help="measure damaged shards instead: the resync scan, index, verify and repair (see "
                         "scripts/benchkit/damage.py)")
@@ -252,6 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     elif args.scale:
         results["scale"] = measure_scale(args)
         print_scale(results["scale"])
+    elif args.limit:
+        from .limit import measure_limit, print_limit
+        results["limit"] = measure_limit(args)
+        print_limit(results["limit"])
     elif args.damage:
         results["damage"] = measure_damage(args)
         print_damage(results["damage"])

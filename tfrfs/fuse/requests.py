@@ -11,7 +11,7 @@ Caching (read-only mounts): names and attributes are kept by the kernel for ``en
 ``attr_timeout``; opendir is answered "not implemented", which has the kernel cache every
 folder's listing (and stop sending opendir and releasedir): a second walk of the tree is
 answered by the kernel alone. A writable mount caches nothing (see ``operations.mount``), and
-lists a folder from a copy of its names taken when it is opened.
+lists a folder from a copy of its names taken when it is read from its start.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class Requests:
     """Each low-level request, answered with the path-level ``ops``.
 
     ``writable``: a ``--rw`` mount (nothing cached by the kernel, folders listed from a copy taken
-    at opendir). ``entry_timeout``, ``attr_timeout``, ``negative_timeout``: how long the kernel
+    when read from its start). ``entry_timeout``, ``attr_timeout``, ``negative_timeout``: how long the kernel
     may keep a name, attributes, and the absence of a name (seconds). ``record_path(shard, index,
     binary)``: the path of a record (read-only mounts: records' node ids are their inode numbers).
     """
@@ -117,12 +117,10 @@ class Requests:
     def opendir(self, nodeid: int, flags: int) -> Opened:
         if not self.writable:
             raise Refused(errno.ENOSYS)   # the kernel caches listings, and stops asking (see above)
-        path = self._path(nodeid)
-        self.ops.opendir(path)
-        names = [(name, attrs["st_mode"], attrs["st_ino"]) for _, name, attrs in self.ops.readdir(path, 0, False)]
+        self.ops.opendir(self._path(nodeid))
         fh = next(self._fhs)
         with self._lock:
-            self._listings[fh] = names
+            self._listings[fh] = []
         return Opened(fh)
 
     def releasedir(self, nodeid: int, fh: int) -> None:
@@ -133,6 +131,11 @@ class Requests:
         """A page of folder ``nodeid``'s listing, of at most ``size`` bytes, from after position ``offset``."""
         listing = self._listings.get(fh) if fh else None   # (a dict read: safe without the lock)
         if listing is not None:
+            if offset == 0:   # read from its start (again, after rewinddir): the folder as it is now
+                listing = [(name, attrs["st_mode"], attrs["st_ino"])
+                           for _, name, attrs in self.ops.readdir(self._path(nodeid), 0, False)]
+                with self._lock:
+                    self._listings[fh] = listing
             return self._plain_page(listing, size, offset)
         out = bytearray()
         if not plus:
