@@ -130,7 +130,7 @@ class Requests:
     def readdir(self, nodeid: int, size: int, offset: int, fh: int | None, plus: bool) -> bytes:
         """A page of folder ``nodeid``'s listing, of at most ``size`` bytes, from after position ``offset``."""
         listing = self._listings.get(fh) if fh else None   # (a dict read: safe without the lock)
-        if listing is not None:
+        if fh and listing is not None:
             if offset == 0:   # read from its start (again, after rewinddir): the folder as it is now
                 listing = [(name, attrs["st_mode"], attrs["st_ino"])
                            for _, name, attrs in self.ops.readdir(self._path(nodeid), 0, False)]
