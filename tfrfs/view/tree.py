@@ -26,6 +26,7 @@ from tfrfs.view.schema import Schema
 
 META = ".tfrfs"       # the hidden metadata folder at the root
 _PLAIN_FDS = 64       # plain files kept open for reads by path
+_KNOWN = 4096         # shard and record folders a read-only mount remembers by path (see lookup)
 
 
 class Tree:
@@ -40,6 +41,7 @@ class Tree:
         self._plain = OpenFiles(discovery.access.plain_path, _PLAIN_FDS)
         self.meta = Dir(mtime_ns=0)
         self.dirs: dict[str, Dir] = {}
+        self._known: dict[str, Node] = {}   # path -> shard or record folder (read-only mounts; see lookup)
         # Folders shown as a manifest says, to compare with the disk when first visited (SPEC 1.2).
         self._unchecked: dict[int, str] = {}
         self._check: Callable[[str], None] | None = None
@@ -76,12 +78,14 @@ class Tree:
 
     def show_shard(self, n: int) -> None:
         """Show shard ``n``'s folder where its path says (again, after it was hidden)."""
+        self._known.clear()
         idx = self.store.shards[n]
         rel = idx.shard.relpath
         parent = self.dirs.get(os.path.dirname(rel), self.dirs[""])
         parent.children[os.path.basename(rel)] = ShardDir(n, idx.shard.mtime_ns)
 
     def hide_shard(self, n: int) -> None:
+        self._known.clear()
         rel = self.store.relpath(n)
         parent = self.dirs.get(os.path.dirname(rel), self.dirs[""])
         parent.children.pop(os.path.basename(rel), None)
@@ -133,10 +137,25 @@ class Tree:
     # -- lookup --------------------------------------------------------------------
 
     def lookup(self, path: str) -> Node:
-        """The node at ``path`` ("/" separated, from the mount's root)."""
+        """The node at ``path`` ("/" separated, from the mount's root).
+
+        A read-only mount remembers the last ``_KNOWN`` shard and record folders it found: each
+        request names its node by path, and finding a record folder means reading its name
+        against the shard's index, once per request for every file in it.
+        """
         node: Node = self.root
         if path in ("/", ""):
             return node
+        if not self.writable:
+            known = self._known.get(path)   # (a dict read: safe without the lock)
+            if known is not None:
+                return known
+            parent, _, name = path.rpartition("/")
+            above = self._known.get(parent)
+            if above is not None:
+                node = self.child(above, name)
+                self._remember(path, node)
+                return node
         comps = path.strip("/").split("/")
         if comps[0] == META:
             # Reachable by name but never listed, so cp -r, rsync and find leave it alone
@@ -145,7 +164,16 @@ class Tree:
             comps = comps[1:]
         for comp in comps:
             node = self.child(node, comp)
+        if not self.writable:
+            self._remember("/" + path.strip("/"), node)
         return node
+
+    def _remember(self, path: str, node: Node) -> None:
+        if isinstance(node, (ShardDir, RecordDir)):
+            known = self._known
+            if len(known) >= _KNOWN:
+                known.clear()   # (cheaper than keeping an order; most lookups are of the last few)
+            known[path] = node
 
     def locate(self, path: str) -> tuple[Node, RecordDir | None, tuple[str, ...]]:
         """The node at ``path``, the record folder it is in (if any) and its path inside that record."""
