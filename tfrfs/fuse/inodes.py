@@ -24,8 +24,8 @@ ROOT = 1                            # the kernel's number for the mount's root (
 _HASH_BITS = (1 << 62) - 1          # inode numbers from a path's hash
 RECORD_BIT = 1 << 62                # a record's: this bit, its shard's number, its index + 1
 _BIN_BIT = 1 << 63                  # ... and this one for its .bin
-_INDEX_BITS = 34                    # bits of the index (records a shard may hold: 2**34 - 1)
-_SHARD_MASK = (1 << (62 - _INDEX_BITS)) - 1
+RECORD_INDEX_BITS = 34              # bits of the index (records a shard may hold: 2**34 - 1)
+_SHARD_MASK = (1 << (62 - RECORD_INDEX_BITS)) - 1
 
 
 def path_ino(path: str) -> int:
@@ -46,7 +46,7 @@ def record_ino(shard: int, index: int, binary: bool = False) -> int:
     them so, to spare a disk's seeks), so a shard's records are read in order, and a remote
     shard is read ahead rather than one request per record.
     """
-    return RECORD_BIT | (shard << _INDEX_BITS) | (index + 1) | (_BIN_BIT if binary else 0)
+    return RECORD_BIT | (shard << RECORD_INDEX_BITS) | (index + 1) | (_BIN_BIT if binary else 0)
 
 
 def is_record_ino(ino: int) -> bool:
@@ -55,7 +55,20 @@ def is_record_ino(ino: int) -> bool:
 
 def record_of(ino: int) -> tuple[int, int, bool]:
     """(shard, index, binary) of a ``record_ino``."""
-    return (ino >> _INDEX_BITS) & _SHARD_MASK, (ino & ((1 << _INDEX_BITS) - 1)) - 1, bool(ino & _BIN_BIT)
+    return (ino >> RECORD_INDEX_BITS) & _SHARD_MASK, (ino & ((1 << RECORD_INDEX_BITS) - 1)) - 1, bool(ino & _BIN_BIT)
+
+
+@dataclass(frozen=True)
+class RecordRun:
+    """Record folders ``first`` to ``stop - 1`` of shard ``shard``, named with ``width`` digits, in a
+    listing at positions ``first + 3`` on, each with the attributes ``attrs`` (but for its number):
+    how a read-only shard folder's listing hands its records over in bulk."""
+
+    shard: int
+    first: int
+    stop: int
+    width: int
+    attrs: dict[str, int]
 
 
 @dataclass(slots=True)
@@ -204,4 +217,4 @@ class Nodes:
                     self._drop_unused(parent, old)
 
 
-__all__ = ["Nodes", "ROOT", "RECORD_BIT", "is_record_ino", "path_ino", "record_ino", "record_of"]
+__all__ = ["Nodes", "RecordRun", "ROOT", "RECORD_BIT", "is_record_ino", "path_ino", "record_ino", "record_of"]

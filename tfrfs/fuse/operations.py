@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from tfrfs.fuse import libfuse, loop, mountrecord
 from tfrfs.fuse.edge import Edge, Refused, errno_of  # noqa: F401 - errno_of: the map, here too
-from tfrfs.fuse.inodes import ROOT, path_ino, record_ino
+from tfrfs.fuse.inodes import ROOT, RecordRun, path_ino, record_ino
 from tfrfs.fuse.requests import Requests
 from tfrfs.errors import Busy, DataLoss, NoAttr, TfrfsError
 from tfrfs.dataset.assembly import Mount
@@ -180,16 +180,35 @@ class Operations(Edge):
         for name, is_dir in tree.names(node):
             yield 0, name, {"st_mode": _stat.S_IFDIR if is_dir else _stat.S_IFREG, "st_ino": path_ino(prefix + name)}
 
-    def _shard_entries(self, node: ShardDir, prefix: str, offset: int) -> Iterator[tuple[int, str, Any]]:
-        """``readdir``'s entries of a read-only shard folder, each with (the attributes every record
-        folder, or every ``.bin``, of the shard shares; its inode number; its size)."""
+    def _shard_entries(self, node: ShardDir, prefix: str, offset: int) -> Iterator[Any]:
+        """``readdir``'s entries of a read-only shard folder: runs of record folders in bulk
+        (``RecordRun``), and each ``.bin`` with (the attributes every ``.bin`` of the shard shares;
+        its inode number; its size)."""
         folder = self._attrs(Stat(True, 0, node.mtime_ns, 1), prefix)
         binary = self._attrs(Stat(False, 0, node.mtime_ns), prefix)
         shard = node.shard
-        for pos, name, is_dir, size in self.tree.shard_listing(node, max(0, offset - 2)):
-            if is_dir:
-                yield pos + 3, name, (folder, record_ino(shard, pos), 0)
-            elif size:
+        store = self.tree.store
+        idx = store.shards[shard]
+        start = max(0, offset - 2)
+        if store.kinds[shard] != "raw":
+            width = record_name_width(idx.count)
+            i = start
+            for b in sorted(r for r in idx.bad if r >= start) + [idx.count]:
+                if b > i:
+                    yield RecordRun(shard, i, b, width, folder)
+                if b < idx.count:
+                    yield from self._bin_entries(node, prefix, b, b + 1, binary)
+                i = b + 1
+            return
+        yield from self._bin_entries(node, prefix, start, idx.count, binary)
+
+    def _bin_entries(self, node: ShardDir, prefix: str, start: int, stop: int,
+                     binary: dict[str, int]) -> Iterator[tuple[int, str, Any]]:
+        shard = node.shard
+        for pos, name, is_dir, size in self.tree.shard_listing(node, start):
+            if pos >= stop:
+                return
+            if size:
                 yield pos + 3, name, (binary, record_ino(shard, pos, True), size)
             else:
                 # An empty record: its stat checks its checksum (an empty file is never read).

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator
 
 from tfrfs.errors import NotFound
 from tfrfs.fuse.edge import Refused
-from tfrfs.fuse.inodes import Nodes
+from tfrfs.fuse.inodes import RECORD_BIT, RECORD_INDEX_BITS, Nodes, RecordRun
 from tfrfs.fuse.loop import Conn, End, Entry, Opened, SetAttr
 
 # linux/fuse.h: struct fuse_entry_out (nodeid, generation, entry_valid, attr_valid and their
@@ -34,6 +34,7 @@ from tfrfs.fuse.loop import Conn, End, Entry, Opened, SetAttr
 # mode, nlink, uid, gid, rdev, blksize, flags), then struct fuse_dirent (ino, off, namelen, type).
 _PLUS = struct.Struct("<QQQQII" "QQQQQQIIIIIIIIII" "QQII")
 _DIRENT = struct.Struct("<QQII")
+_PAD = [bytes(k) for k in range(8)]
 _NS = 1_000_000_000
 
 
@@ -139,17 +140,69 @@ class Requests:
             return self._plain_page(listing, size, offset)
         out = bytearray()
         if not plus:
-            for position, name, attrs in self.ops.readdir(self._path(nodeid), offset, True):
+            for item in self.ops.readdir(self._path(nodeid), offset, True):
+                if type(item) is RecordRun:
+                    if not self._add_run(out, size, item, None):
+                        break
+                    continue
+                position, name, attrs = item
                 ino = attrs[1] if type(attrs) is tuple else attrs["st_ino"]
                 mode = attrs[0]["st_mode"] if type(attrs) is tuple else attrs["st_mode"]
                 if not _add_dirent(out, size, name, ino, position, mode):
                     break
             return bytes(out)
         valid = self._valid
-        for position, name, attrs in self.ops.readdir(self._path(nodeid), offset, True):
-            if not self._add_plus(out, size, nodeid, name, position, attrs, valid):
+        for item in self.ops.readdir(self._path(nodeid), offset, True):
+            if type(item) is RecordRun:
+                if not self._add_run(out, size, item, valid):
+                    break
+            elif not self._add_plus(out, size, nodeid, item[1], item[0], item[2], valid):
                 break
         return bytes(out)
+
+    def _add_run(self, out: bytearray, size: int, run: RecordRun, valid: tuple[int, int, int, int] | None) -> bool:
+        """Pack the record folders of ``run`` (with their attributes, unless ``valid`` is None) until
+        the page is full (False) or the run is done (True): the loop a listing of a billion
+        records goes through, so it packs each entry with one call."""
+        a = run.attrs
+        base = RECORD_BIT | (run.shard << RECORD_INDEX_BITS)
+        width = run.width
+        mtime = a.get("st_mtime", 0)
+        atime, ctime = a.get("st_atime", mtime), a.get("st_ctime", mtime)
+        at, mt, ct, atn, mtn, ctn = atime // _NS, mtime // _NS, ctime // _NS, atime % _NS, mtime % _NS, ctime % _NS
+        mode, nlink, uid, gid, blksize = a["st_mode"], a.get("st_nlink", 1), a.get("st_uid", 0), a.get("st_gid", 0), \
+            a.get("st_blksize", 0)
+        dtype = _stat.S_IFMT(mode) >> 12
+        room = size - len(out)
+        if valid is None:
+            dirent = _DIRENT.pack
+            for i in range(run.first, run.stop):
+                raw = b"%0*d" % (width, i)
+                n = len(raw)
+                length = (_DIRENT.size + n + 7) & ~7
+                if length > room:
+                    return False
+                room -= length
+                out += dirent(base | (i + 1), i + 3, n, dtype)
+                out += raw
+                out += _PAD[length - _DIRENT.size - n]
+            return True
+        plus = _PLUS.pack
+        ev, evn, av, avn = valid
+        for i in range(run.first, run.stop):
+            raw = b"%0*d" % (width, i)
+            n = len(raw)
+            pad = (-n) & 7
+            length = _PLUS.size + n + pad
+            if length > room:
+                return False
+            room -= length
+            ino = base | (i + 1)
+            out += plus(ino, 0, ev, av, evn, avn, ino, 0, 0, at, mt, ct, atn, mtn, ctn, mode, nlink, uid, gid, 0,
+                        blksize, 0, ino, i + 3, n, dtype)
+            out += raw
+            out += _PAD[pad]
+        return True
 
     def _plain_page(self, listing: list[tuple[str, int, int]], size: int, offset: int) -> bytes:
         out = bytearray()
