@@ -80,9 +80,10 @@ class Cli:
         return option in out
 
     def has_module(self, name: str) -> bool:
-        """Whether the checkout has ``tfrfs/NAME.py`` (the manifest, for one, is new)."""
+        """Whether the checkout has a module ``NAME.py`` anywhere in ``tfrfs/`` (the manifest, for one,
+        is new; the package is grouped in sub-packages since)."""
         code = self.code if self.code is not None else Path(__file__).resolve().parents[2]
-        return (code / "tfrfs" / f"{name}.py").exists()
+        return any((code / "tfrfs").rglob(f"{name}.py"))
 
     @property
     def name(self) -> str:
