@@ -27,7 +27,9 @@ import os
 import platform
 import select
 import signal
+import sys
 import threading
+import time
 from typing import Any, Callable
 
 from tfrfs.fuse.edge import Refused, errno_of
@@ -385,6 +387,9 @@ def _answering_fi(name: str, call: Callable[..., Any], reply: Callable[[int, Any
     return callback
 
 
+_SWITCH_S = 0.0005
+
+
 class Session:
     """A low-level session answering with ``handler``, served by ``workers`` threads.
 
@@ -402,8 +407,12 @@ class Session:
     workers are then woken with ``WAKE`` to see that the session ended.
     """
 
-    def __init__(self, handler: Any, options: str, workers: int) -> None:
+    def __init__(self, handler: Any, options: str, workers: int, poll_us: int = 0) -> None:
         self.workers = max(1, workers)
+        self.poll_s = poll_us / 1e6
+        self._watching = False   # a worker watches the device for the next request (see _work)
+        self._busy = 0           # workers answering a request
+        self._busy_lock = threading.Lock()
         self._keep = _callbacks(handler)   # the C callbacks must live as long as the session
         ops = _LowlevelOps(**{name: _CALLBACK[name](fn) for name, fn in self._keep.items()})
         self._ops = ops
@@ -425,6 +434,9 @@ class Session:
     def serve(self, mountpoint: str) -> End:
         if _session_mount(self.se, mountpoint.encode()) != 0:
             raise MountFailed("libfuse could not mount (libfuse's message says why)")
+        # A worker back from a short wait (a read of the disk, an answer written to the kernel)
+        # waits for Python's lock until the one holding it lets go: at most this long, not 5 ms.
+        sys.setswitchinterval(_SWITCH_S)
         ended: End | None = None
         try:
             with stop_signals() as wakeup:
@@ -461,8 +473,25 @@ class Session:
         buf = _Buf()
         se, bufp = self.se, ctypes.byref(buf)
         end = End("exited")
+        device = select.poll()
+        device.register(_session_fd(se), select.POLLIN)
+        poll, clock, poll_s = device.poll, time.perf_counter, self.poll_s
         try:
             while not _session_exited(se):
+                if poll_s and not self._watching and not self._busy:
+                    # The one worker that watches: for up to poll_s after its last answer, it looks
+                    # for the next request before it goes to sleep in read(). A reader going
+                    # through many files then finds it awake: on a virtual machine, waking a
+                    # sleeping thread costs more than answering most requests. (Another worker
+                    # the kernel wakes for the same request finds it taken, and sleeps again.)
+                    # Not while others answer requests: the watch would take Python's lock from them.
+                    self._watching = True
+                    try:
+                        until = clock() + poll_s
+                        while not poll(0) and clock() < until:
+                            pass
+                    finally:
+                        self._watching = False
                 res = _receive(se, bufp)
                 if res in (-errno.EINTR, -errno.EAGAIN):
                     continue
@@ -471,7 +500,13 @@ class Session:
                     if res < 0:
                         log.error("reading a request from the kernel failed: %s", os.strerror(-res))
                     break
-                _process(se, bufp)
+                with self._busy_lock:
+                    self._busy += 1
+                try:
+                    _process(se, bufp)
+                finally:
+                    with self._busy_lock:
+                        self._busy -= 1
         finally:
             _libc.free(buf.mem)
             self._ends.append(end)

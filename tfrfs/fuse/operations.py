@@ -40,7 +40,7 @@ _CAP_PARALLEL_DIROPS = 1 << 18
 _RENAME_NOREPLACE = 1 << 0
 _META_PATH = "/.tfrfs/"   # the metadata folder's files (see Tree.lookup)
 _SETTLE_S = 0.25   # the most a request answered EIO for damage waits for .tfrfs/errors to be made fresh
-WORKERS = 4        # threads reading requests: one answers while others wait on the disk or the network
+WORKERS = 2        # threads reading requests: one answers while another waits on the disk or the network
 
 
 def _node_ino(path: str, node: object) -> int:
@@ -446,7 +446,8 @@ def mount(m: Mount, mountpoint: str, *, poll_us: int = 0, options: Mapping[str, 
     ``options``: the user's FUSE mount options (``tfrfs.fuse.options.FUSE_FLAGS``, ``FUSE_VALUES``), added
     to tfrfs's own; ``owner``: the owner and modes every file shows (default: the mounting user's,
     umask 022). Raises ``MountFailed`` if libfuse cannot mount, or the mount's init fails.
-    (``poll_us`` is accepted for the options that name it, and has no effect: see README.)"""
+    After its last answer, one worker watches ``poll_us`` microseconds for the next request before
+    it sleeps (``libfuse.Session``)."""
     opts: dict[str, str | bool] = {
         "fsname": "tfrfs",
         "subtype": "tfrfs",    # the mount table's type, fuse.tfrfs, is how tfrfs knows its mounts
@@ -470,7 +471,7 @@ def mount(m: Mount, mountpoint: str, *, poll_us: int = 0, options: Mapping[str, 
         ops = Operations(m.tree, mountpoint, owner)
         requests = Requests(ops, writable=False, entry_timeout=86400.0, attr_timeout=86400.0,
                             negative_timeout=60.0, record_path=ops._record_path)
-    session = libfuse.Session(requests, ",".join(k if v is True else f"{k}={v}" for k, v in opts.items()), workers)
+    session = libfuse.Session(requests, ",".join(k if v is True else f"{k}={v}" for k, v in opts.items()), workers, poll_us)
     ops.end_session = session.end
     ops.notifier = session.notifier()
     m.attach(mountpoint)
