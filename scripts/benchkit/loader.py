@@ -17,9 +17,14 @@ shards, starting the workers), the second, through the same objects, warm. Loade
   TensorFlow (the anchor)  ``tf.data.TFRecordDataset`` (num_parallel_reads AUTOTUNE), map with
                            ``parse_single_example`` + ``tf.io.decode_jpeg`` (AUTOTUNE), batch, prefetch
   record folders, mount    a map-style ``torch.utils.data.Dataset`` over the record folders (listed
-                           once), ``__getitem__`` decodes ``image.jpg`` with Pillow and reads
-                           ``label.json``; DataLoader with shuffle, num_workers 0, 2, 4
+                           once), ``__getitem__`` reads ``image.jpg`` and ``label.json`` (unbuffered
+                           ``open``), decodes the image with Pillow; DataLoader with shuffle,
+                           num_workers 0, 2, 4
   record folders, plain    the same over the plain copy
+  ... Image.open(path)     both again (at the middle worker count) with the files opened as most
+                           code opens them, ``Image.open(path)`` and a buffered ``open``: each of
+                           those asks the file whether it is a terminal (ioctl TCGETS), which a
+                           FUSE mount sends to its daemon on every open, cached or not
   tfrfs.open               a map-style Dataset reading records with ``tfrfs.open`` (no FUSE), each
                            worker opening the dataset itself; same decode
   tfrecord package         its ``MultiTFRecordDataset`` (an IterableDataset that splits every shard
@@ -87,6 +92,11 @@ def methods(workers: list[int]) -> list[Method]:
                 Method(f"plain-{w}", "DataLoader, record folders, plain files", "folders", "plain", w),
                 Method(f"library-{w}", "DataLoader, tfrfs.open (no mount)", "library", "source", w),
                 Method(f"tfrecord-{w}", "DataLoader, tfrecord package", "tfrecord", "source", w)]
+    w = workers[len(workers) // 2]
+    out += [Method(f"mount-path-{w}", "DataLoader, record folders, mount, Image.open(path)", "folders-path",
+                   "mount", w),
+            Method(f"plain-path-{w}", "DataLoader, record folders, plain, Image.open(path)", "folders-path",
+                   "plain", w)]
     for p in CAT_PROCS:
         out += [Method(f"cat-mount-{p}", "xargs cat image files, mount", "cat", "mount", p),
                 Method(f"cat-plain-{p}", "xargs cat image files, plain files", "cat", "plain", p)]
@@ -317,6 +327,8 @@ def print_loader(r: dict[str, Any]) -> None:
             other = rows.get(f"cat-plain-{row['n']}") if row["where"] == "mount" else None
         elif row["kind"] == "tf":
             other = None
+        elif row["kind"] == "folders-path":
+            other = rows.get(f"plain-path-{row['n']}") if row["where"] == "mount" else None
         else:
             other = rows.get(f"plain-{row['n']}") if row["where"] != "plain" else None
         if row["kind"] == "tf":

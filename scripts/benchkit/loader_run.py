@@ -88,6 +88,13 @@ def build(out: str, records: int, shards: int) -> None:
 
 # --- the map-style Datasets (the ones README's "Training from a tfrfs dataset" shows) ----
 
+def read(path: str) -> bytes:
+    # buffering=0: a buffered open() asks the file whether it is a terminal (an ioctl), which
+    # on a FUSE mount is a round trip to the daemon on every open, even with every byte cached
+    with open(path, "rb", buffering=0) as f:
+        return f.read()
+
+
 class RecordFolders:
     """Records of a mounted dataset (or a copy of its tree): item i is (image, label), the image
     an RGB array decoded from the record folder's ``image.jpg``, the label from ``label.json``."""
@@ -97,6 +104,20 @@ class RecordFolders:
 
     def __len__(self) -> int:
         return len(self.records)
+
+    def __getitem__(self, i: int) -> tuple[Any, int]:
+        import numpy as np
+        from PIL import Image
+        folder = self.records[i]
+        with Image.open(io.BytesIO(read(os.path.join(folder, "image.jpg")))) as im:
+            image = np.array(im.convert("RGB"))
+        label = json.loads(read(os.path.join(folder, "label.json")))[0]
+        return image, label
+
+
+class RecordFoldersByPath(RecordFolders):
+    """The same, with the files opened as most code opens them: ``Image.open(path)`` and a
+    buffered ``open`` (each asks the file whether it is a terminal)."""
 
     def __getitem__(self, i: int) -> tuple[Any, int]:
         import numpy as np
@@ -189,6 +210,8 @@ def run_torch(spec: dict[str, Any]) -> dict[str, Any]:
 
     if kind == "folders":
         make = lambda: loader(RecordFolders(spec["root"]))  # noqa: E731
+    elif kind == "folders-path":
+        make = lambda: loader(RecordFoldersByPath(spec["root"]))  # noqa: E731
     elif kind == "library":
         make = lambda: loader(TfrfsRecords(spec["root"], cache_dir=spec["cache_dir"]))  # noqa: E731
     elif kind == "tfrecord":
