@@ -84,6 +84,10 @@ disk, cold and warm (scripts/benchkit/limit.py).
 and real record data with broken headers, and `tfrfs index`, `verify` and `repair` on such shards
 against a sound one (scripts/benchkit/damage.py).
 
+--loader measures training input instead: records/s of PyTorch DataLoaders over the mount, over
+a plain copy of its files and over tfrfs.open (no FUSE), beside TensorFlow's tf.data and the
+tfrecord package, on a dataset TensorFlow writes, cold and warm (scripts/benchkit/loader.py).
+
 ratarmount is installed into its own venv, bench-out/ratarmount-venv, on first use.
 Progress goes to stderr; the tables to stdout; --json FILE writes all numbers.
 """
@@ -185,6 +189,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="measure large values written through a --rw mount instead (see above)")
     p.add_argument("--large-mib", default="100,1024", metavar="MIB,...",
                    help="with --large-values: the values' sizes in MiB (default 100,1024)")
+    p.add_argument("--loader", action="store_true",
+                   help="measure training input instead: DataLoaders over the mount, plain files and tfrfs.open, "
+                        "TensorFlow, the tfrecord package (see scripts/benchkit/loader.py)")
+    p.add_argument("--loader-records", type=int, default=None, metavar="N",
+                   help="with --loader: records of its dataset (default 20,000, --quick 2,000)")
+    p.add_argument("--loader-shards", type=int, default=8, metavar="N",
+                   help="with --loader: shards of its dataset (default 8)")
+    p.add_argument("--loader-workers", default="0,2,4", metavar="N,...",
+                   help="with --loader: DataLoader num_workers to measure (default 0,2,4)")
+    p.add_argument("--loader-batch", type=int, default=64, metavar="N", help="with --loader: batch size (default 64)")
     p.add_argument("--latency-ms", type=float, default=20.0, metavar="MS",
                    help="with --remote: latency the proxy adds to every request (default 20)")
     a = p.parse_args(argv)
@@ -228,6 +242,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--large-mib takes sizes in MiB separated by commas, e.g. 100,1024")
     if not a.large_mib or min(a.large_mib) < 1:
         p.error("--large-mib sizes must be at least 1")
+    if a.loader_records is None:
+        a.loader_records = 2000 if a.quick else 20000
+    try:
+        a.loader_workers = sorted({int(x) for x in a.loader_workers.split(",")})
+    except ValueError:
+        p.error("--loader-workers takes worker counts separated by commas, e.g. 0,2,4")
+    if a.loader_records < 1 or a.loader_shards < 1 or a.loader_batch < 1 or not a.loader_workers \
+            or min(a.loader_workers) < 0:
+        p.error("--loader-records, --loader-shards and --loader-batch must be at least 1, --loader-workers not negative")
     if a.random < 1 or a.latency_ms < 0:
         p.error("--random must be at least 1 and --latency-ms not negative")
     return a
@@ -263,6 +286,10 @@ def main(argv: list[str] | None = None) -> int:
         from .limit import measure_limit, print_limit
         results["limit"] = measure_limit(args)
         print_limit(results["limit"])
+    elif args.loader:
+        from .loader import measure_loader, print_loader
+        results["loader"] = measure_loader(args)
+        print_loader(results["loader"])
     elif args.damage:
         results["damage"] = measure_damage(args)
         print_damage(results["damage"])
