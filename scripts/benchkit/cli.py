@@ -6,6 +6,7 @@ writes --json."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 from pathlib import Path
@@ -14,13 +15,10 @@ from typing import Any
 from tfrfs.fuse.mounttab import fstype_holding
 
 from .common import OUT, REPO, WORK, progress
-from .damage import measure_damage, print_damage
 from .datasets import build_dataset, derived_paths, file_lists, make_tar
-from .largevalues import measure_large_values, print_large_values
 from .report import (REF, check_entries, compare, fmt_load, machine_info, print_ceiling, print_read_notes,
                      print_table)
 from .remote import remote_phases
-from .scale import measure_scale, print_scale
 from .schedule import measure_reads, summarize, unmount_all
 from .tools import PlainFiles, Profiler, Ratarmount, Tfrfs, Tool
 from .workloads import ReadInputs
@@ -91,6 +89,10 @@ tfrecord package, on a dataset TensorFlow writes, cold and warm (scripts/benchki
 ratarmount is installed into its own venv, bench-out/ratarmount-venv, on first use.
 Progress goes to stderr; the tables to stdout; --json FILE writes all numbers.
 """
+
+# The modes that measure one thing instead of the read and write sides: flag -> its module
+MODES = {"cluster": "cluster", "scale": "scale", "limit": "limit", "loader": "loader", "damage": "damage",
+         "large_values": "largevalues"}
 
 # --remote's defaults: a run of about six minutes on two cores
 REMOTE_SMALL, REMOTE_LARGE, REMOTE_RANDOM = 5000, 150, 200
@@ -275,27 +277,12 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"warning: load average {results['loadavg_start'][0]:.2f} before starting; other work on this "
                  f"machine skews the numbers")
     profiler = Profiler(OUT / "profile") if args.profile else None
-    if args.cluster:
-        from .cluster import measure_cluster, print_cluster
-        results["cluster"] = measure_cluster(args)
-        print_cluster(results["cluster"])
-    elif args.scale:
-        results["scale"] = measure_scale(args)
-        print_scale(results["scale"])
-    elif args.limit:
-        from .limit import measure_limit, print_limit
-        results["limit"] = measure_limit(args)
-        print_limit(results["limit"])
-    elif args.loader:
-        from .loader import measure_loader, print_loader
-        results["loader"] = measure_loader(args)
-        print_loader(results["loader"])
-    elif args.damage:
-        results["damage"] = measure_damage(args)
-        print_damage(results["damage"])
-    elif args.large_values:
-        results["large_values"] = measure_large_values(args)
-        print_large_values(results["large_values"])
+    mode = next((m for m in MODES if getattr(args, m)), None)
+    if mode is not None:
+        # A mode of its own: its module's measure_MODE(args) and print_MODE(result)
+        module = importlib.import_module(f".{MODES[mode]}", __package__)
+        results[mode] = getattr(module, f"measure_{mode}")(args)
+        getattr(module, f"print_{mode}")(results[mode])
     elif args.remote:
         remote_phases(args, results, profiler)
     else:
