@@ -181,15 +181,20 @@ def _mount(source: Path, cache: Path, **kw: Any) -> Mount:
     return open_mount(str(source), cache_dir=str(cache), **kw)
 
 
+def _reference(source: Path, cache: Path, *under: str) -> Snapshot:
+    """What one reader finds (``snapshot``) in a mount of ``source``, made and closed for it."""
+    serial = _mount(source, cache)
+    try:
+        return snapshot(serial.tree, *under)
+    finally:
+        serial.close()
+
+
 # --- the tests -----------------------------------------------------------------------
 
 def test_threads_reading_the_records_of_one_shard_see_what_one_sees(tmp_path: Path) -> None:
     src = _dataset(tmp_path / "ds", big=24)
-    serial = _mount(src, tmp_path / "cache")
-    try:
-        reference = snapshot(serial.tree)
-    finally:
-        serial.close()
+    reference = _reference(src, tmp_path / "cache")
     assert len(reference) == 2 + 24 * 6
     m = _mount(src, tmp_path / "cache", readers=LocalReaders())   # (whatever $TFRFS_SHARD_READER says)
     try:
@@ -206,11 +211,7 @@ def test_threads_reading_more_plain_files_than_are_kept_open_get_each_its_own_by
     # of it is under way in another thread.
     monkeypatch.setattr(tree_module, "_PLAIN_FDS", 3)
     src = _dataset(tmp_path / "ds", small=1, plain=40)
-    serial = _mount(src, tmp_path / "cache")
-    try:
-        reference = snapshot(serial.tree, "/plain")
-    finally:
-        serial.close()
+    reference = _reference(src, tmp_path / "cache", "/plain")
     m = _mount(src, tmp_path / "cache")
     try:
         hammer(every_path(m.tree, reference, rounds=3, in_order=False))
@@ -220,11 +221,7 @@ def test_threads_reading_more_plain_files_than_are_kept_open_get_each_its_own_by
 
 def test_indexes_dropped_under_memory_pressure_while_other_threads_read(tmp_path: Path) -> None:
     src = _dataset(tmp_path / "ds", small=4)
-    serial = _mount(src, tmp_path / "cache")
-    try:
-        reference = snapshot(serial.tree)
-    finally:
-        serial.close()
+    reference = _reference(src, tmp_path / "cache")
     memory = IndexMemory(1)   # one shard's offsets at a time
     m = _mount(src, tmp_path / "cache", memory=memory)
     try:
