@@ -1,7 +1,7 @@
 """libfuse3's low-level API, through ctypes: the only module that touches libfuse.
 
-tfrfs talks to libfuse's low-level API rather than through a high-level binding (README, "Why
-libfuse's low-level API"): its requests name node ids, so the daemon keeps only the names the
+tfrfs talks to libfuse's low-level API rather than through a high-level binding (README, "Choices
+where the contract is silent"): its requests name node ids, so the daemon keeps only the names the
 kernel holds (``tfrfs.fuse.inodes``) and lets the kernel cache listings (``cache_readdir``, which
 libfuse's high-level API passes on only from 3.16.1), and its session is read by several threads
 at once, so requests that wait on the disk or the network overlap.
