@@ -54,6 +54,10 @@ class FileEditor:
         handle serves (anything but a feature file)."""
         writer = flags & os.O_ACCMODE != os.O_RDONLY or bool(flags & os.O_TRUNC)
         file = self.open_files.get(path)
+        if file is not None and not writer and _is_commit_file(self.tree.lookup(path)):
+            # .tfrfs/commit read while the descriptor that wrote a word to it is still being
+            # closed (requests are answered by several threads): what it says now, not the word
+            return None
         if file is None:
             node, record, inner = self.tree.locate(path)
             if isinstance(node, ScratchFile):
