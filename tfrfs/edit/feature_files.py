@@ -54,7 +54,7 @@ class FileEditor:
         handle serves (anything but a feature file)."""
         writer = flags & os.O_ACCMODE != os.O_RDONLY or bool(flags & os.O_TRUNC)
         file = self.open_files.get(path)
-        if file is not None and not writer and _is_commit_file(self.tree.lookup(path)):
+        if file is not None and not writer and not file.new and self._is_commit_path(path):
             # .tfrfs/commit read while the descriptor that wrote a word to it is still being
             # closed (requests are answered by several threads): what it says now, not the word
             return None
@@ -82,6 +82,12 @@ class FileEditor:
             # is written (`: > f`, `cp /dev/null f`), or the old value would silently stay.
             file.truncate(0)
         return handle
+
+    def _is_commit_path(self, path: str) -> bool:
+        try:
+            return _is_commit_file(self.tree.lookup(path))
+        except FileNotFoundError:
+            return False
 
     def create(self, path: str, flags: int) -> FileHandle:
         if path in self.open_files:   # made by another descriptor and not closed yet
