@@ -317,11 +317,13 @@ def _callbacks(h: Any) -> dict[str, Callable[..., None]]:
                                      lambda req, a: _reply_xattr_value(req, *a))
         out["listxattr"] = _answering("listxattr", lambda ino, size: (h.listxattr(ino), size),
                                       lambda req, a: _reply_xattr_value(req, *a))
-    for name in ("open", "opendir"):
-        out[name] = _answering_fi(name, getattr(h, name), opened)
+    # (answered into the request's own file info: the call's answer goes with it)
+    for name, method in (("open", h.open), ("opendir", h.opendir)):
+        out[name] = _answering(name, lambda ino, fi, m=method: (fi, m(ino, fi.contents.flags)),
+                               lambda req, a: opened(req, *a))
     if hasattr(h, "create"):
-        out["create"] = _answering_fi("create", lambda ino, n, mode, fi: h.create(ino, _text(n), mode, fi.contents.flags),
-                                      created, pass_fi=True)
+        out["create"] = _answering("create", lambda p, n, mode, fi: (fi, h.create(p, _text(n), mode, fi.contents.flags)),
+                                   lambda req, a: created(req, *a))
 
     def forget(req: int, ino: int, n: int) -> None:
         _guarded("forget", lambda: h.forget(ino, n))
@@ -368,22 +370,6 @@ def _answering(name: str, call: Callable[..., Any], reply: Callable[[int, Any], 
         except BaseException as exc:
             log.error("answering %s failed", name, exc_info=exc)
             _reply_err(req, errno.EIO)
-    return callback
-
-
-def _answering_fi(name: str, call: Callable[..., Any], reply: Callable[[int, Any, Any], None],
-                  pass_fi: bool = False) -> Callable[..., None]:
-    def callback(req: int, *args: Any) -> None:
-        fi = args[-1]
-        try:
-            answer = call(*args) if pass_fi else call(args[0], fi.contents.flags)
-        except Refused as exc:
-            _reply_err(req, exc.errno)
-            return
-        except BaseException as exc:
-            _reply_err(req, errno_of(exc if isinstance(exc, Exception) else RuntimeError(exc), name, args))
-            return
-        reply(req, fi, answer)
     return callback
 
 
