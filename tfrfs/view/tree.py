@@ -150,12 +150,21 @@ class Tree:
             known = self._known.get(path)   # (a dict read: safe without the lock)
             if known is not None:
                 return known
-            parent, _, name = path.rpartition("/")
-            above = self._known.get(parent)
-            if above is not None:
-                node = self.child(above, name)
-                self._remember(path, node)
-                return node
+            # the nearest folder above it that is known: a file deep in a record is found from
+            # its record's folder, whose name is not read against the index again
+            head, below = path, []
+            while True:
+                head, _, name = head.rpartition("/")
+                below.append(name)
+                if not head:
+                    break
+                above = self._known.get(head)
+                if above is not None:
+                    node = above
+                    for name in reversed(below):
+                        node = self.child(node, name)
+                    self._remember(path, node)
+                    return node
         comps = path.strip("/").split("/")
         if comps[0] == META:
             # Reachable by name but never listed, so cp -r, rsync and find leave it alone
@@ -192,7 +201,8 @@ class Tree:
         return node, record, tuple(inner)
 
     def child(self, node: Node, name: str) -> Node:
-        if len(name.encode("utf-8", "surrogateescape")) > names.NAME_MAX:
+        # (a name of at most NAME_MAX / 4 characters cannot be longer than NAME_MAX bytes)
+        if len(name) > names.NAME_MAX // 4 and len(name.encode("utf-8", "surrogateescape")) > names.NAME_MAX:
             raise NameTooLong(f"{name[:40]}...: name longer than {names.NAME_MAX} bytes")
         return node.child(self, name)
 

@@ -1,0 +1,155 @@
+"""The requests of a read-only mount answered straight from the kernel's bytes, without libfuse.
+
+Walks and small files are a stream of tiny requests: a lookup, a read, a listing page. Through
+libfuse each costs a call into C, a callback back into Python and its C structures, and a call
+into C again to answer, which was three times the handler's own work. ``Answerer`` reads such a
+request's few bytes itself (``linux/fuse.h``: ``fuse_in_header`` and the request's own struct),
+asks the same handler (``tfrfs.fuse.requests.Requests``), and writes the answer to the device in
+one ``writev``. Every other request (the session's start and end, and all of a writable mount's)
+goes to libfuse as before (``libfuse.Session``).
+
+Answers follow the kernel's protocol as libfuse writes them: ``fuse_out_header`` (its length,
+minus the errno, the request's id), then ``fuse_entry_out``, ``fuse_attr_out``, the bytes read, or
+the listing's page. FORGET and BATCH_FORGET are not answered (the kernel waits for nothing), and
+neither is INTERRUPT: no request answered here can be interrupted part way.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import struct
+from typing import Any, Callable
+
+from tfrfs.fuse.edge import Refused, errno_of
+
+log = logging.getLogger("tfrfs")
+
+LOOKUP, FORGET, GETATTR, READ, READDIR, INTERRUPT, BATCH_FORGET, READDIRPLUS = 1, 2, 3, 15, 28, 36, 42, 44
+LARGEST = 4096   # the longest request answered here (a lookup: the header and a name)
+
+_IN = struct.Struct("<IIQQ")          # fuse_in_header: len, opcode, unique, nodeid (then uid, gid, pid, ...)
+_IN_SIZE = 40
+_OUT = struct.Struct("<IiQ")          # fuse_out_header: len, error, unique
+_ATTR = "QQQQQQIIIIIIIIII"            # fuse_attr
+_ENTRY = struct.Struct("<QQQQII" + _ATTR)       # fuse_entry_out
+_ATTR_OUT = struct.Struct("<QII" + _ATTR)       # fuse_attr_out
+_READ_IN = struct.Struct("<QQI")      # fuse_read_in: fh, offset, size (then read_flags, ...)
+_U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
+_FORGET_ONE = struct.Struct("<QQ")
+_NS = 1_000_000_000
+
+
+def _attr_fields(a: dict[str, int]) -> tuple[int, ...]:
+    """``fuse_attr``'s fields from a stat dict (times in nanoseconds), as libfuse converts a stat."""
+    mtime = a.get("st_mtime", 0)
+    atime, ctime = a.get("st_atime", mtime), a.get("st_ctime", mtime)
+    return (a.get("st_ino", 0), a.get("st_size", 0), a.get("st_blocks", 0),
+            atime // _NS, mtime // _NS, ctime // _NS, atime % _NS, mtime % _NS, ctime % _NS,
+            a.get("st_mode", 0), a.get("st_nlink", 1), a.get("st_uid", 0), a.get("st_gid", 0), 0,
+            a.get("st_blksize", 0), 0)
+
+
+def _valid(seconds: float) -> tuple[int, int]:
+    whole = int(seconds)
+    return whole, int((seconds - whole) * _NS)
+
+
+class Answerer:
+    """Answers the lookups, attributes, reads, listings and forgets of a read-only mount with
+    ``handler``, writing to the session's device ``fd``. ``answer(raw)`` is False for a request it
+    leaves to libfuse."""
+
+    def __init__(self, handler: Any, fd: int) -> None:
+        self.h, self.fd = handler, fd
+        self._table: dict[int, Callable[[int, int, bytes], None]] = {
+            LOOKUP: self._lookup, GETATTR: self._getattr, READ: self._read, READDIR: self._readdir,
+            READDIRPLUS: self._readdirplus, FORGET: self._forget, BATCH_FORGET: self._batch_forget,
+            INTERRUPT: _ignore,
+        }
+        self._timeouts: dict[float, tuple[int, int]] = {}
+
+    def answer(self, raw: bytes) -> bool:
+        """Answer request ``raw`` (its whole bytes, header first) if it is one of those above."""
+        _, opcode, unique, nodeid = _IN.unpack_from(raw)
+        fn = self._table.get(opcode)
+        if fn is None:
+            return False
+        try:
+            fn(unique, nodeid, raw)
+        except Refused as exc:
+            self._send(unique, exc.errno or errno.EIO, b"")
+        except Exception as exc:   # a bug: logged once (errno_of), answered EIO
+            self._send(unique, errno_of(exc, _NAMES.get(opcode, str(opcode)), (nodeid,)), b"")
+        return True
+
+    def _send(self, unique: int, error: int, body: bytes | memoryview) -> None:
+        size = len(body)
+        try:
+            if size > 8192:
+                os.writev(self.fd, (_OUT.pack(16 + size, -error, unique), body))
+            else:
+                os.write(self.fd, _OUT.pack(16 + size, -error, unique) + body)
+        except OSError as exc:
+            # ENOENT: the request was interrupted (or the mount is going), and nobody waits for it
+            if exc.errno not in (errno.ENOENT, errno.ENODEV, errno.EBADF):
+                log.warning("answering a request failed: %s", os.strerror(exc.errno or errno.EIO))
+
+    def _seconds(self, timeout: float) -> tuple[int, int]:
+        found = self._timeouts.get(timeout)
+        if found is None:
+            found = self._timeouts[timeout] = _valid(timeout)
+        return found
+
+    def _lookup(self, unique: int, parent: int, raw: bytes) -> None:
+        end = raw.find(b"\0", _IN_SIZE)
+        name = raw[_IN_SIZE:end if end >= 0 else len(raw)].decode("utf-8", "surrogateescape")
+        e = self.h.lookup(parent, name)
+        ev, evn = self._seconds(e.entry_timeout)
+        av, avn = self._seconds(e.attr_timeout)
+        fields = _attr_fields(e.attrs) if e.nodeid else (0,) * 16
+        self._send(unique, 0, _ENTRY.pack(e.nodeid, 0, ev, av, evn, avn, *fields))
+
+    def _getattr(self, unique: int, nodeid: int, raw: bytes) -> None:
+        attrs, timeout = self.h.getattr(nodeid)
+        av, avn = self._seconds(timeout)
+        self._send(unique, 0, _ATTR_OUT.pack(av, avn, 0, *_attr_fields(attrs)))
+
+    def _read(self, unique: int, nodeid: int, raw: bytes) -> None:
+        fh, offset, size = _READ_IN.unpack_from(raw, _IN_SIZE)
+        where, data = self.h.read(nodeid, size, offset, fh or None)
+        if where is not None:
+            fd, pos, count = where
+            data = os.pread(fd, count, pos)
+        self._send(unique, 0, data)
+
+    def _readdir(self, unique: int, nodeid: int, raw: bytes) -> None:
+        fh, offset, size = _READ_IN.unpack_from(raw, _IN_SIZE)
+        self._send(unique, 0, self.h.readdir(nodeid, size, offset, fh or None, False))
+
+    def _readdirplus(self, unique: int, nodeid: int, raw: bytes) -> None:
+        fh, offset, size = _READ_IN.unpack_from(raw, _IN_SIZE)
+        self._send(unique, 0, self.h.readdir(nodeid, size, offset, fh or None, True))
+
+    def _forget(self, unique: int, nodeid: int, raw: bytes) -> None:
+        try:
+            self.h.forget(nodeid, _U64.unpack_from(raw, _IN_SIZE)[0])
+        except Exception as exc:   # never answered: nothing to tell the kernel
+            log.error("internal error in forget", exc_info=exc)
+
+    def _batch_forget(self, unique: int, nodeid: int, raw: bytes) -> None:
+        count = _U32.unpack_from(raw, _IN_SIZE)[0]
+        start = _IN_SIZE + 8
+        count = min(count, (len(raw) - start) // _FORGET_ONE.size)
+        try:
+            self.h.forget_many([_FORGET_ONE.unpack_from(raw, start + k * _FORGET_ONE.size) for k in range(count)])
+        except Exception as exc:
+            log.error("internal error in forget", exc_info=exc)
+
+
+def _ignore(unique: int, nodeid: int, raw: bytes) -> None:
+    pass
+
+
+_NAMES = {LOOKUP: "lookup", GETATTR: "getattr", READ: "read", READDIR: "readdir", READDIRPLUS: "readdirplus"}
