@@ -21,13 +21,13 @@ pytestmark = pytest.mark.mount
 RECORDS = 60
 
 
-def _shard(folder: Path, records: int = RECORDS) -> Path:
+def _shard(folder: Path, records: int = RECORDS, repeat: int = 50) -> Path:
     folder.mkdir(parents=True)
     frames = []
     for i in range(records):
         ex = proto.Example()
         ex.features.feature["label"].int64_list.value.append(i)
-        ex.features.feature["text"].bytes_list.value.append(f"record {i} ".encode() * 50)
+        ex.features.feature["text"].bytes_list.value.append(f"record {i} ".encode() * repeat)
         frames.append(tfrecord.frame(ex.SerializeToString()))
     (folder / "a.tfrecord").write_bytes(b"".join(frames))
     return folder
@@ -146,3 +146,31 @@ def test_many_readers_at_once_read_what_one_reads(tmp_path: Path, tfrfs_mount) -
     for t in threads:
         t.join()
     assert not wrong, wrong[:5]
+
+
+def test_a_read_waiting_on_the_store_does_not_hold_up_other_requests(tmp_path: Path, tfrfs_mount, http_server,
+                                                                     http_proxy) -> None:
+    """While one reader waits 4 s for a slow bucket, the mount answers other requests at once:
+    names, attributes and listings it knows from the index."""
+    src = _shard(tmp_path / "src", repeat=20_000)   # records of ~200 KB: the last is not read ahead
+    run_tfrfs("index", str(src), "--beside", check=True)   # the mount reads no record until asked
+    proxy = http_proxy(http_server(src))
+    mnt = tfrfs_mount(proxy.url)
+    shard = mnt / "a.tfrecord"
+    proxy.latency = 4.0
+    slow: list[float] = []
+    waiting = threading.Thread(target=lambda: slow.append(_label(shard / f"{RECORDS - 1:06d}" / "label.json")))
+    started = time.monotonic()
+    waiting.start()
+    try:
+        time.sleep(0.5)   # the slow read is under way
+        t0 = time.monotonic()
+        assert len(os.listdir(shard)) == RECORDS
+        assert os.stat(shard / "000002").st_mode & 0o040000
+        assert os.stat(mnt / "a.tfrecord").st_nlink >= 1
+        quick = time.monotonic() - t0
+    finally:
+        waiting.join(60)
+        proxy.latency = 0.0
+    assert slow == [RECORDS - 1] and time.monotonic() - started >= 4.0
+    assert quick < 2.0, f"other requests took {quick:.1f} s while one waited on the store"

@@ -21,7 +21,8 @@ from tfrfs.fuse.inodes import ROOT, Nodes, record_ino
 from tfrfs.fuse.requests import Requests, entries
 
 
-@pytest.mark.parametrize("module", ["tfrfs.view.tree", "tfrfs.fuse.edge", "tfrfs.fuse.inodes", "tfrfs.fuse.loop"])
+@pytest.mark.parametrize("module", ["tfrfs.view.tree", "tfrfs.fuse.edge", "tfrfs.fuse.inodes", "tfrfs.fuse.loop",
+                                    "tfrfs.fuse.direct"])
 def test_only_the_adapter_loads_libfuse(module: str) -> None:
     code = (f"import sys, {module}; "
             "assert 'tfrfs.fuse.libfuse' not in sys.modules, 'libfuse was loaded'")

@@ -32,6 +32,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from tfrfs.fuse import direct
 from tfrfs.fuse.edge import Refused, errno_of
 from tfrfs.fuse.loop import (UTIME_NOW, WAKE, Conn, End, Entry, MountFailed, Opened, SetAttr, read_signal,
                              signal_name, stop_signals)
@@ -374,6 +375,9 @@ def _answering(name: str, call: Callable[..., Any], reply: Callable[[int, Any], 
 
 
 _SWITCH_S = 0.0005
+_HELP_AFTER_S = 0.001   # a request answered for longer than this lets a helper take the next
+_HELP_EVERY_S = 0.005   # how often a helper looks, while requests come
+_HELP_IDLE_S = 1.0      # helpers sleep once no request came for this long
 
 
 class Session:
@@ -386,9 +390,9 @@ class Session:
 
     ``serve`` mounts, answers requests until the kernel unmounts the file system or a stop signal
     (SIGTERM, SIGINT, SIGHUP) comes, and returns why (``End``) with the mount already detached;
-    ``close`` then frees the session. Each worker blocks reading the device (the kernel hands
-    each request to one of them) and answers in Python: one answers while others wait on the disk
-    or the network. A stop signal is read by the calling thread from a wakeup pipe (Python's
+    ``close`` then frees the session. One worker, the reader, takes the requests one at a time;
+    the others help while it waits on the disk or the network (``_help``): a request that takes
+    long does not hold up the rest. A stop signal is read by the calling thread from a wakeup pipe (Python's
     handler writes the signal's number there), so an unmount can be told from a signal; the
     workers are then woken with ``WAKE`` to see that the session ended.
     """
@@ -396,9 +400,9 @@ class Session:
     def __init__(self, handler: Any, options: str, workers: int, poll_us: int = 0) -> None:
         self.workers = max(1, workers)
         self.poll_s = poll_us / 1e6
-        self._watching = False   # a worker watches the device for the next request (see _work)
-        self._busy = 0           # workers answering a request
-        self._busy_lock = threading.Lock()
+        self._since = 0.0        # when the reader began the request it answers (0: it answers none)
+        self._last = 0.0         # when the last request came
+        self._active = threading.Event()   # set while requests come (helpers look for work)
         self._keep = _callbacks(handler)   # the C callbacks must live as long as the session
         ops = _LowlevelOps(**{name: _CALLBACK[name](fn) for name, fn in self._keep.items()})
         self._ops = ops
@@ -411,15 +415,21 @@ class Session:
         self._threads: list[threading.Thread] = []
         self._ends: list[End] = []
         self._done_r, self._done_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._handler = handler
+        self._direct: direct.Answerer | None = None
 
     def end(self) -> None:
         """End the session from inside (a failed init): the workers stop after this request."""
         _session_exit(self.se)
+        self._active.set()
         os.write(self._done_w, b"x")
 
     def serve(self, mountpoint: str) -> End:
         if _session_mount(self.se, mountpoint.encode()) != 0:
             raise MountFailed("libfuse could not mount (libfuse's message says why)")
+        if not getattr(self._handler, "writable", True):
+            # a read-only mount's small requests are answered in Python from their bytes (direct)
+            self._direct = direct.Answerer(self._handler, _session_fd(self.se))
         # A worker back from a short wait (a read of the disk, an answer written to the kernel)
         # waits for Python's lock until the one holding it lets go: at most this long, not 5 ms.
         sys.setswitchinterval(_SWITCH_S)
@@ -427,11 +437,12 @@ class Session:
         try:
             with stop_signals() as wakeup:
                 for k in range(self.workers):
-                    t = threading.Thread(target=self._work, name=f"tfrfs-fuse-{k}", daemon=True)
+                    t = threading.Thread(target=self._work, args=(k,), name=f"tfrfs-fuse-{k}", daemon=True)
                     t.start()
                     self._threads.append(t)
                 ended = self._wait(wakeup)
                 _session_exit(self.se)
+                self._active.set()
                 self._wake_workers()
                 for t in self._threads:   # (while WAKE is still handled: its default ends the process)
                     t.join(1.0)
@@ -455,49 +466,82 @@ class Session:
                 if _session_exited(self.se):
                     return End("exited")
 
-    def _work(self) -> None:
+    def _work(self, k: int) -> None:
+        """Worker ``k``: the reader (0), or a helper (see ``_help``)."""
         buf = _Buf()
         se, bufp = self.se, ctypes.byref(buf)
         end = End("exited")
         device = select.poll()
         device.register(_session_fd(se), select.POLLIN)
-        poll, clock, poll_s = device.poll, time.perf_counter, self.poll_s
         try:
-            while not _session_exited(se):
-                if poll_s and not self._watching and not self._busy:
-                    # The one worker that watches: for up to poll_s after its last answer, it looks
-                    # for the next request before it goes to sleep in read(). A reader going
-                    # through many files then finds it awake: on a virtual machine, waking a
-                    # sleeping thread costs more than answering most requests. (Another worker
-                    # the kernel wakes for the same request finds it taken, and sleeps again.)
-                    # Not while others answer requests: the watch would take Python's lock from them.
-                    self._watching = True
-                    try:
-                        until = clock() + poll_s
-                        while not poll(0) and clock() < until:
-                            pass
-                    finally:
-                        self._watching = False
-                res = _receive(se, bufp)
-                if res in (-errno.EINTR, -errno.EAGAIN):
-                    continue
-                if res <= 0:   # 0: unmounted (libfuse read ENODEV)
-                    end = End("unmounted") if res == 0 else End("failed")
-                    if res < 0:
-                        log.error("reading a request from the kernel failed: %s", os.strerror(-res))
-                    break
-                with self._busy_lock:
-                    self._busy += 1
-                try:
-                    _process(se, bufp)
-                finally:
-                    with self._busy_lock:
-                        self._busy -= 1
+            end = self._read(buf, bufp, device) if k == 0 else self._help(buf, bufp, device)
         finally:
             _libc.free(buf.mem)
             self._ends.append(end)
             with contextlib.suppress(OSError):
                 os.write(self._done_w, b"x")
+
+    def _read(self, buf: _Buf, bufp: Any, device: Any) -> End:
+        """The reader: takes every request, one at a time. For up to poll_s after its last answer
+        it watches for the next before it goes to sleep in read(): a reader going through many
+        files then finds it awake (on a virtual machine, waking a sleeping thread costs more than
+        answering most requests)."""
+        se, poll, clock, poll_s = self.se, device.poll, time.perf_counter, self.poll_s
+        while not _session_exited(se):
+            if poll_s:
+                until = clock() + poll_s
+                while not poll(0) and clock() < until:
+                    pass
+            res = _receive(se, bufp)
+            if res in (-errno.EINTR, -errno.EAGAIN):
+                continue
+            if res <= 0:   # 0: unmounted (libfuse read ENODEV)
+                return self._ended(res)
+            self._since = clock()
+            if not self._active.is_set():
+                self._active.set()   # (helpers sleep while no request comes)
+            try:
+                self._answer(buf, bufp, res)
+            finally:
+                self._since = 0.0
+        return End("exited")
+
+    def _help(self, buf: _Buf, bufp: Any, device: Any) -> End:
+        """A helper: takes requests only while the reader has been answering one for longer than
+        ``_HELP_AFTER_S`` (it waits on the disk or the network) and more are waiting. Helpers
+        reading the device all the time would take half the small requests from the reader, and
+        each would then wait for Python's lock, which costs more than the answers."""
+        se, poll, clock = self.se, device.poll, time.perf_counter
+        while not _session_exited(se):
+            if not self._active.wait(1.0):
+                continue
+            since = self._since
+            if not (since and clock() - since >= _HELP_AFTER_S and poll(0)):
+                if clock() - self._last > _HELP_IDLE_S:
+                    self._active.clear()   # no request for a while: sleep until the next one
+                else:
+                    time.sleep(_HELP_EVERY_S)
+                continue
+            res = _receive(se, bufp)   # (if the reader took it first: the next request)
+            if res in (-errno.EINTR, -errno.EAGAIN):
+                continue
+            if res <= 0:
+                return self._ended(res)
+            self._answer(buf, bufp, res)
+        return End("exited")
+
+    def _answer(self, buf: _Buf, bufp: Any, res: int) -> None:
+        self._last = time.perf_counter()
+        answer = self._direct.answer if self._direct is not None else None
+        if answer is None or res > direct.LARGEST or buf.flags & _BUF_IS_FD \
+                or not answer(ctypes.string_at(buf.mem, res)):
+            _process(self.se, bufp)
+
+    def _ended(self, res: int) -> End:
+        if res < 0:
+            log.error("reading a request from the kernel failed: %s", os.strerror(-res))
+            return End("failed")
+        return End("unmounted")
 
     def _wake_workers(self) -> None:
         for t in self._threads:

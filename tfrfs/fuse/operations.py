@@ -40,7 +40,7 @@ _CAP_PARALLEL_DIROPS = 1 << 18
 _RENAME_NOREPLACE = 1 << 0
 _META_PATH = "/.tfrfs/"   # the metadata folder's files (see Tree.lookup)
 _SETTLE_S = 0.25   # the most a request answered EIO for damage waits for .tfrfs/errors to be made fresh
-WORKERS = 2        # threads reading requests: one answers while another waits on the disk or the network
+WORKERS = 3   # the reader and two helpers (libfuse.Session)
 
 
 def _node_ino(path: str, node: object) -> int:
