@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import pytest
 
 from tfrfs.errors import NotFound
-from tfrfs.fuse import inodes, loop
+from tfrfs.fuse import inodes, loop, requests
 from tfrfs.fuse.edge import Refused
 from tfrfs.fuse.inodes import ROOT, Nodes, record_ino
 from tfrfs.fuse.requests import Requests, entries
@@ -167,6 +167,29 @@ def test_a_listing_goes_page_by_page_and_counts_only_what_it_sent() -> None:
         r.forget(nodeid, 1)
     r.forget(folder, 1)
     assert len(r.nodes) == 0
+
+
+def test_the_page_after_a_folders_last_is_answered_without_listing_it_again(monkeypatch: Any) -> None:
+    """The kernel asks once more after a folder's last page; that empty page comes from the note
+    the last page left, for a second. A page from anywhere else, or later, is listed as ever."""
+    ops = _Ops(3)
+    r = _requests(ops)
+    folder = r.lookup(ROOT, "folder").nodeid
+    listed: list[int] = []
+    real = ops.readdir
+    monkeypatch.setattr(ops, "readdir", lambda path, offset, plus: (listed.append(offset), real(path, offset, plus))[1])
+    last = list(entries(r.readdir(folder, 4096, 0, None, True), True))[-1][3]
+    assert last == 3 and listed == [0]
+    assert r.readdir(folder, 4096, last, None, True) == b""
+    assert listed == [0]
+    assert list(entries(r.readdir(folder, 4096, 1, None, True), True))[0][1] == "file-2.json"
+    assert listed == [0, 1]
+    clock = [1000.0]
+    monkeypatch.setattr(requests.time, "monotonic", lambda: clock[0])
+    r.readdir(folder, 4096, 0, None, True)
+    clock[0] += 1.5
+    assert r.readdir(folder, 4096, last, None, True) == b""
+    assert listed == [0, 1, 0, 3]   # too late for the note: asked of the folder again
 
 
 def test_a_shard_folders_records_are_listed_with_their_own_numbers_and_kept_nowhere() -> None:

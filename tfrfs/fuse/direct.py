@@ -20,6 +20,7 @@ import errno
 import logging
 import os
 import struct
+import threading
 from typing import Any, Callable
 
 from tfrfs.fuse.edge import Refused, errno_of
@@ -69,6 +70,7 @@ class Answerer:
             INTERRUPT: _ignore,
         }
         self._timeouts: dict[float, tuple[int, int]] = {}
+        self._buffers = threading.local()   # each thread's buffer for bytes read from a file
 
     def answer(self, raw: bytes) -> bool:
         """Answer request ``raw`` (its whole bytes, header first) if it is one of those above."""
@@ -121,8 +123,17 @@ class Answerer:
         where, data = self.h.read(nodeid, size, offset, fh or None)
         if where is not None:
             fd, pos, count = where
-            data = os.pread(fd, count, pos)
+            buf = self._buffer(count)
+            data = buf[:os.preadv(fd, (buf[:count],), pos)]
         self._send(unique, 0, data)
+
+    def _buffer(self, size: int) -> memoryview:
+        """This thread's buffer of at least ``size`` bytes: a read of a large file (up to 1 MiB at
+        a time) costs no new memory for the kernel to hand over and take back."""
+        buf: memoryview | None = getattr(self._buffers, "buf", None)
+        if buf is None or len(buf) < size:
+            buf = self._buffers.buf = memoryview(bytearray(max(size, 1 << 17)))
+        return buf
 
     def _readdir(self, unique: int, nodeid: int, raw: bytes) -> None:
         fh, offset, size = _READ_IN.unpack_from(raw, _IN_SIZE)
