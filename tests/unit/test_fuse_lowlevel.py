@@ -214,8 +214,9 @@ def test_a_read_only_mount_refuses_opens_so_the_kernel_stops_asking() -> None:
         assert e.value.errno == errno.ENOSYS
 
 
+@pytest.mark.parametrize("width", [6, 11])
 @pytest.mark.parametrize("plus", [True, False])
-def test_a_run_of_records_packs_as_its_records_one_by_one(plus: bool) -> None:
+def test_a_run_of_records_packs_as_its_records_one_by_one(plus: bool, width: int) -> None:
     """A shard folder's records handed over in bulk (``RecordRun``) fill pages with the same bytes
     as the same records given one at a time, page after page."""
     base = {"st_mode": stat.S_IFDIR | 0o555, "st_nlink": 1, "st_size": 0, "st_uid": 7, "st_gid": 8,
@@ -223,12 +224,12 @@ def test_a_run_of_records_packs_as_its_records_one_by_one(plus: bool) -> None:
 
     class Bulk(_Ops):
         def readdir(self, path: str, offset: int, plus: bool) -> Iterator[Any]:
-            yield inodes.RecordRun(2, max(0, offset - 2), 1000, 6, base)
+            yield inodes.RecordRun(2, max(0, offset - 2), 1000, width, base)
 
     class OneByOne(_Ops):
         def readdir(self, path: str, offset: int, plus: bool) -> Iterator[Any]:
             for i in range(max(0, offset - 2), 1000):
-                yield i + 3, f"{i:06d}", (base, record_ino(2, i), 0)
+                yield i + 3, f"{i:0{width}d}", (base, record_ino(2, i), 0)
 
     pages = []
     for ops in (Bulk(0), OneByOne(0)):
@@ -244,5 +245,5 @@ def test_a_run_of_records_packs_as_its_records_one_by_one(plus: bool) -> None:
         assert len(r.nodes) == 0
     assert pages[0] == pages[1] and len(pages[0]) >= 8   # (several pages)
     listed = [e for page in pages[0] for e in entries(page, plus)]
-    assert [name for _, name, _, _ in listed] == [f"{i:06d}" for i in range(1000)]
+    assert [name for _, name, _, _ in listed] == [f"{i:0{width}d}" for i in range(1000)]
     assert [ino for _, _, ino, _ in listed] == [record_ino(2, i) for i in range(1000)]

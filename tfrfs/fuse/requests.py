@@ -22,6 +22,7 @@ import stat as _stat
 import struct
 import threading
 import time
+from array import array
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -35,6 +36,9 @@ from tfrfs.fuse.loop import Conn, End, Entry, Opened, SetAttr
 # mode, nlink, uid, gid, rdev, blksize, flags), then struct fuse_dirent (ino, off, namelen, type).
 _PLUS = struct.Struct("<QQQQII" "QQQQQQIIIIIIIIII" "QQII")
 _DIRENT = struct.Struct("<QQII")
+# the 8-byte words of a fuse_direntplus that differ between a shard folder's records: the node
+# id, the attributes' inode number, the entry's inode number and position, and its name's first
+_NODEID, _ATTR_INO, _DIRENT_INO, _DIRENT_OFF, _NAME = 0, 5, 16, 17, 19
 _PAD = [bytes(k) for k in range(8)]
 _NS = 1_000_000_000
 _ENDED_S = 1.0   # how long a read-only folder's end is taken as read (Requests.readdir)
@@ -205,22 +209,34 @@ class Requests:
                 out += raw
                 out += _PAD[length - _DIRENT.size - n]
             return True
-        plus = _PLUS.pack
+        # With attributes: every entry of the run is alike but for its number (three fields)
+        # and its name, all of one length. The page is made as one entry repeated, and those
+        # fields are written down its columns at once: no Python step per record.
         ev, evn, av, avn = valid
-        for i in range(run.first, run.stop):
-            raw = b"%0*d" % (width, i)
-            n = len(raw)
-            pad = (-n) & 7
-            length = _PLUS.size + n + pad
-            if length > room:
-                return False
-            room -= length
-            ino = base | (i + 1)
-            out += plus(ino, 0, ev, av, evn, avn, ino, 0, 0, at, mt, ct, atn, mtn, ctn, mode, nlink, uid, gid, 0,
-                        blksize, 0, ino, i + 3, n, dtype)
-            out += raw
-            out += _PAD[pad]
-        return True
+        n = width
+        pad = (-n) & 7
+        length = _PLUS.size + n + pad
+        count = min(run.stop - run.first, room // length)
+        if count <= 0:
+            return run.first >= run.stop
+        first, stop = run.first, run.first + count
+        entry = _PLUS.pack(0, 0, ev, av, evn, avn, 0, 0, 0, at, mt, ct, atn, mtn, ctn, mode, nlink, uid, gid, 0,
+                           blksize, 0, 0, 0, n, dtype) + bytes(n + pad)
+        page = bytearray(entry * count)
+        column = memoryview(page).cast("Q")
+        every = length // 8
+        ids = memoryview(array("Q", range(base + first + 1, base + stop + 1)))
+        column[_NODEID::every] = ids
+        column[_ATTR_INO::every] = ids
+        column[_DIRENT_INO::every] = ids
+        column[_DIRENT_OFF::every] = memoryview(array("Q", range(first + 3, stop + 3)))
+        names = ((f"%0{n}d" + "\0" * pad) * count % tuple(range(first, stop))).encode("ascii")
+        words = (n + pad) // 8
+        by_word = memoryview(names).cast("Q")
+        for w in range(words):
+            column[_NAME + w::every] = by_word[w::words]
+        out += page
+        return stop == run.stop
 
     def _plain_page(self, listing: list[tuple[str, int, int]], size: int, offset: int) -> bytes:
         out = bytearray()
