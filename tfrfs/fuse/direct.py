@@ -24,6 +24,7 @@ import threading
 from typing import Any, Callable
 
 from tfrfs.fuse.edge import Refused, errno_of
+from tfrfs.fuse.requests import attr_fields, seconds
 
 log = logging.getLogger("tfrfs")
 
@@ -39,22 +40,10 @@ _ATTR_OUT = struct.Struct("<QII" + _ATTR)       # fuse_attr_out
 _READ_IN = struct.Struct("<QQI")      # fuse_read_in: fh, offset, size (then read_flags, ...)
 _U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
 _FORGET_ONE = struct.Struct("<QQ")
-_NS = 1_000_000_000
 
 
-def _attr_fields(a: dict[str, int]) -> tuple[int, ...]:
-    """``fuse_attr``'s fields from a stat dict (times in nanoseconds), as libfuse converts a stat."""
-    mtime = a.get("st_mtime", 0)
-    atime, ctime = a.get("st_atime", mtime), a.get("st_ctime", mtime)
-    return (a.get("st_ino", 0), a.get("st_size", 0), a.get("st_blocks", 0),
-            atime // _NS, mtime // _NS, ctime // _NS, atime % _NS, mtime % _NS, ctime % _NS,
-            a.get("st_mode", 0), a.get("st_nlink", 1), a.get("st_uid", 0), a.get("st_gid", 0), 0,
-            a.get("st_blksize", 0), 0)
-
-
-def _valid(seconds: float) -> tuple[int, int]:
-    whole = int(seconds)
-    return whole, int((seconds - whole) * _NS)
+def _attr_of(a: dict[str, int]) -> tuple[int, ...]:
+    return attr_fields(a, a.get("st_ino", 0), a.get("st_size", 0), a.get("st_blocks", 0))
 
 
 class Answerer:
@@ -101,7 +90,7 @@ class Answerer:
     def _seconds(self, timeout: float) -> tuple[int, int]:
         found = self._timeouts.get(timeout)
         if found is None:
-            found = self._timeouts[timeout] = _valid(timeout)
+            found = self._timeouts[timeout] = seconds(timeout)
         return found
 
     def _lookup(self, unique: int, parent: int, raw: bytes) -> None:
@@ -110,13 +99,13 @@ class Answerer:
         e = self.h.lookup(parent, name)
         ev, evn = self._seconds(e.entry_timeout)
         av, avn = self._seconds(e.attr_timeout)
-        fields = _attr_fields(e.attrs) if e.nodeid else (0,) * 16
+        fields = _attr_of(e.attrs) if e.nodeid else (0,) * 16
         self._send(unique, 0, _ENTRY.pack(e.nodeid, 0, ev, av, evn, avn, *fields))
 
     def _getattr(self, unique: int, nodeid: int, raw: bytes) -> None:
         attrs, timeout = self.h.getattr(nodeid)
         av, avn = self._seconds(timeout)
-        self._send(unique, 0, _ATTR_OUT.pack(av, avn, 0, *_attr_fields(attrs)))
+        self._send(unique, 0, _ATTR_OUT.pack(av, avn, 0, *_attr_of(attrs)))
 
     def _read(self, unique: int, nodeid: int, raw: bytes) -> None:
         fh, offset, size = _READ_IN.unpack_from(raw, _IN_SIZE)

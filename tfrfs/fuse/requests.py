@@ -53,9 +53,20 @@ class _FileInfo:
     direct_io: int = 0
 
 
-def _seconds(timeout: float) -> tuple[int, int]:
+def seconds(timeout: float) -> tuple[int, int]:
+    """A timeout as the kernel takes it: whole seconds, and nanoseconds."""
     whole = int(timeout)
     return whole, int((timeout - whole) * _NS)
+
+
+def attr_fields(a: dict[str, int], ino: int, size: int, blocks: int) -> tuple[int, ...]:
+    """``struct fuse_attr``'s fields: inode number, size and blocks as given, the rest from the
+    stat dict ``a`` (times in nanoseconds), as libfuse converts a stat."""
+    mtime = a.get("st_mtime", 0)
+    atime, ctime = a.get("st_atime", mtime), a.get("st_ctime", mtime)
+    return (ino, size, blocks, atime // _NS, mtime // _NS, ctime // _NS, atime % _NS, mtime % _NS, ctime % _NS,
+            a.get("st_mode", 0), a.get("st_nlink", 1), a.get("st_uid", 0), a.get("st_gid", 0), 0,
+            a.get("st_blksize", 0), 0)
 
 
 class Requests:
@@ -74,7 +85,7 @@ class Requests:
         self.plus = not writable   # listings carry attributes (readdirplus)
         self.nodes = Nodes(record_path=None if writable else record_path)
         self.entry_timeout, self.attr_timeout, self.negative_timeout = entry_timeout, attr_timeout, negative_timeout
-        self._valid = _seconds(entry_timeout) + _seconds(attr_timeout)
+        self._valid = seconds(entry_timeout) + seconds(attr_timeout)
         self._listings: dict[int, list[tuple[str, int, int]]] = {}   # a writable mount's open folders
         self._open: dict[int, int] = {}   # a writable mount's node ids with open files: how many
         self._hidden: dict[int, tuple[int, str]] = {}   # open files removed meanwhile: (folder, hidden name)
@@ -186,15 +197,9 @@ class Requests:
         """Pack the record folders of ``run`` (with their attributes, unless ``valid`` is None) until
         the page is full (False) or the run is done (True): the loop a listing of a billion
         records goes through, so it packs each entry with one call."""
-        a = run.attrs
         base = RECORD_BIT | (run.shard << RECORD_INDEX_BITS)
         width = run.width
-        mtime = a.get("st_mtime", 0)
-        atime, ctime = a.get("st_atime", mtime), a.get("st_ctime", mtime)
-        at, mt, ct, atn, mtn, ctn = atime // _NS, mtime // _NS, ctime // _NS, atime % _NS, mtime % _NS, ctime % _NS
-        mode, nlink, uid, gid, blksize = a["st_mode"], a.get("st_nlink", 1), a.get("st_uid", 0), a.get("st_gid", 0), \
-            a.get("st_blksize", 0)
-        dtype = _stat.S_IFMT(mode) >> 12
+        dtype = _stat.S_IFMT(run.attrs["st_mode"]) >> 12
         room = size - len(out)
         if valid is None:
             dirent = _DIRENT.pack
@@ -220,8 +225,7 @@ class Requests:
         if count <= 0:
             return run.first >= run.stop
         first, stop = run.first, run.first + count
-        entry = _PLUS.pack(0, 0, ev, av, evn, avn, 0, 0, 0, at, mt, ct, atn, mtn, ctn, mode, nlink, uid, gid, 0,
-                           blksize, 0, 0, 0, n, dtype) + bytes(n + pad)
+        entry = _PLUS.pack(0, 0, ev, av, evn, avn, *attr_fields(run.attrs, 0, 0, 0), 0, 0, n, dtype) + bytes(n + pad)
         page = bytearray(entry * count)
         column = memoryview(page).cast("Q")
         every = length // 8
@@ -267,16 +271,10 @@ class Requests:
             # attributes (node id 0): the kernel asks for them by name
             full = "st_size" in a and name != "." and name != ".."
             nodeid = self.nodes.looked_up(parent, name, ino) if full else 0
-        mode = a["st_mode"]
-        mtime = a.get("st_mtime", 0)
-        atime, ctime = a.get("st_atime", mtime), a.get("st_ctime", mtime)
         start = len(out)
         out += bytes(length)
         _PLUS.pack_into(out, start, nodeid, 0, valid[0], valid[2], valid[1], valid[3],
-                        ino, st_size, blocks, atime // _NS, mtime // _NS, ctime // _NS,
-                        atime % _NS, mtime % _NS, ctime % _NS, mode, a.get("st_nlink", 1), a.get("st_uid", 0),
-                        a.get("st_gid", 0), 0, a.get("st_blksize", 0), 0,
-                        ino, position, len(raw), _stat.S_IFMT(mode) >> 12)
+                        *attr_fields(a, ino, st_size, blocks), ino, position, len(raw), _stat.S_IFMT(a["st_mode"]) >> 12)
         out[start + _PLUS.size:start + _PLUS.size + len(raw)] = raw
         return True
 
