@@ -9,20 +9,21 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 import tracemalloc
 from typing import Any, Iterator
 
 import pytest
 
 from tfrfs.errors import NotFound
-from tfrfs.fuse import inodes, loop, requests
+from tfrfs.fuse import inodes, loop, requests, turns
 from tfrfs.fuse.edge import Refused
 from tfrfs.fuse.inodes import ROOT, Nodes, record_ino
 from tfrfs.fuse.requests import Requests, entries
 
 
 @pytest.mark.parametrize("module", ["tfrfs.view.tree", "tfrfs.fuse.edge", "tfrfs.fuse.inodes", "tfrfs.fuse.loop",
-                                    "tfrfs.fuse.direct"])
+                                    "tfrfs.fuse.direct", "tfrfs.fuse.turns"])
 def test_only_the_adapter_loads_libfuse(module: str) -> None:
     code = (f"import sys, {module}; "
             "assert 'tfrfs.fuse.libfuse' not in sys.modules, 'libfuse was loaded'")
@@ -247,3 +248,25 @@ def test_a_run_of_records_packs_as_its_records_one_by_one(plus: bool, width: int
     listed = [e for page in pages[0] for e in entries(page, plus)]
     assert [name for _, name, _, _ in listed] == [f"{i:0{width}d}" for i in range(1000)]
     assert [ino for _, _, ino, _ in listed] == [record_ino(2, i) for i in range(1000)]
+
+
+def test_a_helper_takes_a_turn_only_while_the_reader_is_held_up() -> None:
+    """While the reader answers a request quickly, or no request waits, a helper leaves the
+    device alone; once the reader has spent longer than HELP_AFTER_S on one and another waits,
+    the helper takes it."""
+    t = turns.Turns(poll_us=0)
+    waiting = [False]
+
+    def pending(timeout_ms: int) -> bool:
+        return waiting[0]
+
+    t.begin()
+    waiting[0] = True
+    assert not t.helper_turn(pending)   # the reader began just now
+    time.sleep(turns.HELP_AFTER_S * 2)
+    assert t.helper_turn(pending)
+    waiting[0] = False
+    assert not t.helper_turn(pending)   # nothing waits
+    t.done()
+    waiting[0] = True
+    assert not t.helper_turn(pending)   # the reader is free: it takes the request

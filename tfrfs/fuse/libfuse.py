@@ -29,10 +29,9 @@ import select
 import signal
 import sys
 import threading
-import time
 from typing import Any, Callable
 
-from tfrfs.fuse import direct
+from tfrfs.fuse import direct, turns
 from tfrfs.fuse.edge import Refused, errno_of
 from tfrfs.fuse.loop import (UTIME_NOW, WAKE, Conn, End, Entry, MountFailed, Opened, SetAttr, read_signal,
                              signal_name, stop_signals)
@@ -374,12 +373,6 @@ def _answering(name: str, call: Callable[..., Any], reply: Callable[[int, Any], 
     return callback
 
 
-_SWITCH_S = 0.0005
-_HELP_AFTER_S = 0.001   # a request answered for longer than this lets a helper take the next
-_HELP_EVERY_S = 0.005   # how often a helper looks, while requests come
-_HELP_IDLE_S = 1.0      # helpers sleep once no request came for this long
-
-
 class Session:
     """A low-level session answering with ``handler``, served by ``workers`` threads.
 
@@ -391,18 +384,14 @@ class Session:
     ``serve`` mounts, answers requests until the kernel unmounts the file system or a stop signal
     (SIGTERM, SIGINT, SIGHUP) comes, and returns why (``End``) with the mount already detached;
     ``close`` then frees the session. One worker, the reader, takes the requests one at a time;
-    the others help while it waits on the disk or the network (``_help``): a request that takes
-    long does not hold up the rest. A stop signal is read by the calling thread from a wakeup pipe (Python's
+    the others help while it waits on the disk or the network (``turns``). A stop signal is read by the calling thread from a wakeup pipe (Python's
     handler writes the signal's number there), so an unmount can be told from a signal; the
     workers are then woken with ``WAKE`` to see that the session ended.
     """
 
     def __init__(self, handler: Any, options: str, workers: int, poll_us: int = 0) -> None:
         self.workers = max(1, workers)
-        self.poll_s = poll_us / 1e6
-        self._since = 0.0        # when the reader began the request it answers (0: it answers none)
-        self._last = 0.0         # when the last request came
-        self._active = threading.Event()   # set while requests come (helpers look for work)
+        self.turns = turns.Turns(poll_us)
         self._keep = _callbacks(handler)   # the C callbacks must live as long as the session
         ops = _LowlevelOps(**{name: _CALLBACK[name](fn) for name, fn in self._keep.items()})
         self._ops = ops
@@ -421,7 +410,7 @@ class Session:
     def end(self) -> None:
         """End the session from inside (a failed init): the workers stop after this request."""
         _session_exit(self.se)
-        self._active.set()
+        self.turns.stop()
         os.write(self._done_w, b"x")
 
     def serve(self, mountpoint: str) -> End:
@@ -430,9 +419,7 @@ class Session:
         if not getattr(self._handler, "writable", True):
             # a read-only mount's small requests are answered in Python from their bytes (direct)
             self._direct = direct.Answerer(self._handler, _session_fd(self.se))
-        # A worker back from a short wait (a read of the disk, an answer written to the kernel)
-        # waits for Python's lock until the one holding it lets go: at most this long, not 5 ms.
-        sys.setswitchinterval(_SWITCH_S)
+        sys.setswitchinterval(turns.SWITCH_S)
         ended: End | None = None
         try:
             with stop_signals() as wakeup:
@@ -442,7 +429,7 @@ class Session:
                     self._threads.append(t)
                 ended = self._wait(wakeup)
                 _session_exit(self.se)
-                self._active.set()
+                self.turns.stop()
                 self._wake_workers()
                 for t in self._threads:   # (while WAKE is still handled: its default ends the process)
                     t.join(1.0)
@@ -482,56 +469,38 @@ class Session:
                 os.write(self._done_w, b"x")
 
     def _read(self, buf: _Buf, bufp: Any, device: Any) -> End:
-        """The reader: takes every request, one at a time. For up to poll_s after its last answer
-        it watches for the next before it goes to sleep in read(): a reader going through many
-        files then finds it awake (on a virtual machine, waking a sleeping thread costs more than
-        answering most requests)."""
-        se, poll, clock, poll_s = self.se, device.poll, time.perf_counter, self.poll_s
+        """The reader: takes every request, one at a time."""
+        se, t = self.se, self.turns
         while not _session_exited(se):
-            if poll_s:
-                until = clock() + poll_s
-                while not poll(0) and clock() < until:
-                    pass
+            t.watch(device.poll)
             res = _receive(se, bufp)
             if res in (-errno.EINTR, -errno.EAGAIN):
                 continue
             if res <= 0:   # 0: unmounted (libfuse read ENODEV)
                 return self._ended(res)
-            self._since = clock()
-            if not self._active.is_set():
-                self._active.set()   # (helpers sleep while no request comes)
+            t.begin()
             try:
                 self._answer(buf, bufp, res)
             finally:
-                self._since = 0.0
+                t.done()
         return End("exited")
 
     def _help(self, buf: _Buf, bufp: Any, device: Any) -> End:
-        """A helper: takes requests only while the reader has been answering one for longer than
-        ``_HELP_AFTER_S`` (it waits on the disk or the network) and more are waiting. Helpers
-        reading the device all the time would take half the small requests from the reader, and
-        each would then wait for Python's lock, which costs more than the answers."""
-        se, poll, clock = self.se, device.poll, time.perf_counter
+        """A helper: takes a request when ``Turns.helper_turn`` says so."""
+        se, t = self.se, self.turns
         while not _session_exited(se):
-            if not self._active.wait(1.0):
-                continue
-            since = self._since
-            if not (since and clock() - since >= _HELP_AFTER_S and poll(0)):
-                if clock() - self._last > _HELP_IDLE_S:
-                    self._active.clear()   # no request for a while: sleep until the next one
-                else:
-                    time.sleep(_HELP_EVERY_S)
+            if not t.helper_turn(device.poll):
                 continue
             res = _receive(se, bufp)   # (if the reader took it first: the next request)
             if res in (-errno.EINTR, -errno.EAGAIN):
                 continue
             if res <= 0:
                 return self._ended(res)
+            t.helped()
             self._answer(buf, bufp, res)
         return End("exited")
 
     def _answer(self, buf: _Buf, bufp: Any, res: int) -> None:
-        self._last = time.perf_counter()
         answer = self._direct.answer if self._direct is not None else None
         if answer is None or res > direct.LARGEST or buf.flags & _BUF_IS_FD \
                 or not answer(ctypes.string_at(buf.mem, res)):

@@ -40,7 +40,7 @@ _CAP_PARALLEL_DIROPS = 1 << 18
 _RENAME_NOREPLACE = 1 << 0
 _META_PATH = "/.tfrfs/"   # the metadata folder's files (see Tree.lookup)
 _SETTLE_S = 0.25   # the most a request answered EIO for damage waits for .tfrfs/errors to be made fresh
-WORKERS = 3   # the reader and two helpers (libfuse.Session)
+WORKERS = 3   # the reader and two helpers (turns)
 
 
 def _node_ino(path: str, node: object) -> int:
@@ -446,8 +446,8 @@ def mount(m: Mount, mountpoint: str, *, poll_us: int = 0, options: Mapping[str, 
     ``options``: the user's FUSE mount options (``tfrfs.fuse.options.FUSE_FLAGS``, ``FUSE_VALUES``), added
     to tfrfs's own; ``owner``: the owner and modes every file shows (default: the mounting user's,
     umask 022). Raises ``MountFailed`` if libfuse cannot mount, or the mount's init fails.
-    After its last answer, one worker watches ``poll_us`` microseconds for the next request before
-    it sleeps (``libfuse.Session``)."""
+    After its last answer, the reader watches ``poll_us`` microseconds for the next request before
+    it sleeps (``turns``)."""
     opts: dict[str, str | bool] = {
         "fsname": "tfrfs",
         "subtype": "tfrfs",    # the mount table's type, fuse.tfrfs, is how tfrfs knows its mounts
