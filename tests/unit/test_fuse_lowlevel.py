@@ -215,11 +215,14 @@ def test_a_read_only_mount_refuses_opens_so_the_kernel_stops_asking() -> None:
         assert e.value.errno == errno.ENOSYS
 
 
+@pytest.mark.parametrize("full", [requests.FULL_ENTRIES, 517])
 @pytest.mark.parametrize("width", [6, 11])
 @pytest.mark.parametrize("plus", [True, False])
-def test_a_run_of_records_packs_as_its_records_one_by_one(plus: bool, width: int) -> None:
+def test_a_run_of_records_packs_as_its_records_one_by_one(plus: bool, width: int, full: int, monkeypatch: Any) -> None:
     """A shard folder's records handed over in bulk (``RecordRun``) fill pages with the same bytes
-    as the same records given one at a time, page after page."""
+    as the same records given one at a time, page after page; past the folder's first
+    ``FULL_ENTRIES``, records are listed by name alone (node id 0), mid-page too."""
+    monkeypatch.setattr(requests, "FULL_ENTRIES", full)
     base = {"st_mode": stat.S_IFDIR | 0o555, "st_nlink": 1, "st_size": 0, "st_uid": 7, "st_gid": 8,
             "st_blksize": 131072, "st_mtime": 5 * 10**9 + 7}
 
@@ -248,6 +251,8 @@ def test_a_run_of_records_packs_as_its_records_one_by_one(plus: bool, width: int
     listed = [e for page in pages[0] for e in entries(page, plus)]
     assert [name for _, name, _, _ in listed] == [f"{i:0{width}d}" for i in range(1000)]
     assert [ino for _, _, ino, _ in listed] == [record_ino(2, i) for i in range(1000)]
+    if plus:
+        assert [nodeid for nodeid, _, _, _ in listed] == [record_ino(2, i) if i < full else 0 for i in range(1000)]
 
 
 def test_a_helper_takes_a_turn_only_while_the_reader_is_held_up() -> None:

@@ -42,6 +42,11 @@ _NODEID, _ATTR_INO, _DIRENT_INO, _DIRENT_OFF, _NAME = 0, 5, 16, 17, 19
 _PAD = [bytes(k) for k in range(8)]
 _NS = 1_000_000_000
 _ENDED_S = 1.0   # how long a read-only folder's end is taken as read (Requests.readdir)
+# A folder's first entries are listed with their attributes; past these, names alone (node id
+# 0: the kernel asks for one by name when it is used). The kernel keeps a dentry and an inode
+# for every entry listed with attributes: for every record of a 100 M-record copy, more than
+# this machine's memory, and the kernel's reclaim then costs more than the listing.
+FULL_ENTRIES = 10_000
 
 
 @dataclass
@@ -230,7 +235,9 @@ class Requests:
         column = memoryview(page).cast("Q")
         every = length // 8
         ids = memoryview(array("Q", range(base + first + 1, base + stop + 1)))
-        column[_NODEID::every] = ids
+        full = max(0, min(count, FULL_ENTRIES - first))
+        column[_NODEID::every] = ids if full == count else \
+            memoryview(array("Q", range(base + first + 1, base + first + full + 1)) + array("Q", bytes(8 * (count - full))))
         column[_ATTR_INO::every] = ids
         column[_DIRENT_INO::every] = ids
         column[_DIRENT_OFF::every] = memoryview(array("Q", range(first + 3, stop + 3)))
@@ -260,7 +267,7 @@ class Requests:
             # A shard's record: the attributes its shard's records share, with its own number and
             # size; its node id is its inode number, kept nowhere (see inodes)
             a, ino, rec_size = attrs
-            nodeid = ino
+            nodeid = ino if position < FULL_ENTRIES + 3 else 0
             st_size = rec_size or a["st_size"]
             blocks = (st_size + 511) // 512
         else:
@@ -269,7 +276,7 @@ class Requests:
             st_size, blocks = a.get("st_size", 0), a.get("st_blocks", 0)
             # "." and "..", and an entry listed without its size (its stat fails), go without
             # attributes (node id 0): the kernel asks for them by name
-            full = "st_size" in a and name != "." and name != ".."
+            full = "st_size" in a and name != "." and name != ".." and position < FULL_ENTRIES + 3
             nodeid = self.nodes.looked_up(parent, name, ino) if full else 0
         start = len(out)
         out += bytes(length)
