@@ -165,6 +165,15 @@ def test_forgets_are_not_answered(device: tuple[int, int]) -> None:
     assert h.calls == [("forget", 12, 3), ("forget_many", [(12, 1), (13, 4)])]
 
 
+def test_an_ioctl_is_not_a_terminals(device: tuple[int, int]) -> None:
+    """Python's buffered open asks every file whether it is a terminal (TCGETS): not here."""
+    r, w = device
+    h = Handler()
+    fuse_ioctl_in = struct.pack("<QIIQII", 0, 0, 0x5401, 0, 0, 60)   # fh, flags, cmd, arg, in_size, out_size
+    assert direct.Answerer(h, w).answer(request(direct.IOCTL, 9, fuse_ioctl_in, unique=5))
+    assert answers(r) == [(-errno.ENOTTY, 5, b"")] and h.calls == []
+
+
 def test_other_requests_are_left_to_libfuse(device: tuple[int, int]) -> None:
     r, w = device
     h = Handler()

@@ -10,8 +10,9 @@ goes to libfuse as before (``libfuse.Session``).
 
 Answers follow the kernel's protocol as libfuse writes them: ``fuse_out_header`` (its length,
 minus the errno, the request's id), then ``fuse_entry_out``, ``fuse_attr_out``, the bytes read, or
-the listing's page. FORGET and BATCH_FORGET are not answered (the kernel waits for nothing), and
-neither is INTERRUPT: no request answered here can be interrupted part way.
+the listing's page; IOCTL is answered "not a terminal" (ENOTTY). FORGET and BATCH_FORGET are
+not answered (the kernel waits for nothing), and neither is INTERRUPT: no request answered here
+can be interrupted part way.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from tfrfs.fuse.requests import attr_fields, seconds
 
 log = logging.getLogger("tfrfs")
 
-LOOKUP, FORGET, GETATTR, READ, READDIR, INTERRUPT, BATCH_FORGET, READDIRPLUS = 1, 2, 3, 15, 28, 36, 42, 44
+LOOKUP, FORGET, GETATTR, READ, READDIR, INTERRUPT, IOCTL, BATCH_FORGET, READDIRPLUS = 1, 2, 3, 15, 28, 36, 39, 42, 44
 LARGEST = 4096   # the longest request answered here (a lookup: the header and a name)
 
 _IN = struct.Struct("<IIQQ")          # fuse_in_header: len, opcode, unique, nodeid (then uid, gid, pid, ...)
@@ -56,7 +57,7 @@ class Answerer:
         self._table: dict[int, Callable[[int, int, bytes], None]] = {
             LOOKUP: self._lookup, GETATTR: self._getattr, READ: self._read, READDIR: self._readdir,
             READDIRPLUS: self._readdirplus, FORGET: self._forget, BATCH_FORGET: self._batch_forget,
-            INTERRUPT: _ignore,
+            INTERRUPT: _ignore, IOCTL: self._ioctl,
         }
         self._timeouts: dict[float, tuple[int, int]] = {}
         self._buffers = threading.local()   # each thread's buffer for bytes read from a file
@@ -131,6 +132,11 @@ class Answerer:
     def _readdirplus(self, unique: int, nodeid: int, raw: bytes) -> None:
         fh, offset, size = _READ_IN.unpack_from(raw, _IN_SIZE)
         self._send(unique, 0, self.h.readdir(nodeid, size, offset, fh or None, True))
+
+    def _ioctl(self, unique: int, nodeid: int, raw: bytes) -> None:
+        # A file of a mount is no terminal nor anything else ioctl knows: Python's buffered open
+        # asks (TCGETS) of every file it opens. Answered here, not by a call through libfuse.
+        self._send(unique, errno.ENOTTY, b"")
 
     def _forget(self, unique: int, nodeid: int, raw: bytes) -> None:
         try:
