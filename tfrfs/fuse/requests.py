@@ -236,8 +236,11 @@ class Requests:
         every = length // 8
         ids = memoryview(array("Q", range(base + first + 1, base + stop + 1)))
         full = max(0, min(count, FULL_ENTRIES - first))
-        column[_NODEID::every] = ids if full == count else \
-            memoryview(array("Q", range(base + first + 1, base + first + full + 1)) + array("Q", bytes(8 * (count - full))))
+        if full == count:
+            column[_NODEID::every] = ids
+        else:   # past the first FULL_ENTRIES: node id 0
+            column[_NODEID::every] = memoryview(array("Q", range(base + first + 1, base + first + full + 1))
+                                                + array("Q", bytes(8 * (count - full))))
         column[_ATTR_INO::every] = ids
         column[_DIRENT_INO::every] = ids
         column[_DIRENT_OFF::every] = memoryview(array("Q", range(first + 3, stop + 3)))
