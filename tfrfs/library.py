@@ -83,6 +83,9 @@ class Dataset:
         """Record ``index`` of ``shard`` as stored, its checksum checked. Raises
         ``DamagedRecord`` (shard, index, offset, reason) for a record that fails it."""
         n, index = self._where(shard, index)
+        return self._record(n, index)
+
+    def _record(self, n: int, index: int) -> bytes:
         data, damaged = self._store.original(n, index)
         if damaged is not None:
             raise DamagedRecord(self.shards[n].path, index, self._store.shards[n].span(index)[0], damaged)
@@ -94,7 +97,7 @@ class Dataset:
         Lists hold ``int``, ``float`` or ``bytes``, a one-element feature stays a list, and a
         feature with no kind is None."""
         n, index = self._where(shard, index)
-        return self._plain(n, index, self.record(n, index))
+        return self._plain(n, index, self._record(n, index))
 
     def records(self, shard: str | int, start: int = 0, stop: int | None = None) -> Iterator[bytes]:
         """Records ``start`` .. ``stop - 1`` of ``shard``, streamed in large reads, every checksum

@@ -130,11 +130,13 @@ def read_record(src: int | PRead, offset: int, length: int, *, verify: bool = Tr
 
     Raises ``DataLoss`` when the record is cut short or its data checksum fails.
     """
-    pread = _pread_of(src)
     if length < _SPLIT_READ:
-        buf = pread(length + FOOTER, offset + HEADER)
+        # (a training loop reads a record this way each step: no partial made for one call)
+        at = offset + HEADER
+        buf = os.pread(src, length + FOOTER, at) if isinstance(src, int) else src(length + FOOTER, at)
         data, footer = buf[:length], buf[length:]
     else:
+        pread = _pread_of(src)
         # A large record is read apart from its footer, so its bytes are not copied once more
         # to cut the footer off.
         data = pread(length, offset + HEADER)
