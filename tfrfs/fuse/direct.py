@@ -24,6 +24,7 @@ import struct
 import threading
 from typing import Any, Callable
 
+from tfrfs.fuse.answers import Sheets, compiled_table
 from tfrfs.fuse.edge import Refused, errno_of
 from tfrfs.fuse.requests import attr_fields, seconds
 
@@ -47,13 +48,22 @@ def _attr_of(a: dict[str, int]) -> tuple[int, ...]:
     return attr_fields(a, a.get("st_ino", 0), a.get("st_size", 0), a.get("st_blocks", 0))
 
 
+def answerer(handler: Any, fd: int) -> "Answerer":
+    """The answerer of a read-only mount's ``handler`` on device ``fd``: with the compiled table
+    (``answers``) for a local source, where it was built."""
+    table = compiled_table(fd) if getattr(handler, "local", False) else None
+    return Answerer(handler, fd, Sheets(handler, table) if table is not None else None)
+
+
 class Answerer:
     """Answers the lookups, attributes, reads, listings and forgets of a read-only mount with
     ``handler``, writing to the session's device ``fd``. ``answer(raw)`` is False for a request it
     leaves to libfuse."""
 
-    def __init__(self, handler: Any, fd: int) -> None:
+    def __init__(self, handler: Any, fd: int, sheets: Sheets | None = None) -> None:
         self.h, self.fd = handler, fd
+        self.sheets = sheets   # records answered in C (``answers``), if there is a table
+        self.table = sheets.table if sheets is not None else None
         self._table: dict[int, Callable[[int, int, bytes], None]] = {
             LOOKUP: self._lookup, GETATTR: self._getattr, READ: self._read, READDIR: self._readdir,
             READDIRPLUS: self._readdirplus, FORGET: self._forget, BATCH_FORGET: self._batch_forget,
@@ -96,6 +106,10 @@ class Answerer:
 
     def _lookup(self, unique: int, parent: int, raw: bytes) -> None:
         end = raw.find(b"\0", _IN_SIZE)
+        if self.sheets is not None:   # a record looked into for the first time goes in the table
+            self.sheets.looking_into(parent)
+            if self.sheets.table.answer(raw):
+                return
         name = raw[_IN_SIZE:end if end >= 0 else len(raw)].decode("utf-8", "surrogateescape")
         e = self.h.lookup(parent, name)
         ev, evn = self._seconds(e.entry_timeout)
@@ -140,7 +154,11 @@ class Answerer:
 
     def _forget(self, unique: int, nodeid: int, raw: bytes) -> None:
         try:
-            self.h.forget(nodeid, _U64.unpack_from(raw, _IN_SIZE)[0])
+            count = _U64.unpack_from(raw, _IN_SIZE)[0]
+            if self.sheets is not None:
+                count = self.sheets.forget(nodeid, count)
+            if count:
+                self.h.forget(nodeid, count)
         except Exception as exc:   # never answered: nothing to tell the kernel
             log.error("internal error in forget", exc_info=exc)
 
@@ -149,7 +167,11 @@ class Answerer:
         start = _IN_SIZE + 8
         count = min(count, (len(raw) - start) // _FORGET_ONE.size)
         try:
-            self.h.forget_many([_FORGET_ONE.unpack_from(raw, start + k * _FORGET_ONE.size) for k in range(count)])
+            forgets = [_FORGET_ONE.unpack_from(raw, start + k * _FORGET_ONE.size) for k in range(count)]
+            if self.sheets is not None:
+                forget = self.sheets.forget
+                forgets = [(nodeid, left) for nodeid, n in forgets if (left := forget(nodeid, n))]
+            self.h.forget_many(forgets)
         except Exception as exc:
             log.error("internal error in forget", exc_info=exc)
 

@@ -418,7 +418,7 @@ class Session:
             raise MountFailed("libfuse could not mount (libfuse's message says why)")
         if not getattr(self._handler, "writable", True):
             # a read-only mount's small requests are answered in Python from their bytes (direct)
-            self._direct = direct.Answerer(self._handler, _session_fd(self.se))
+            self._direct = direct.answerer(self._handler, _session_fd(self.se))
         sys.setswitchinterval(turns.SWITCH_S)
         ended: End | None = None
         try:
@@ -501,10 +501,12 @@ class Session:
         return End("exited")
 
     def _answer(self, buf: _Buf, bufp: Any, res: int) -> None:
-        answer = self._direct.answer if self._direct is not None else None
-        if answer is None or res > direct.LARGEST or buf.flags & _BUF_IS_FD \
-                or not answer(ctypes.string_at(buf.mem, res)):
+        d = self._direct
+        if d is None or res > direct.LARGEST or buf.flags & _BUF_IS_FD:
             _process(self.se, bufp)
+        elif d.table is None or not d.table.answer_at(buf.mem, res):   # (C first: answers.py)
+            if not d.answer(ctypes.string_at(buf.mem, res)):
+                _process(self.se, bufp)
 
     def _ended(self, res: int) -> End:
         if res < 0:

@@ -471,6 +471,7 @@ def mount(m: Mount, mountpoint: str, *, poll_us: int = 0, options: Mapping[str, 
         ops = Operations(m.tree, mountpoint, owner)
         requests = Requests(ops, writable=False, entry_timeout=86400.0, attr_timeout=86400.0,
                             negative_timeout=60.0, record_path=ops._record_path)
+        requests.local = m.source.local_root is not None   # (records' files answered in C: fuse/answers.py)
     session = libfuse.Session(requests, ",".join(k if v is True else f"{k}={v}" for k, v in opts.items()), workers, poll_us)
     ops.end_session = session.end
     ops.notifier = session.notifier()

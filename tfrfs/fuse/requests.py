@@ -88,6 +88,7 @@ class Requests:
         self.ops = ops
         self.writable = writable
         self.plus = not writable   # listings carry attributes (readdirplus)
+        self.local = False         # the source is on this machine (records' files may be answered in C)
         self.nodes = Nodes(record_path=None if writable else record_path)
         self.entry_timeout, self.attr_timeout, self.negative_timeout = entry_timeout, attr_timeout, negative_timeout
         self._valid = seconds(entry_timeout) + seconds(attr_timeout)
@@ -128,6 +129,28 @@ class Requests:
 
     def forget(self, nodeid: int, count: int) -> None:
         self.nodes.forget(nodeid, count)
+
+    def record_sheet(self, record: int, largest: int) -> list[tuple[int, str, int, dict[str, int], Any, Any]]:
+        """Every file and folder inside record folder ``record`` of a read-only mount, each
+        counted as one lookup (``answers.Sheets`` holds them): (parent, name, node id, attributes,
+        where, bytes), ``where`` and the bytes as ``read`` gives a whole file's (both None for a
+        folder, and for a file larger than ``largest``)."""
+        out: list[tuple[int, str, int, dict[str, int], Any, Any]] = []
+        todo = [(record, self._path(record))]
+        while todo:
+            parent, path = todo.pop()
+            for _, name, attrs in self.ops.readdir(path, 0, True):
+                if name == "." or name == ".." or type(attrs) is not dict or "st_size" not in attrs:
+                    continue
+                nodeid = self.nodes.looked_up(parent, name, attrs["st_ino"])
+                child = path + "/" + name
+                where = data = None
+                if _stat.S_ISDIR(attrs["st_mode"]):
+                    todo.append((nodeid, child))
+                elif attrs["st_size"] <= largest:
+                    where, data = self.ops.read_buf(child, attrs["st_size"], 0)
+                out.append((parent, name, nodeid, attrs, where, data))
+        return out
 
     def forget_many(self, forgets: list[tuple[int, int]]) -> None:
         for nodeid, count in forgets:

@@ -1,0 +1,244 @@
+"""The compiled table (``tfrfs/fuse/_answer.c``) without a mount: requests laid out by hand as
+linux/fuse.h has them, answers read back from a pipe standing in for the device and taken apart
+as the kernel does. Where the extension was not built these tests skip, unless
+TFRFS_REQUIRE_COMPILED is set (scripts/test sets it: there, the compiled path must be tested)."""
+
+from __future__ import annotations
+
+import errno
+import importlib
+import os
+import struct
+from typing import Any, Iterator
+
+import pytest
+
+from tfrfs.fuse.edge import Refused
+from test_fuse_direct import ATTRS, answers, attr_fields, read_in, request
+
+try:
+    _answer: Any = importlib.import_module("tfrfs.fuse._answer")
+except ImportError:
+    if os.environ.get("TFRFS_REQUIRE_COMPILED"):
+        raise
+    pytest.skip("tfrfs.fuse._answer was not built (no compiler here): the Python path answers", allow_module_level=True)
+
+LOOKUP, GETATTR, READ, OPEN = 1, 3, 15, 14
+FUSE_ATTR = struct.Struct("<QQQQQQIIIIIIIIII")
+VALID = (86400, 5, 3600, 7)   # entry valid s, ns, attr valid s, ns
+
+
+def packed(a: dict[str, int]) -> bytes:
+    return FUSE_ATTR.pack(*attr_fields(a))
+
+
+@pytest.fixture()
+def device() -> Iterator[tuple[int, int]]:
+    r, w = os.pipe2(os.O_NONBLOCK)
+    os.set_blocking(w, True)
+    yield r, w
+    os.close(r)
+    os.close(w)
+
+
+def table(w: int, capacity: int = 64) -> Any:
+    return _answer.Table(w, capacity)
+
+
+def test_a_lookup_answers_fuse_entry_out_and_is_counted(device: tuple[int, int]) -> None:
+    r, w = device
+    t = table(w)
+    assert t.add(9, b"encoded.jpg", 77, packed(ATTRS), *VALID, b"jpeg", -1, 0, 0)
+    assert t.answer(request(LOOKUP, 9, b"encoded.jpg\0", unique=5))
+    [(error, unique, body)] = answers(r)
+    assert (error, unique) == (0, 5)
+    nodeid, generation, ev, av, evn, avn, *attr = struct.unpack("<QQQQII" + "QQQQQQIIIIIIIIII", body)
+    assert (nodeid, generation, ev, evn, av, avn) == (77, 0, 86400, 5, 3600, 7)
+    assert tuple(attr) == attr_fields(ATTRS)
+    assert t.answer(request(LOOKUP, 9, b"encoded.jpg\0"))
+    answers(r)
+    # a FORGET takes the lookups the table answered, and no more
+    assert t.forget(77, 3) == 2
+    assert t.forget(77, 1) == 0
+
+
+def test_getattr_answers_fuse_attr_out(device: tuple[int, int]) -> None:
+    r, w = device
+    t = table(w)
+    t.add(9, b"label.json", 78, packed(ATTRS), *VALID, b"[3]", -1, 0, 0)
+    assert t.answer(request(GETATTR, 78, struct.pack("<IIQ", 0, 0, 0), unique=6))
+    [(error, unique, body)] = answers(r)
+    valid, valid_ns, _, *attr = struct.unpack("<QII" + "QQQQQQIIIIIIIIII", body)
+    assert (error, unique, valid, valid_ns) == (0, 6, 3600, 7)
+    assert tuple(attr) == attr_fields(ATTRS)
+
+
+def test_reads_from_memory_and_from_a_file_within_their_length(device: tuple[int, int], tmp_path: Any) -> None:
+    r, w = device
+    t = table(w)
+    t.add(9, b"text.txt", 80, packed(ATTRS), *VALID, b"hello world", -1, 0, 0)
+    shard = tmp_path / "shard"
+    shard.write_bytes(b"HEADER" + b"0123456789" + b"FOOTER")
+    fd = os.open(shard, os.O_RDONLY)
+    t.add(9, b"image.jpg", 81, packed(ATTRS), *VALID, None, fd, 6, 10)
+    os.close(fd)   # the table keeps its own descriptor
+    got = []
+    for nodeid, offset, size in [(80, 0, 4096), (80, 6, 3), (80, 11, 10), (80, 99, 10),
+                                 (81, 0, 4096), (81, 8, 100), (81, 2, 3), (81, 10, 5)]:
+        assert t.answer(request(READ, nodeid, read_in(0, offset, size)))
+        [(error, _, body)] = answers(r)
+        assert error == 0
+        got.append(body)
+    assert got == [b"hello world", b"wor", b"", b"", b"0123456789", b"89", b"234", b""]
+
+
+def test_what_the_table_does_not_hold_is_left_to_python(device: tuple[int, int]) -> None:
+    r, w = device
+    t = table(w)
+    t.add(9, b"image", 90, packed(dict(ATTRS, st_mode=0o40555)), *VALID, None, -1, 0, 0)   # a folder
+    assert not t.answer(request(LOOKUP, 9, b"other\0"))
+    assert not t.answer(request(LOOKUP, 10, b"image\0"))        # another folder's
+    assert not t.answer(request(GETATTR, 91, struct.pack("<IIQ", 0, 0, 0)))
+    assert not t.answer(request(READ, 90, read_in(0, 0, 10)))   # a folder has no bytes
+    assert not t.answer(request(OPEN, 90, struct.pack("<II", os.O_RDONLY, 0)))
+    assert not t.answer(b"short")
+    assert answers(r) == []
+
+
+def test_the_oldest_entries_leave_a_full_table_with_their_lookups(device: tuple[int, int], tmp_path: Any) -> None:
+    r, w = device
+    t = table(w, capacity=2)
+    shard = tmp_path / "shard"
+    shard.write_bytes(b"x" * 100)
+    fd = os.open(shard, os.O_RDONLY)
+    assert t.add(1, b"a", 11, packed(ATTRS), *VALID, None, fd, 0, 10)
+    assert t.add(1, b"b", 12, packed(ATTRS), *VALID, None, fd, 10, 10)
+    assert t.files() == 1   # one descriptor for the file, whatever the entries
+    assert not t.add(1, b"a", 13, packed(ATTRS), *VALID, b"", -1, 0, 0)   # the name is there
+    assert not t.add(1, b"c", 12, packed(ATTRS), *VALID, b"", -1, 0, 0)   # the node is there
+    t.answer(request(LOOKUP, 1, b"a\0"))
+    t.answer(request(LOOKUP, 1, b"a\0"))
+    assert t.evicted() == []
+    assert t.add(1, b"c", 13, packed(ATTRS), *VALID, b"c", -1, 0, 0)
+    assert t.evicted() == [(11, 2)] and len(t) == 2 and t.files() == 1
+    assert not t.answer(request(LOOKUP, 1, b"a\0"))
+    assert t.add(1, b"d", 14, packed(ATTRS), *VALID, b"d", -1, 0, 0)
+    assert t.evicted() == [(12, 0)] and t.files() == 0
+    os.close(fd)
+    t.clear()
+    assert sorted(t.evicted()) == [(13, 0), (14, 0)] and len(t) == 0
+    answers(r)
+
+
+def test_a_failed_write_to_the_device_is_not_the_readers(device: tuple[int, int]) -> None:
+    """The kernel refuses the answer to an interrupted request (ENOENT): nothing to raise."""
+    r, w = device
+    t = table(w)
+    t.add(9, b"x", 70, packed(ATTRS), *VALID, b"x", -1, 0, 0)
+    os.close(r)
+    try:
+        assert t.answer(request(GETATTR, 70, struct.pack("<IIQ", 0, 0, 0)))   # EPIPE, ignored
+    finally:
+        os.dup2(w, r)   # (for the fixture's close)
+
+
+def test_the_capacity_is_checked() -> None:
+    with pytest.raises(ValueError):
+        _answer.Table(3, 0)
+    with pytest.raises(ValueError):
+        _answer.Table(3, 8).add(1, b"a", 2, b"short", *VALID, None, -1, 0, 0)
+    with pytest.raises(OSError) as e:
+        _answer.Table(3, 8).add(1, b"a", 2, packed(ATTRS), *VALID, None, 10**6, 0, 0)
+    assert e.value.errno == errno.EBADF
+
+
+# -- a record put in the table (tfrfs.fuse.answers) -------------------------------------
+
+class _Record:
+    """Operations of one record folder, /shard/000001: label.json and image/encoded.jpg."""
+
+    FILES = {"/shard/000001/label.json": b"[7]", "/shard/000001/image/encoded.jpg": b"\xff\xd8jpeg"}
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def _attrs(self, path: str) -> dict[str, int]:
+        if path in self.FILES:
+            return {"st_ino": hash(path) & 0xFFFF, "st_mode": 0o100444, "st_size": len(self.FILES[path]), "st_nlink": 1}
+        return {"st_ino": hash(path) & 0xFFFF, "st_mode": 0o40555, "st_size": 0, "st_nlink": 2}
+
+    def getattr(self, path: str) -> dict[str, int]:
+        if path not in self.FILES and path not in ("/shard/000001", "/shard/000001/image"):
+            raise Refused(errno.ENOENT)
+        return self._attrs(path)
+
+    def readdir(self, path: str, offset: int, plus: bool) -> Iterator[tuple[int, str, Any]]:
+        names = {"/shard/000001": ["image", "label.json"], "/shard/000001/image": ["encoded.jpg"]}[path]
+        yield 1, ".", {"st_ino": 1, "st_mode": 0o40555}
+        for k, name in enumerate(names, 2):
+            yield k, name, self._attrs(path + "/" + name)
+
+    def read_buf(self, path: str, size: int, offset: int) -> tuple[Any, bytes]:
+        self.reads += 1
+        return None, self.FILES[path][offset:offset + size]
+
+
+def _mounted(w: int, capacity: int = 64) -> tuple[Any, Any, Any]:
+    from tfrfs.fuse import answers, direct
+    from tfrfs.fuse.inodes import record_ino
+    from tfrfs.fuse.requests import Requests
+    r = Requests(_Record(), writable=False, entry_timeout=86400.0, attr_timeout=86400.0, negative_timeout=60.0,
+                 record_path=lambda shard, index, binary: f"/shard/{index:06d}")
+    sheets = answers.Sheets(r, _answer.Table(w, capacity))
+    return r, direct.Answerer(r, w, sheets), record_ino(0, 1)
+
+
+def _entry_id(body: bytes) -> int:
+    return int(struct.unpack_from("<Q", body)[0])
+
+
+def test_a_record_looked_into_is_answered_by_the_table_and_its_lookups_given_back(device: tuple[int, int]) -> None:
+    r, w = device
+    requests, answerer, record = _mounted(w)
+    assert answerer.answer(request(LOOKUP, record, b"image\0"))   # Python puts the record in the table
+    [(error, _, body)] = answers(r)
+    image = _entry_id(body)
+    assert error == 0 and image == requests.nodes.id_of(record, "image")
+    table = answerer.table
+    assert len(table) == 3 and requests.ops.reads == 2
+    # the rest of the record is the table's, in C
+    assert table.answer(request(LOOKUP, image, b"encoded.jpg\0"))
+    jpg = _entry_id(answers(r)[0][2])
+    assert table.answer(request(READ, jpg, read_in(0, 0, 4096)))
+    assert answers(r) == [(0, 42, b"\xff\xd8jpeg")]
+    assert table.answer(request(LOOKUP, record, b"label.json\0"))
+    label = _entry_id(answers(r)[0][2])
+    assert not table.answer(request(LOOKUP, record, b"missing\0"))   # Python's to answer
+    assert answerer.answer(request(LOOKUP, record, b"missing\0"))
+    assert _entry_id(answers(r)[0][2]) == 0
+    assert answerer.answer(request(LOOKUP, record, b"label.json\0"))   # (after the sheet: the table's too)
+    answers(r)
+    # The kernel forgets what it was given: the table takes its own lookups, and keeps the names
+    # (held once each) until its entries go; then nothing is left.
+    forgets = struct.pack("<II", 3, 0) + struct.pack("<QQQQQQ", image, 1, jpg, 1, label, 2)
+    assert answerer.answer(request(42, 0, forgets))   # BATCH_FORGET: taken, not answered
+    assert answers(r) == [] and len(requests.nodes) == 3
+    answerer.sheets.clear()
+    assert len(requests.nodes) == 0
+
+
+def test_an_entry_that_leaves_the_table_hands_its_lookups_to_python(device: tuple[int, int]) -> None:
+    r, w = device
+    requests, answerer, record = _mounted(w, capacity=2)   # a record of 3 entries: the first goes
+    answerer.answer(request(LOOKUP, record, b"label.json\0"))
+    label = _entry_id(answers(r)[0][2])
+    image = requests.nodes.id_of(record, "image")
+    assert len(answerer.table) == 2 and image is not None
+    # the image folder left the table at once: its lookups are Python's (none: the kernel holds none)
+    assert not answerer.table.answer(request(LOOKUP, record, b"image\0"))
+    answerer.answer(request(LOOKUP, record, b"image\0"))
+    assert _entry_id(answers(r)[0][2]) == image
+    answerer.answer(request(2, image, struct.pack("<Q", 1)))        # FORGET image, 1: Python's
+    answerer.answer(request(2, label, struct.pack("<Q", 1)))        # FORGET label.json, 1: the table's
+    answerer.sheets.clear()
+    assert len(requests.nodes) == 0, requests.nodes._nodes

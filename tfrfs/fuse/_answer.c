@@ -1,0 +1,576 @@
+/* tfrfs.fuse._answer: a read-only mount's lookups, attributes and reads answered in C from a
+ * table the Python side fills (see tfrfs/fuse/answers.py, which says what goes in and why).
+ *
+ * The kernel's requests and answers are laid out as linux/fuse.h has them: fuse_in_header
+ * (len, opcode, unique, nodeid, uid, gid, pid, padding: 40 bytes), then the request's own struct;
+ * fuse_out_header (len, error, unique: 16 bytes), then fuse_entry_out, fuse_attr_out or the bytes
+ * read. The table is read and changed only while the GIL is held; the bytes a read answers with
+ * are kept alive by a reference count while the GIL is let go for the read and the write.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define OP_LOOKUP 1
+#define OP_GETATTR 3
+#define OP_READ 15
+#define IN_SIZE 40
+#define OUT_SIZE 16
+#define ATTR_SIZE 88 /* struct fuse_attr */
+
+/* An open file the table reads from: a duplicate of the caller's descriptor, one for every file
+ * (found again by its device and inode numbers), closed with its last reference. */
+typedef struct {
+    long refs;
+    int fd;
+    dev_t dev;
+    ino_t ino;
+    long entries;       /* entries of the table that read from it (changed with the GIL held) */
+} handle;
+
+/* A file's bytes: held in memory, or a range of an open file. */
+typedef struct {
+    long refs;
+    handle *file;       /* NULL: the bytes follow */
+    uint64_t offset;    /* in file */
+    uint64_t length;
+    char bytes[];
+} source;
+
+typedef struct {
+    uint64_t parent, nodeid;
+    char *name;
+    uint32_t name_len;
+    unsigned char attr[ATTR_SIZE];
+    uint64_t entry_valid, attr_valid;
+    uint32_t entry_nsec, attr_nsec;
+    source *content;    /* NULL: a folder */
+    uint64_t lookups;   /* lookups answered here that the kernel has not forgotten */
+    int32_t next_name, next_node;  /* hash chains (-1: end) */
+    int used;
+} entry;
+
+typedef struct {
+    PyObject_HEAD
+    int fd;
+    int32_t cap, next;          /* entries are used in turn: the oldest goes first */
+    int32_t count;
+    entry *entries;
+    int32_t *name_heads, *node_heads;
+    uint32_t mask;
+    uint64_t *evicted;          /* (nodeid, lookups) pairs not yet taken by evicted() */
+    Py_ssize_t n_evicted, cap_evicted;
+    handle **files;             /* the open files entries read from */
+    Py_ssize_t n_files, cap_files;
+} Table;
+
+static __thread char *read_buf;
+static __thread size_t read_buf_size;
+
+static void handle_release(handle *h) {
+    if (__atomic_sub_fetch(&h->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        close(h->fd);
+        free(h);
+    }
+}
+
+static void source_release(source *s) {
+    if (s && __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        if (s->file)
+            handle_release(s->file);
+        free(s);
+    }
+}
+
+/* The table's handle on the file open as ``fd`` (a new one if it has none), with one more
+ * reference for the caller; NULL and an exception set on failure. GIL held. */
+static handle *file_of(Table *t, int fd) {
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < t->n_files; i++) {
+        handle *h = t->files[i];
+        if (h->dev == st.st_dev && h->ino == st.st_ino) {
+            __atomic_add_fetch(&h->refs, 1, __ATOMIC_ACQ_REL);
+            h->entries++;
+            return h;
+        }
+    }
+    if (t->n_files == t->cap_files) {
+        Py_ssize_t cap = t->cap_files ? 2 * t->cap_files : 16;
+        handle **grown = realloc(t->files, cap * sizeof(handle *));
+        if (!grown) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        t->files = grown;
+        t->cap_files = cap;
+    }
+    handle *h = malloc(sizeof(handle));
+    if (!h) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    h->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (h->fd < 0) {
+        free(h);
+        PyErr_SetFromErrno(PyExc_OSError);
+        return NULL;
+    }
+    h->dev = st.st_dev;
+    h->ino = st.st_ino;
+    h->refs = 2;        /* the table's, and the caller's */
+    h->entries = 1;
+    t->files[t->n_files++] = h;
+    return h;
+}
+
+/* An entry reading from ``h`` is gone: the last one lets the table's handle go. GIL held. */
+static void file_unused(Table *t, handle *h) {
+    if (--h->entries > 0)
+        return;
+    for (Py_ssize_t i = 0; i < t->n_files; i++) {
+        if (t->files[i] == h) {
+            t->files[i] = t->files[--t->n_files];
+            break;
+        }
+    }
+    handle_release(h);
+}
+
+static uint32_t name_hash(uint64_t parent, const char *name, uint32_t len) {
+    uint64_t h = 1469598103934665603ULL ^ parent;
+    for (uint32_t i = 0; i < len; i++) {
+        h ^= (unsigned char)name[i];
+        h *= 1099511628211ULL;
+    }
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+static uint32_t node_hash(uint64_t nodeid) {
+    uint64_t h = nodeid * 0x9E3779B97F4A7C15ULL;
+    return (uint32_t)(h >> 32);
+}
+
+static int32_t find_name(Table *t, uint64_t parent, const char *name, uint32_t len) {
+    for (int32_t i = t->name_heads[name_hash(parent, name, len) & t->mask]; i >= 0; i = t->entries[i].next_name) {
+        entry *e = &t->entries[i];
+        if (e->parent == parent && e->name_len == len && memcmp(e->name, name, len) == 0)
+            return i;
+    }
+    return -1;
+}
+
+static int32_t find_node(Table *t, uint64_t nodeid) {
+    for (int32_t i = t->node_heads[node_hash(nodeid) & t->mask]; i >= 0; i = t->entries[i].next_node)
+        if (t->entries[i].nodeid == nodeid)
+            return i;
+    return -1;
+}
+
+static void unchain(int32_t *head, entry *entries, int32_t k, int by_name) {
+    int32_t *at = head;
+    while (*at >= 0) {
+        if (*at == k) {
+            *at = by_name ? entries[k].next_name : entries[k].next_node;
+            return;
+        }
+        at = by_name ? &entries[*at].next_name : &entries[*at].next_node;
+    }
+}
+
+static int note_evicted(Table *t, uint64_t nodeid, uint64_t lookups) {
+    if (t->n_evicted + 2 > t->cap_evicted) {
+        Py_ssize_t cap = t->cap_evicted ? 2 * t->cap_evicted : 256;
+        uint64_t *grown = realloc(t->evicted, cap * sizeof(uint64_t));
+        if (!grown)
+            return -1;
+        t->evicted = grown;
+        t->cap_evicted = cap;
+    }
+    t->evicted[t->n_evicted++] = nodeid;
+    t->evicted[t->n_evicted++] = lookups;
+    return 0;
+}
+
+static int drop(Table *t, int32_t k) {
+    entry *e = &t->entries[k];
+    if (!e->used)
+        return 0;
+    if (note_evicted(t, e->nodeid, e->lookups) < 0)
+        return -1;
+    unchain(&t->name_heads[name_hash(e->parent, e->name, e->name_len) & t->mask], t->entries, k, 1);
+    unchain(&t->node_heads[node_hash(e->nodeid) & t->mask], t->entries, k, 0);
+    free(e->name);
+    if (e->content && e->content->file)
+        file_unused(t, e->content->file);
+    source_release(e->content);
+    memset(e, 0, sizeof *e);
+    t->count--;
+    return 0;
+}
+
+/* -- answers -------------------------------------------------------------------------- */
+
+static void send_answer(int fd, uint64_t unique, int error, const void *body, size_t size) {
+    unsigned char head[OUT_SIZE];
+    uint32_t len = (uint32_t)(OUT_SIZE + size);
+    int32_t err = -error;
+    memcpy(head, &len, 4);
+    memcpy(head + 4, &err, 4);
+    memcpy(head + 8, &unique, 8);
+    struct iovec iov[2] = {{head, OUT_SIZE}, {(void *)body, size}};
+    /* Errors are not the reader's: ENOENT is an interrupted request nobody waits for. */
+    (void)!writev(fd, iov, size ? 2 : 1);
+}
+
+/* 1: answered; 0: not in the table (Python answers). */
+static int answer(Table *t, const unsigned char *raw, Py_ssize_t size) {
+    if (size < IN_SIZE)
+        return 0;
+    uint32_t opcode;
+    uint64_t unique, nodeid;
+    memcpy(&opcode, raw + 4, 4);
+    memcpy(&unique, raw + 8, 8);
+    memcpy(&nodeid, raw + 16, 8);
+    if (opcode == OP_LOOKUP) {
+        const char *name = (const char *)raw + IN_SIZE;
+        const char *end = memchr(name, 0, size - IN_SIZE);
+        uint32_t len = (uint32_t)(end ? end - name : size - IN_SIZE);
+        int32_t k = find_name(t, nodeid, name, len);
+        if (k < 0)
+            return 0;
+        entry *e = &t->entries[k];
+        unsigned char out[40 + ATTR_SIZE];   /* fuse_entry_out */
+        uint64_t generation = 0;
+        memcpy(out, &e->nodeid, 8);
+        memcpy(out + 8, &generation, 8);
+        memcpy(out + 16, &e->entry_valid, 8);
+        memcpy(out + 24, &e->attr_valid, 8);
+        memcpy(out + 32, &e->entry_nsec, 4);
+        memcpy(out + 36, &e->attr_nsec, 4);
+        memcpy(out + 40, e->attr, ATTR_SIZE);
+        e->lookups++;
+        int fd = t->fd;
+        Py_BEGIN_ALLOW_THREADS
+        send_answer(fd, unique, 0, out, sizeof out);
+        Py_END_ALLOW_THREADS
+        return 1;
+    }
+    if (opcode == OP_GETATTR) {
+        int32_t k = find_node(t, nodeid);
+        if (k < 0)
+            return 0;
+        entry *e = &t->entries[k];
+        unsigned char out[16 + ATTR_SIZE];   /* fuse_attr_out */
+        uint32_t dummy = 0;
+        memcpy(out, &e->attr_valid, 8);
+        memcpy(out + 8, &e->attr_nsec, 4);
+        memcpy(out + 12, &dummy, 4);
+        memcpy(out + 16, e->attr, ATTR_SIZE);
+        int fd = t->fd;
+        Py_BEGIN_ALLOW_THREADS
+        send_answer(fd, unique, 0, out, sizeof out);
+        Py_END_ALLOW_THREADS
+        return 1;
+    }
+    if (opcode == OP_READ) {
+        if (size < IN_SIZE + 20)
+            return 0;
+        int32_t k = find_node(t, nodeid);
+        if (k < 0 || t->entries[k].content == NULL)
+            return 0;
+        uint64_t offset;
+        uint32_t want;
+        memcpy(&offset, raw + IN_SIZE + 8, 8);
+        memcpy(&want, raw + IN_SIZE + 16, 4);
+        source *s = t->entries[k].content;
+        __atomic_add_fetch(&s->refs, 1, __ATOMIC_ACQ_REL);
+        uint64_t count = offset >= s->length ? 0 : s->length - offset;
+        if (count > want)
+            count = want;
+        int fd = t->fd, error = 0;
+        Py_BEGIN_ALLOW_THREADS
+        if (!s->file) {
+            send_answer(fd, unique, 0, count ? s->bytes + offset : NULL, count);
+        } else {
+            if (read_buf_size < count || !read_buf) {
+                size_t grow = count < (1 << 17) ? (1 << 17) : count;
+                char *b = realloc(read_buf, grow);
+                if (b) {
+                    read_buf = b;
+                    read_buf_size = grow;
+                }
+            }
+            ssize_t got = 0;
+            if (read_buf_size < count) {
+                error = ENOMEM;
+            } else {
+                while ((uint64_t)got < count) {
+                    ssize_t r = pread(s->file->fd, read_buf + got, count - got, s->offset + offset + got);
+                    if (r < 0 && errno == EINTR)
+                        continue;
+                    if (r < 0) {
+                        error = errno ? errno : EIO;
+                        break;
+                    }
+                    if (r == 0)
+                        break;
+                    got += r;
+                }
+            }
+            if (error)
+                send_answer(fd, unique, error, NULL, 0);
+            else
+                send_answer(fd, unique, 0, read_buf, (size_t)got);
+        }
+        source_release(s);
+        Py_END_ALLOW_THREADS
+        return 1;
+    }
+    return 0;
+}
+
+/* -- the Python type ------------------------------------------------------------------- */
+
+static int Table_init(Table *self, PyObject *args, PyObject *kw) {
+    static char *names[] = {"fd", "capacity", NULL};
+    int fd, cap;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ii", names, &fd, &cap))
+        return -1;
+    if (cap < 1 || cap > (1 << 26)) {
+        PyErr_SetString(PyExc_ValueError, "capacity: 1 to 2**26 entries");
+        return -1;
+    }
+    uint32_t slots = 1;
+    while (slots < (uint32_t)cap * 2)
+        slots <<= 1;
+    self->fd = fd;
+    self->cap = cap;
+    self->entries = calloc(cap, sizeof(entry));
+    self->name_heads = malloc(slots * sizeof(int32_t));
+    self->node_heads = malloc(slots * sizeof(int32_t));
+    if (!self->entries || !self->name_heads || !self->node_heads) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(self->name_heads, 0xff, slots * sizeof(int32_t));
+    memset(self->node_heads, 0xff, slots * sizeof(int32_t));
+    self->mask = slots - 1;
+    return 0;
+}
+
+static void Table_dealloc(Table *self) {
+    if (self->entries) {
+        for (int32_t k = 0; k < self->cap; k++) {
+            if (self->entries[k].used) {
+                free(self->entries[k].name);
+                source_release(self->entries[k].content);
+            }
+        }
+    }
+    for (Py_ssize_t i = 0; i < self->n_files; i++)
+        handle_release(self->files[i]);
+    free(self->files);
+    free(self->entries);
+    free(self->name_heads);
+    free(self->node_heads);
+    free(self->evicted);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Table_add(Table *self, PyObject *args) {
+    unsigned long long parent, nodeid, ev, av, offset, length;
+    unsigned int evn, avn;
+    const char *name, *attr;
+    Py_ssize_t name_len, attr_len;
+    PyObject *data;
+    int fd;
+    if (!PyArg_ParseTuple(args, "Ky#Ky#KIKIOiKK", &parent, &name, &name_len, &nodeid, &attr, &attr_len,
+                          &ev, &evn, &av, &avn, &data, &fd, &offset, &length))
+        return NULL;
+    if (attr_len != ATTR_SIZE) {
+        PyErr_SetString(PyExc_ValueError, "attr: a packed fuse_attr of 88 bytes");
+        return NULL;
+    }
+    if (!self->entries) {
+        PyErr_SetString(PyExc_ValueError, "the table is not set up");
+        return NULL;
+    }
+    if (find_name(self, parent, name, (uint32_t)name_len) >= 0 || find_node(self, nodeid) >= 0)
+        Py_RETURN_FALSE;
+    source *content = NULL;
+    if (data != Py_None) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+            return NULL;
+        content = malloc(sizeof(source) + view.len);
+        if (content) {
+            content->refs = 1;
+            content->file = NULL;
+            content->offset = 0;
+            content->length = view.len;
+            memcpy(content->bytes, view.buf, view.len);
+        }
+        PyBuffer_Release(&view);
+        if (!content)
+            return PyErr_NoMemory();
+    } else if (fd >= 0) {
+        content = malloc(sizeof(source));
+        if (!content)
+            return PyErr_NoMemory();
+        content->file = file_of(self, fd);
+        if (!content->file) {
+            free(content);
+            return NULL;
+        }
+        content->refs = 1;
+        content->offset = offset;
+        content->length = length;
+    }
+    int32_t k = self->next;
+    self->next = (self->next + 1) % self->cap;
+    entry *e = &self->entries[k];
+    if (drop(self, k) < 0 || !(e->name = malloc(name_len ? name_len : 1))) {
+        if (content && content->file)
+            file_unused(self, content->file);
+        source_release(content);
+        return PyErr_NoMemory();
+    }
+    memcpy(e->name, name, name_len);
+    e->name_len = (uint32_t)name_len;
+    e->parent = parent;
+    e->nodeid = nodeid;
+    memcpy(e->attr, attr, ATTR_SIZE);
+    e->entry_valid = ev;
+    e->entry_nsec = evn;
+    e->attr_valid = av;
+    e->attr_nsec = avn;
+    e->content = content;
+    e->lookups = 0;
+    e->used = 1;
+    uint32_t h = name_hash(parent, name, (uint32_t)name_len) & self->mask;
+    e->next_name = self->name_heads[h];
+    self->name_heads[h] = k;
+    h = node_hash(nodeid) & self->mask;
+    e->next_node = self->node_heads[h];
+    self->node_heads[h] = k;
+    self->count++;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *Table_answer(Table *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    int done = self->entries ? answer(self, view.buf, view.len) : 0;
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(done);
+}
+
+static PyObject *Table_answer_at(Table *self, PyObject *args) {
+    unsigned long long address;
+    Py_ssize_t size;
+    if (!PyArg_ParseTuple(args, "Kn", &address, &size))
+        return NULL;
+    if (!self->entries || !address || size < 0)
+        Py_RETURN_FALSE;
+    return PyBool_FromLong(answer(self, (const unsigned char *)(uintptr_t)address, size));
+}
+
+static PyObject *Table_forget(Table *self, PyObject *args) {
+    unsigned long long nodeid, count;
+    if (!PyArg_ParseTuple(args, "KK", &nodeid, &count))
+        return NULL;
+    int32_t k = self->entries ? find_node(self, nodeid) : -1;
+    if (k < 0)
+        return PyLong_FromLong(0);
+    entry *e = &self->entries[k];
+    uint64_t taken = count < e->lookups ? count : e->lookups;
+    e->lookups -= taken;
+    return PyLong_FromUnsignedLongLong(taken);
+}
+
+static PyObject *Table_evicted(Table *self, PyObject *Py_UNUSED(ignored)) {
+    PyObject *out = PyList_New(self->n_evicted / 2);
+    if (!out)
+        return NULL;
+    for (Py_ssize_t i = 0; i < self->n_evicted / 2; i++) {
+        PyObject *pair = Py_BuildValue("(KK)", (unsigned long long)self->evicted[2 * i],
+                                       (unsigned long long)self->evicted[2 * i + 1]);
+        if (!pair) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, pair);
+    }
+    self->n_evicted = 0;
+    return out;
+}
+
+static PyObject *Table_clear(Table *self, PyObject *Py_UNUSED(ignored)) {
+    for (int32_t k = 0; self->entries && k < self->cap; k++)
+        if (drop(self, k) < 0)
+            return PyErr_NoMemory();
+    self->next = 0;
+    Py_RETURN_NONE;
+}
+
+static Py_ssize_t Table_len(Table *self) { return self->count; }
+
+static PyObject *Table_files(Table *self, PyObject *Py_UNUSED(ignored)) { return PyLong_FromSsize_t(self->n_files); }
+
+static PyMethodDef Table_methods[] = {
+    {"add", (PyCFunction)Table_add, METH_VARARGS,
+     "add(parent, name, nodeid, attr, entry_valid, entry_nsec, attr_valid, attr_nsec, data, fd, offset, length)"
+     " -> False if the name or the node is there already"},
+    {"answer", (PyCFunction)Table_answer, METH_O, "answer(request bytes) -> True if answered"},
+    {"answer_at", (PyCFunction)Table_answer_at, METH_VARARGS, "answer_at(address, size): answer, from memory"},
+    {"forget", (PyCFunction)Table_forget, METH_VARARGS, "forget(nodeid, count) -> the lookups of count answered here"},
+    {"evicted", (PyCFunction)Table_evicted, METH_NOARGS, "[(nodeid, lookups)] of entries dropped since the last call"},
+    {"clear", (PyCFunction)Table_clear, METH_NOARGS, "drop every entry (each then in evicted())"},
+    {"files", (PyCFunction)Table_files, METH_NOARGS, "how many open files the table holds"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods Table_seq = {.sq_length = (lenfunc)Table_len};
+
+static PyTypeObject TableType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tfrfs.fuse._answer.Table",
+    .tp_basicsize = sizeof(Table),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Entries of a read-only mount, answered from C: Table(fd, capacity)",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Table_init,
+    .tp_dealloc = (destructor)Table_dealloc,
+    .tp_methods = Table_methods,
+    .tp_as_sequence = &Table_seq,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, .m_name = "_answer", .m_size = -1};
+
+PyMODINIT_FUNC PyInit__answer(void) {
+    if (PyType_Ready(&TableType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m)
+        return NULL;
+    Py_INCREF(&TableType);
+    if (PyModule_AddObject(m, "Table", (PyObject *)&TableType) < 0) {
+        Py_DECREF(&TableType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
