@@ -4,6 +4,7 @@
 # fuse kernel module. After sourcing, a script calls, in this order:
 #
 #   install_system_packages [COMMAND:PACKAGE ...]   fuse3 and python3, plus a package per missing command
+#   install_build_tools                             gcc and the Python headers (for the compiled part)
 #   install_tfrfs [EXTRAS [MODULE ...]]             (uv) pip install -e REPO[EXTRAS], unless it is done already
 #   check_dev_fuse                                  /dev/fuse is there and usable
 #
@@ -69,6 +70,19 @@ install_system_packages() {
     fi
 }
 
+# install_build_tools: a C compiler and the Python headers, so that `pip install -e` builds the
+# compiled part (tfrfs/fuse/_answer.c; without them tfrfs installs and runs in pure Python).
+install_build_tools() {
+    local missing=()
+    command -v gcc >/dev/null 2>&1 || missing+=(gcc)
+    local include
+    include="$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null || true)"
+    [ -n "$include" ] && [ -f "$include/Python.h" ] || missing+=(python3-dev)
+    if [ "${#missing[@]}" -gt 0 ]; then
+        apt_install "${missing[@]}"
+    fi
+}
+
 ensure_venv() {
     if ! { [ -x "$PY" ] && "$PY" -c 'import sys' 2>/dev/null; }; then
         python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
@@ -106,7 +120,8 @@ install_tfrfs() {
     if [ -n "$extras" ]; then spec="$REPO[$extras]" name="tfrfs[$extras]"; fi
     local stamp want
     stamp="$VENV/.tfrfs-installed-$(printf '%s' "${extras:-base}" | tr , -)"
-    want="$(sha256sum "$REPO/pyproject.toml" | cut -d' ' -f1)"
+    # (setup.py and the C source too: a change to them is built again)
+    want="$(cat "$REPO/pyproject.toml" "$REPO/setup.py" "$REPO"/tfrfs/*/*.c | sha256sum | cut -d' ' -f1)"
     if [ -n "${TFRFS_REINSTALL:-}" ] || [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ] ||
         [ ! -x "$VENV/bin/tfrfs" ] || ! modules_ok "${BASE_MODULES[@]}" "$@"; then
         # Through uv where it can be had (one small wheel, installed by pip into the
