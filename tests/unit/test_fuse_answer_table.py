@@ -14,6 +14,7 @@ from typing import Any, Iterator
 import pytest
 
 from tfrfs.fuse.edge import Refused
+from tfrfs.fuse.requests import entries
 from test_fuse_direct import ATTRS, answers, attr_fields, read_in, request
 
 try:
@@ -23,7 +24,7 @@ except ImportError:
         raise
     pytest.skip("tfrfs.fuse._answer was not built (no compiler here): the Python path answers", allow_module_level=True)
 
-LOOKUP, GETATTR, READ, OPEN = 1, 3, 15, 14
+LOOKUP, GETATTR, READ, OPEN, READDIRPLUS = 1, 3, 15, 14, 44
 FUSE_ATTR = struct.Struct("<QQQQQQIIIIIIIIII")
 VALID = (86400, 5, 3600, 7)   # entry valid s, ns, attr valid s, ns
 
@@ -155,32 +156,43 @@ def test_the_capacity_is_checked() -> None:
 # -- a record put in the table (tfrfs.fuse.answers) -------------------------------------
 
 class _Record:
-    """Operations of one record folder, /shard/000001: label.json and image/encoded.jpg."""
+    """Operations of two record folders, /shard/00000N: label.json and image/encoded.jpg."""
 
-    FILES = {"/shard/000001/label.json": b"[7]", "/shard/000001/image/encoded.jpg": b"\xff\xd8jpeg"}
+    FILES = {"label.json": b"[7]", "image/encoded.jpg": b"\xff\xd8jpeg"}
+    FOLDERS = {"": ["image", "label.json"], "image": ["encoded.jpg"]}
 
     def __init__(self) -> None:
         self.reads = 0
 
+    @staticmethod
+    def _inner(path: str) -> str | None:
+        for record in ("/shard/000001", "/shard/000002"):
+            if path == record:
+                return ""
+            if path.startswith(record + "/"):
+                return path[len(record) + 1:]
+        return None
+
     def _attrs(self, path: str) -> dict[str, int]:
-        if path in self.FILES:
-            return {"st_ino": hash(path) & 0xFFFF, "st_mode": 0o100444, "st_size": len(self.FILES[path]), "st_nlink": 1}
-        return {"st_ino": hash(path) & 0xFFFF, "st_mode": 0o40555, "st_size": 0, "st_nlink": 2}
+        inner = self._inner(path)
+        if inner in self.FILES:
+            return {"st_ino": hash(path) & 0xFFFF, "st_mode": 0o100444, "st_size": len(self.FILES[inner]), "st_nlink": 1}
+        if inner in self.FOLDERS:
+            return {"st_ino": hash(path) & 0xFFFF, "st_mode": 0o40555, "st_size": 0, "st_nlink": 2}
+        raise Refused(errno.ENOENT)
 
     def getattr(self, path: str) -> dict[str, int]:
-        if path not in self.FILES and path not in ("/shard/000001", "/shard/000001/image"):
-            raise Refused(errno.ENOENT)
         return self._attrs(path)
 
     def readdir(self, path: str, offset: int, plus: bool) -> Iterator[tuple[int, str, Any]]:
-        names = {"/shard/000001": ["image", "label.json"], "/shard/000001/image": ["encoded.jpg"]}[path]
+        names = self.FOLDERS[self._inner(path) or ""]
         yield 1, ".", {"st_ino": 1, "st_mode": 0o40555}
         for k, name in enumerate(names, 2):
             yield k, name, self._attrs(path + "/" + name)
 
     def read_buf(self, path: str, size: int, offset: int) -> tuple[Any, bytes]:
         self.reads += 1
-        return None, self.FILES[path][offset:offset + size]
+        return None, self.FILES[self._inner(path) or ""][offset:offset + size]
 
 
 def _mounted(w: int, capacity: int = 64) -> tuple[Any, Any, Any]:
@@ -188,9 +200,9 @@ def _mounted(w: int, capacity: int = 64) -> tuple[Any, Any, Any]:
     from tfrfs.fuse.inodes import record_ino
     from tfrfs.fuse.requests import Requests
     r = Requests(_Record(), writable=False, entry_timeout=86400.0, attr_timeout=86400.0, negative_timeout=60.0,
-                 record_path=lambda shard, index, binary: f"/shard/{index:06d}")
+                 record_path=lambda shard, index, binary: f"/shard/{index + 1:06d}")
     sheets = answers.Sheets(r, _answer.Table(w, capacity))
-    return r, direct.Answerer(r, w, sheets), record_ino(0, 1)
+    return r, direct.Answerer(r, w, sheets), record_ino(0, 0)
 
 
 def _entry_id(body: bytes) -> int:
@@ -205,7 +217,7 @@ def test_a_record_looked_into_is_answered_by_the_table_and_its_lookups_given_bac
     image = _entry_id(body)
     assert error == 0 and image == requests.nodes.id_of(record, "image")
     table = answerer.table
-    assert len(table) == 3 and requests.ops.reads == 2
+    assert len(table) == 4 and requests.ops.reads == 2   # 3 entries, and the record's listing
     # the rest of the record is the table's, in C
     assert table.answer(request(LOOKUP, image, b"encoded.jpg\0"))
     jpg = _entry_id(answers(r)[0][2])
@@ -216,12 +228,23 @@ def test_a_record_looked_into_is_answered_by_the_table_and_its_lookups_given_bac
     assert not table.answer(request(LOOKUP, record, b"missing\0"))   # Python's to answer
     assert answerer.answer(request(LOOKUP, record, b"missing\0"))
     assert _entry_id(answers(r)[0][2]) == 0
-    assert answerer.answer(request(LOOKUP, record, b"label.json\0"))   # (after the sheet: the table's too)
-    answers(r)
+    # Listings: the page Python would have sent (each entry one lookup more), then the end.
+    assert table.answer(request(READDIRPLUS, record, read_in(0, 0, 4096), unique=8))
+    [(error, unique, page)] = answers(r)
+    listed = [(nodeid, name) for nodeid, name, _, _ in entries(page, True)]
+    assert (error, unique, listed) == (0, 8, [(0, "."), (image, "image"), (label, "label.json")])
+    assert page == requests.readdir(record, 4096, 0, None, True)   # (Python's own count of these:)
+    requests.nodes.forget(image, 1)
+    requests.nodes.forget(label, 1)
+    assert table.answer(request(READDIRPLUS, record, read_in(0, 3, 4096), unique=9))
+    assert answers(r) == [(0, 9, b"")]
+    assert not table.answer(request(READDIRPLUS, record, read_in(0, 2, 4096)))   # part way: Python's
     # The kernel forgets what it was given: the table takes its own lookups, and keeps the names
-    # (held once each) until its entries go; then nothing is left.
-    forgets = struct.pack("<II", 3, 0) + struct.pack("<QQQQQQ", image, 1, jpg, 1, label, 2)
+    # (held once each) until its entries go; then nothing is left. A large BATCH_FORGET (after
+    # drop_caches) comes through libfuse's callback, straight to the handler: the same.
+    forgets = struct.pack("<II", 2, 0) + struct.pack("<QQQQ", image, 2, jpg, 1)
     assert answerer.answer(request(42, 0, forgets))   # BATCH_FORGET: taken, not answered
+    requests.forget_many([(label, 2)])
     assert answers(r) == [] and len(requests.nodes) == 3
     answerer.sheets.clear()
     assert len(requests.nodes) == 0
@@ -229,16 +252,17 @@ def test_a_record_looked_into_is_answered_by_the_table_and_its_lookups_given_bac
 
 def test_an_entry_that_leaves_the_table_hands_its_lookups_to_python(device: tuple[int, int]) -> None:
     r, w = device
-    requests, answerer, record = _mounted(w, capacity=2)   # a record of 3 entries: the first goes
-    answerer.answer(request(LOOKUP, record, b"label.json\0"))
+    requests, answerer, first = _mounted(w, capacity=4)   # one record's 3 entries and listing
+    answerer.answer(request(LOOKUP, first, b"label.json\0"))
     label = _entry_id(answers(r)[0][2])
-    image = requests.nodes.id_of(record, "image")
-    assert len(answerer.table) == 2 and image is not None
-    # the image folder left the table at once: its lookups are Python's (none: the kernel holds none)
-    assert not answerer.table.answer(request(LOOKUP, record, b"image\0"))
-    answerer.answer(request(LOOKUP, record, b"image\0"))
-    assert _entry_id(answers(r)[0][2]) == image
-    answerer.answer(request(2, image, struct.pack("<Q", 1)))        # FORGET image, 1: Python's
-    answerer.answer(request(2, label, struct.pack("<Q", 1)))        # FORGET label.json, 1: the table's
+    assert len(answerer.table) == 4 and len(requests.nodes) == 3
+    # the second record pushes the first out of the table: the kernel's lookup of the first's
+    # label.json, answered by the table, is now Python's to forget
+    answerer.answer(request(LOOKUP, first + 1, b"label.json\0"))
+    answers(r)
+    assert not answerer.table.answer(request(LOOKUP, first, b"label.json\0"))
+    assert len(requests.nodes) == 4   # the first's label.json, and the second's three
+    answerer.answer(request(2, label, struct.pack("<Q", 1)))        # FORGET label.json, 1: Python's
+    assert len(requests.nodes) == 3
     answerer.sheets.clear()
-    assert len(requests.nodes) == 0, requests.nodes._nodes
+    assert len(requests.nodes) == 1   # the second's label.json: the kernel still holds it

@@ -22,6 +22,8 @@
 #define OP_LOOKUP 1
 #define OP_GETATTR 3
 #define OP_READ 15
+#define OP_READDIRPLUS 44
+#define NAMELESS UINT64_MAX    /* the parent of an entry held for its listing alone */
 #define IN_SIZE 40
 #define OUT_SIZE 16
 #define ATTR_SIZE 88 /* struct fuse_attr */
@@ -56,6 +58,12 @@ typedef struct {
     uint64_t lookups;   /* lookups answered here that the kernel has not forgotten */
     int32_t next_name, next_node;  /* hash chains (-1: end) */
     int used;
+    /* a folder's whole listing (fuse_direntplus entries), the position of its last entry, and
+     * the node ids it hands the kernel (each one lookup, counted where the table holds it) */
+    char *page;
+    uint32_t page_len, n_children;
+    uint64_t last_off;
+    uint64_t *children;
 } entry;
 
 typedef struct {
@@ -209,9 +217,12 @@ static int drop(Table *t, int32_t k) {
         return 0;
     if (note_evicted(t, e->nodeid, e->lookups) < 0)
         return -1;
-    unchain(&t->name_heads[name_hash(e->parent, e->name, e->name_len) & t->mask], t->entries, k, 1);
+    if (e->parent != NAMELESS)
+        unchain(&t->name_heads[name_hash(e->parent, e->name, e->name_len) & t->mask], t->entries, k, 1);
     unchain(&t->node_heads[node_hash(e->nodeid) & t->mask], t->entries, k, 0);
     free(e->name);
+    free(e->page);
+    free(e->children);
     if (e->content && e->content->file)
         file_unused(t, e->content->file);
     source_release(e->content);
@@ -269,7 +280,7 @@ static int answer(Table *t, const unsigned char *raw, Py_ssize_t size) {
     }
     if (opcode == OP_GETATTR) {
         int32_t k = find_node(t, nodeid);
-        if (k < 0)
+        if (k < 0 || t->entries[k].parent == NAMELESS)
             return 0;
         entry *e = &t->entries[k];
         unsigned char out[16 + ATTR_SIZE];   /* fuse_attr_out */
@@ -281,6 +292,50 @@ static int answer(Table *t, const unsigned char *raw, Py_ssize_t size) {
         int fd = t->fd;
         Py_BEGIN_ALLOW_THREADS
         send_answer(fd, unique, 0, out, sizeof out);
+        Py_END_ALLOW_THREADS
+        return 1;
+    }
+    if (opcode == OP_READDIRPLUS) {
+        if (size < IN_SIZE + 20)
+            return 0;
+        int32_t k = find_node(t, nodeid);
+        if (k < 0 || !t->entries[k].page)
+            return 0;
+        entry *e = &t->entries[k];
+        uint64_t offset;
+        uint32_t want;
+        memcpy(&offset, raw + IN_SIZE + 8, 8);
+        memcpy(&want, raw + IN_SIZE + 16, 4);
+        int fd = t->fd;
+        if (offset == e->last_off) {   /* after the last entry: the end */
+            Py_BEGIN_ALLOW_THREADS
+            send_answer(fd, unique, 0, NULL, 0);
+            Py_END_ALLOW_THREADS
+            return 1;
+        }
+        if (offset != 0 || want < e->page_len)
+            return 0;
+        int32_t held[64];
+        if (e->n_children > 64)
+            return 0;
+        for (uint32_t i = 0; i < e->n_children; i++) {   /* every node it names must be here */
+            held[i] = find_node(t, e->children[i]);
+            if (held[i] < 0)
+                return 0;
+        }
+        for (uint32_t i = 0; i < e->n_children; i++)
+            t->entries[held[i]].lookups++;
+        /* copied: once the GIL is let go, another thread may drop the entry */
+        char copy[4096];
+        size_t n = e->page_len <= sizeof copy ? e->page_len : 0;
+        if (n != e->page_len) {
+            for (uint32_t i = 0; i < e->n_children; i++)
+                t->entries[held[i]].lookups--;
+            return 0;
+        }
+        memcpy(copy, e->page, n);
+        Py_BEGIN_ALLOW_THREADS
+        send_answer(fd, unique, 0, copy, n);
         Py_END_ALLOW_THREADS
         return 1;
     }
@@ -469,6 +524,75 @@ static PyObject *Table_add(Table *self, PyObject *args) {
     Py_RETURN_TRUE;
 }
 
+static PyObject *Table_add_page(Table *self, PyObject *args) {
+    unsigned long long nodeid, last_off;
+    const char *page;
+    Py_ssize_t page_len;
+    PyObject *children;
+    if (!PyArg_ParseTuple(args, "Ky#KO", &nodeid, &page, &page_len, &last_off, &children))
+        return NULL;
+    if (!self->entries) {
+        PyErr_SetString(PyExc_ValueError, "the table is not set up");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(children, "children: a sequence of node ids");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (page_len > 4096 || n > 64) {
+        Py_DECREF(seq);
+        Py_RETURN_FALSE;   /* answered by Python */
+    }
+    uint64_t *ids = malloc((n ? n : 1) * sizeof(uint64_t));
+    char *copy = malloc(page_len ? page_len : 1);
+    if (!ids || !copy) {
+        free(ids);
+        free(copy);
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        ids[i] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (PyErr_Occurred()) {
+            free(ids);
+            free(copy);
+            Py_DECREF(seq);
+            return NULL;
+        }
+    }
+    Py_DECREF(seq);
+    memcpy(copy, page, page_len);
+    int32_t k = find_node(self, nodeid);
+    if (k < 0) {   /* a folder the table holds no entry for (a record's): one for its listing */
+        k = self->next;
+        self->next = (self->next + 1) % self->cap;
+        entry *e = &self->entries[k];
+        if (drop(self, k) < 0 || !(e->name = malloc(1))) {
+            free(ids);
+            free(copy);
+            return PyErr_NoMemory();
+        }
+        e->name_len = 0;
+        e->parent = NAMELESS;
+        e->nodeid = nodeid;
+        e->used = 1;
+        uint32_t h = node_hash(nodeid) & self->mask;
+        e->next_name = -1;
+        e->next_node = self->node_heads[h];
+        self->node_heads[h] = k;
+        self->count++;
+    }
+    entry *e = &self->entries[k];
+    free(e->page);
+    free(e->children);
+    e->page = copy;
+    e->page_len = (uint32_t)page_len;
+    e->last_off = last_off;
+    e->children = ids;
+    e->n_children = (uint32_t)n;
+    Py_RETURN_TRUE;
+}
+
 static PyObject *Table_answer(Table *self, PyObject *arg) {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
@@ -534,6 +658,9 @@ static PyMethodDef Table_methods[] = {
     {"add", (PyCFunction)Table_add, METH_VARARGS,
      "add(parent, name, nodeid, attr, entry_valid, entry_nsec, attr_valid, attr_nsec, data, fd, offset, length)"
      " -> False if the name or the node is there already"},
+    {"add_page", (PyCFunction)Table_add_page, METH_VARARGS,
+     "add_page(nodeid, page, last_offset, children): a folder's whole listing (fuse_direntplus entries) -> "
+     "False if too large to hold"},
     {"answer", (PyCFunction)Table_answer, METH_O, "answer(request bytes) -> True if answered"},
     {"answer_at", (PyCFunction)Table_answer_at, METH_VARARGS, "answer_at(address, size): answer, from memory"},
     {"forget", (PyCFunction)Table_forget, METH_VARARGS, "forget(nodeid, count) -> the lookups of count answered here"},

@@ -1,16 +1,19 @@
 """A record's files answered in C: what the compiled table (``_answer``) holds, and when it is filled.
 
 Reading a record's small files cold costs a lookup and a read each, and answering them in Python
-costs more than the kernel's round trip itself. So when a read-only mount is first asked for a
-name inside a record's folder, ``Sheets`` renders the whole record once and hands the table
-every file and folder in it: its node id, its attributes, and its bytes (a range of the shard,
-read with ``pread`` when asked, or the rendered bytes themselves). The kernel's next lookups,
-attributes and reads of that record are answered by the table, in C, without Python.
+costs more than the kernel's round trip itself; so does walking a record's folders. So when a
+read-only mount is first asked for a name inside a record's folder, or for its listing,
+``Sheets`` renders the whole record once and hands the table every file and folder in it: its
+node id, its attributes, and its bytes (a range of the shard, read with ``pread`` when asked, or
+the rendered bytes themselves), and each folder's whole listing (readdirplus, as
+``Requests.readdir`` packs it). The kernel's next lookups, attributes, reads and listings of that
+record are answered by the table, in C, without Python.
 
 Counting: each node put in the table is one lookup held by the table (``Nodes.looked_up``), so
 the daemon keeps its name for as long as the table may hand it out; the lookups the table answers
-are counted there, and a FORGET takes those first (``forget``). An entry that leaves the table
-(the oldest goes when it is full) gives its lookups back to ``Nodes`` and its hold up.
+(a listing's entries each count as one) are counted there, and every FORGET, however it comes
+(``Requests.answered_elsewhere``), takes those first. An entry that leaves the table (the oldest
+goes when it is full) gives its lookups back to ``Nodes`` and its hold up.
 
 Only local, read-only mounts use it (a bucket's bytes would be fetched for every file of a record
 when one is read), and only where the extension was built: otherwise, or with ``TFRFS_PURE=1``,
@@ -52,6 +55,7 @@ class Sheets:
 
     def __init__(self, handler: Any, table: Any) -> None:
         self.h, self.table = handler, table
+        handler.answered_elsewhere = self.forget   # every FORGET, by libfuse too, asks the table first
         self._done: dict[int, None] = {}   # records put in the table (forgotten in bulk)
         ev = seconds(handler.entry_timeout)
         av = seconds(handler.attr_timeout)
@@ -72,7 +76,8 @@ class Sheets:
 
     def _add(self, record: int) -> None:
         h, table, valid = self.h, self.table, self._valid
-        for parent, name, nodeid, attrs, where, data in h.record_sheet(record, LARGEST_HELD):
+        entries, pages = h.record_sheet(record, LARGEST_HELD)
+        for parent, name, nodeid, attrs, where, data in entries:
             packed = _FUSE_ATTR.pack(*attr_fields(attrs, attrs["st_ino"], attrs.get("st_size", 0),
                                                   attrs.get("st_blocks", 0)))
             raw = name.encode("utf-8", "surrogateescape")
@@ -82,7 +87,9 @@ class Sheets:
             else:
                 added = table.add(parent, raw, nodeid, packed, *valid, data, -1, 0, 0)
             if not added:   # there already (another thread put the record in): give the hold back
-                h.forget(nodeid, 1)
+                h.nodes.forget(nodeid, 1)
+        for nodeid, page, last, named in pages:   # (after the entries they name)
+            table.add_page(nodeid, page, last, named)
 
     def forget(self, nodeid: int, count: int) -> int:
         """The kernel forgot ``count`` lookups of ``nodeid``: those the table did not answer."""
@@ -96,5 +103,6 @@ class Sheets:
 
     def _settle(self) -> None:
         """Entries that left the table: their lookups go back to ``Nodes``, the table's hold goes."""
+        nodes = self.h.nodes
         for nodeid, lookups in self.table.evicted():
-            self.h.forget(nodeid, 1 - lookups)
+            nodes.forget(nodeid, 1 - lookups)

@@ -144,6 +144,10 @@ class Answerer:
         self._send(unique, 0, self.h.readdir(nodeid, size, offset, fh or None, False))
 
     def _readdirplus(self, unique: int, nodeid: int, raw: bytes) -> None:
+        if self.sheets is not None:   # a record listed for the first time goes in the table
+            self.sheets.looking_into(nodeid)
+            if self.sheets.table.answer(raw):
+                return
         fh, offset, size = _READ_IN.unpack_from(raw, _IN_SIZE)
         self._send(unique, 0, self.h.readdir(nodeid, size, offset, fh or None, True))
 
@@ -154,11 +158,7 @@ class Answerer:
 
     def _forget(self, unique: int, nodeid: int, raw: bytes) -> None:
         try:
-            count = _U64.unpack_from(raw, _IN_SIZE)[0]
-            if self.sheets is not None:
-                count = self.sheets.forget(nodeid, count)
-            if count:
-                self.h.forget(nodeid, count)
+            self.h.forget(nodeid, _U64.unpack_from(raw, _IN_SIZE)[0])
         except Exception as exc:   # never answered: nothing to tell the kernel
             log.error("internal error in forget", exc_info=exc)
 
@@ -167,11 +167,7 @@ class Answerer:
         start = _IN_SIZE + 8
         count = min(count, (len(raw) - start) // _FORGET_ONE.size)
         try:
-            forgets = [_FORGET_ONE.unpack_from(raw, start + k * _FORGET_ONE.size) for k in range(count)]
-            if self.sheets is not None:
-                forget = self.sheets.forget
-                forgets = [(nodeid, left) for nodeid, n in forgets if (left := forget(nodeid, n))]
-            self.h.forget_many(forgets)
+            self.h.forget_many([_FORGET_ONE.unpack_from(raw, start + k * _FORGET_ONE.size) for k in range(count)])
         except Exception as exc:
             log.error("internal error in forget", exc_info=exc)
 

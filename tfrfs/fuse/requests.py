@@ -89,6 +89,9 @@ class Requests:
         self.writable = writable
         self.plus = not writable   # listings carry attributes (readdirplus)
         self.local = False         # the source is on this machine (records' files may be answered in C)
+        # (nodeid, count) -> how many of the lookups the kernel forgot were counted here: the
+        # rest were answered elsewhere (answers.Sheets), whichever way the FORGET came
+        self.answered_elsewhere: Callable[[int, int], int] | None = None
         self.nodes = Nodes(record_path=None if writable else record_path)
         self.entry_timeout, self.attr_timeout, self.negative_timeout = entry_timeout, attr_timeout, negative_timeout
         self._valid = seconds(entry_timeout) + seconds(attr_timeout)
@@ -128,33 +131,48 @@ class Requests:
         return self._entry(parent, name, attrs)
 
     def forget(self, nodeid: int, count: int) -> None:
+        if self.answered_elsewhere is not None:
+            count = self.answered_elsewhere(nodeid, count)
         self.nodes.forget(nodeid, count)
 
-    def record_sheet(self, record: int, largest: int) -> list[tuple[int, str, int, dict[str, int], Any, Any]]:
+    def record_sheet(self, record: int, largest: int) -> tuple[list[tuple[int, str, int, dict[str, int], Any, Any]],
+                                                              list[tuple[int, bytes, int, list[int]]]]:
         """Every file and folder inside record folder ``record`` of a read-only mount, each
         counted as one lookup (``answers.Sheets`` holds them): (parent, name, node id, attributes,
         where, bytes), ``where`` and the bytes as ``read`` gives a whole file's (both None for a
-        folder, and for a file larger than ``largest``)."""
+        folder, and for a file larger than ``largest``); and the whole listing of each folder,
+        the record's too: (node id, the page as readdirplus packs it, the position of its last
+        entry, the node ids it names, which are not counted here)."""
         out: list[tuple[int, str, int, dict[str, int], Any, Any]] = []
+        pages: list[tuple[int, bytes, int, list[int]]] = []
         todo = [(record, self._path(record))]
+        valid = self._valid
         while todo:
             parent, path = todo.pop()
-            for _, name, attrs in self.ops.readdir(path, 0, True):
+            page = bytearray()
+            last, named = 0, []
+            for position, name, attrs in self.ops.readdir(path, 0, True):
+                last = position
                 if name == "." or name == ".." or type(attrs) is not dict or "st_size" not in attrs:
-                    continue
-                nodeid = self.nodes.looked_up(parent, name, attrs["st_ino"])
-                child = path + "/" + name
-                where = data = None
-                if _stat.S_ISDIR(attrs["st_mode"]):
-                    todo.append((nodeid, child))
-                elif attrs["st_size"] <= largest:
-                    where, data = self.ops.read_buf(child, attrs["st_size"], 0)
-                out.append((parent, name, nodeid, attrs, where, data))
-        return out
+                    nodeid = 0
+                else:
+                    nodeid = self.nodes.looked_up(parent, name, attrs["st_ino"])
+                    named.append(nodeid)
+                    child = path + "/" + name
+                    where = data = None
+                    if _stat.S_ISDIR(attrs["st_mode"]):
+                        todo.append((nodeid, child))
+                    elif attrs["st_size"] <= largest:
+                        where, data = self.ops.read_buf(child, attrs["st_size"], 0)
+                    out.append((parent, name, nodeid, attrs, where, data))
+                _pack_plus(page, nodeid, name, position, attrs, valid)
+            pages.append((parent, bytes(page), last, named))
+        return out, pages
 
     def forget_many(self, forgets: list[tuple[int, int]]) -> None:
+        elsewhere = self.answered_elsewhere
         for nodeid, count in forgets:
-            self.nodes.forget(nodeid, count)
+            self.nodes.forget(nodeid, count if elsewhere is None else elsewhere(nodeid, count))
 
     def getattr(self, nodeid: int) -> tuple[dict[str, int], float]:
         return self.ops.getattr(self._path(nodeid)), self.attr_timeout
@@ -304,11 +322,7 @@ class Requests:
             # attributes (node id 0): the kernel asks for them by name
             full = "st_size" in a and name != "." and name != ".." and position < FULL_ENTRIES + 3
             nodeid = self.nodes.looked_up(parent, name, ino) if full else 0
-        start = len(out)
-        out += bytes(length)
-        _PLUS.pack_into(out, start, nodeid, 0, valid[0], valid[2], valid[1], valid[3],
-                        *attr_fields(a, ino, st_size, blocks), ino, position, len(raw), _stat.S_IFMT(a["st_mode"]) >> 12)
-        out[start + _PLUS.size:start + _PLUS.size + len(raw)] = raw
+        _pack_entry(out, length, raw, nodeid, a, ino, st_size, blocks, position, valid)
         return True
 
     # -- files -----------------------------------------------------------------------
@@ -443,6 +457,23 @@ class Requests:
         if not self.writable:
             raise Refused(errno.EROFS)
         self.ops.removexattr(self._path(nodeid), name)
+
+
+def _pack_entry(out: bytearray, length: int, raw: bytes, nodeid: int, a: dict[str, int], ino: int, st_size: int,
+                blocks: int, position: int, valid: tuple[int, int, int, int]) -> None:
+    start = len(out)
+    out += bytes(length)
+    _PLUS.pack_into(out, start, nodeid, 0, valid[0], valid[2], valid[1], valid[3],
+                    *attr_fields(a, ino, st_size, blocks), ino, position, len(raw), _stat.S_IFMT(a["st_mode"]) >> 12)
+    out[start + _PLUS.size:start + _PLUS.size + len(raw)] = raw
+
+
+def _pack_plus(out: bytearray, nodeid: int, name: str, position: int, a: dict[str, int],
+               valid: tuple[int, int, int, int]) -> None:
+    """An entry inside a record (its attributes a dict), with node id ``nodeid``, as ``_add_plus`` packs it."""
+    raw = name.encode("utf-8", "surrogateescape")
+    _pack_entry(out, _PLUS.size + ((len(raw) + 7) & ~7), raw, nodeid, a, a["st_ino"], a.get("st_size", 0),
+                a.get("st_blocks", 0), position, valid)
 
 
 def _add_dirent(out: bytearray, size: int, name: str, ino: int, position: int, mode: int) -> bool:
