@@ -7,5 +7,5 @@ it and the mount answers those requests in Python (``tfrfs/fuse/direct.py``) wit
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("tfrfs.fuse._answer", ["tfrfs/fuse/_answer.c"], optional=True,
-                             extra_compile_args=["-O2", "-Wall"])])
+setup(ext_modules=[Extension("tfrfs.fuse._answer", ["tfrfs/fuse/_answer.c"], depends=["tfrfs/fuse/_answer_table.h"],
+                             optional=True, extra_compile_args=["-O2", "-Wall"])])

@@ -121,7 +121,7 @@ install_tfrfs() {
     local stamp want
     stamp="$VENV/.tfrfs-installed-$(printf '%s' "${extras:-base}" | tr , -)"
     # (setup.py and the C source too: a change to them is built again)
-    want="$(cat "$REPO/pyproject.toml" "$REPO/setup.py" "$REPO"/tfrfs/*/*.c | sha256sum | cut -d' ' -f1)"
+    want="$(cat "$REPO/pyproject.toml" "$REPO/setup.py" "$REPO"/tfrfs/*/*.[ch] | sha256sum | cut -d' ' -f1)"
     if [ -n "${TFRFS_REINSTALL:-}" ] || [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ] ||
         [ ! -x "$VENV/bin/tfrfs" ] || ! modules_ok "${BASE_MODULES[@]}" "$@"; then
         # Through uv where it can be had (one small wheel, installed by pip into the

@@ -18,6 +18,7 @@ import pytest
 from tfrfs.format import jsontext
 from tfrfs.format import proto
 from tfrfs.format import tfrecord
+from tfrfs.fuse import turns
 from tfrfs.sample import write_sample
 
 from conftest import force_unmount, is_mounted, run_tfrfs
@@ -233,7 +234,8 @@ def test_request_loop_serves_then_sleeps_and_ends_on_sigterm(poll_us: str, sampl
     pid = _daemon_pid(mnt)
     files = [p for p in mnt.rglob("*") if p.is_file()]
     assert sum(len(p.read_bytes()) for p in files) > 100_000 and len(files) > 300
-    time.sleep(0.2)
+    # (the helpers look for requests every HELP_EVERY_S until none has come for HELP_IDLE_S)
+    time.sleep(turns.HELP_IDLE_S + 0.2)
     cpu0 = _cpu_s(pid)
     time.sleep(1.0)
     assert _cpu_s(pid) - cpu0 <= 0.03, "the daemon kept using CPU with no requests coming"
