@@ -23,6 +23,15 @@ static void send_answer(int fd, uint64_t unique, int error, const void *body, si
     (void)!writev(fd, iov, size ? 2 : 1);
 }
 
+/* Answer ``unique`` with ``body`` (which the caller keeps until this returns), the GIL let go. */
+static int reply(Table *t, uint64_t unique, const void *body, size_t size) {
+    int fd = t->fd;
+    Py_BEGIN_ALLOW_THREADS
+    send_answer(fd, unique, 0, body, size);
+    Py_END_ALLOW_THREADS
+    return 1;
+}
+
 /* 1: answered; 0: not in the table (Python answers). */
 static int answer(Table *t, const unsigned char *raw, Py_ssize_t size) {
     if (size < IN_SIZE)
@@ -50,11 +59,7 @@ static int answer(Table *t, const unsigned char *raw, Py_ssize_t size) {
         memcpy(out + 36, &e->attr_nsec, 4);
         memcpy(out + 40, e->attr, ATTR_SIZE);
         e->lookups++;
-        int fd = t->fd;
-        Py_BEGIN_ALLOW_THREADS
-        send_answer(fd, unique, 0, out, sizeof out);
-        Py_END_ALLOW_THREADS
-        return 1;
+        return reply(t, unique, out, sizeof out);
     }
     if (opcode == OP_GETATTR) {
         int32_t k = find_node(t, nodeid);
@@ -67,11 +72,7 @@ static int answer(Table *t, const unsigned char *raw, Py_ssize_t size) {
         memcpy(out + 8, &e->attr_nsec, 4);
         memcpy(out + 12, &dummy, 4);
         memcpy(out + 16, e->attr, ATTR_SIZE);
-        int fd = t->fd;
-        Py_BEGIN_ALLOW_THREADS
-        send_answer(fd, unique, 0, out, sizeof out);
-        Py_END_ALLOW_THREADS
-        return 1;
+        return reply(t, unique, out, sizeof out);
     }
     if (opcode == OP_READDIRPLUS) {
         if (size < IN_SIZE + 20)
@@ -84,13 +85,8 @@ static int answer(Table *t, const unsigned char *raw, Py_ssize_t size) {
         uint32_t want;
         memcpy(&offset, raw + IN_SIZE + 8, 8);
         memcpy(&want, raw + IN_SIZE + 16, 4);
-        int fd = t->fd;
-        if (offset == e->last_off) {   /* after the last entry: the end */
-            Py_BEGIN_ALLOW_THREADS
-            send_answer(fd, unique, 0, NULL, 0);
-            Py_END_ALLOW_THREADS
-            return 1;
-        }
+        if (offset == e->last_off)   /* after the last entry: the end */
+            return reply(t, unique, NULL, 0);
         if (offset != 0 || want < e->page_len)
             return 0;
         int32_t held[64];
@@ -112,10 +108,7 @@ static int answer(Table *t, const unsigned char *raw, Py_ssize_t size) {
             return 0;
         }
         memcpy(copy, e->page, n);
-        Py_BEGIN_ALLOW_THREADS
-        send_answer(fd, unique, 0, copy, n);
-        Py_END_ALLOW_THREADS
-        return 1;
+        return reply(t, unique, copy, n);
     }
     if (opcode == OP_READ) {
         if (size < IN_SIZE + 20)
