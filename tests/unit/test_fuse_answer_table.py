@@ -163,6 +163,7 @@ class _Record:
 
     def __init__(self) -> None:
         self.reads = 0
+        self.fail = False
 
     @staticmethod
     def _inner(path: str) -> str | None:
@@ -192,6 +193,8 @@ class _Record:
 
     def read_buf(self, path: str, size: int, offset: int) -> tuple[Any, bytes]:
         self.reads += 1
+        if self.fail and path.endswith("label.json"):
+            raise Refused(errno.EIO)   # (as a damaged record's value does)
         return None, self.FILES[self._inner(path) or ""][offset:offset + size]
 
 
@@ -266,3 +269,18 @@ def test_an_entry_that_leaves_the_table_hands_its_lookups_to_python(device: tupl
     assert len(requests.nodes) == 3
     answerer.sheets.clear()
     assert len(requests.nodes) == 1   # the second's label.json: the kernel still holds it
+
+
+def test_a_record_that_cannot_be_put_in_the_table_is_answered_by_python(device: tuple[int, int]) -> None:
+    """A file that cannot be read part way through the record: nothing of it goes in the table,
+    the lookups counted so far go back, and Python answers as without the table."""
+    r, w = device
+    requests, answerer, record = _mounted(w)
+    requests.ops.fail = True
+    assert answerer.answer(request(LOOKUP, record, b"image\0"))
+    [(error, _, body)] = answers(r)
+    image = _entry_id(body)
+    assert error == 0 and image == requests.nodes.id_of(record, "image")
+    assert len(answerer.table) == 0 and len(requests.nodes) == 1   # the kernel's lookup of image, no more
+    requests.forget(image, 1)
+    assert len(requests.nodes) == 0

@@ -145,6 +145,16 @@ class Requests:
         entry, the node ids it names, which are not counted here)."""
         out: list[tuple[int, str, int, dict[str, int], Any, Any]] = []
         pages: list[tuple[int, bytes, int, list[int]]] = []
+        try:
+            self._sheet(record, largest, out, pages)
+        except BaseException:   # (a damaged record, say): the lookups counted so far go back
+            for entry in out:
+                self.nodes.forget(entry[2], 1)
+            raise
+        return out, pages
+
+    def _sheet(self, record: int, largest: int, out: list[tuple[int, str, int, dict[str, int], Any, Any]],
+               pages: list[tuple[int, bytes, int, list[int]]]) -> None:
         todo = [(record, self._path(record))]
         valid = self._valid
         while todo:
@@ -159,15 +169,13 @@ class Requests:
                     nodeid = self.nodes.looked_up(parent, name, attrs["st_ino"])
                     named.append(nodeid)
                     child = path + "/" + name
-                    where = data = None
                     if _stat.S_ISDIR(attrs["st_mode"]):
                         todo.append((nodeid, child))
-                    elif attrs["st_size"] <= largest:
-                        where, data = self.ops.read_buf(child, attrs["st_size"], 0)
-                    out.append((parent, name, nodeid, attrs, where, data))
+                    out.append((parent, name, nodeid, attrs, None, None))
+                    if not _stat.S_ISDIR(attrs["st_mode"]) and attrs["st_size"] <= largest:
+                        out[-1] = (parent, name, nodeid, attrs, *self.ops.read_buf(child, attrs["st_size"], 0))
                 _pack_plus(page, nodeid, name, position, attrs, valid)
             pages.append((parent, bytes(page), last, named))
-        return out, pages
 
     def forget_many(self, forgets: list[tuple[int, int]]) -> None:
         elsewhere = self.answered_elsewhere
