@@ -132,15 +132,9 @@ def value_to_proto(value: Value, feature: Any) -> None:
 def plain_feature(feature: Any) -> list | None:
     """A ``proto.Feature`` as plain Python values (SPEC 9): a list of ``int``, ``float`` (the
     float32 value) or ``bytes``, one element or none kept as such; None for a Feature with no kind."""
-    # (a training loop's step: straight to lists, no Value between)
-    kind = feature.WhichOneof("kind")
-    if kind == "bytes_list":
-        return list(feature.bytes_list.value)
-    if kind == "int64_list":
-        return list(feature.int64_list.value)
-    if kind == "float_list":
-        return list(_f32_tuple(feature.float_list.value))
-    return None
+    # (a training loop's step: straight to a list, no Value between)
+    values = _FROM_PROTO.get(feature.WhichOneof("kind"))
+    return None if values is None else list(values(feature))
 
 
 def plain_values(message: Any) -> dict:

@@ -23,6 +23,30 @@ static void send_answer(int fd, uint64_t unique, int error, const void *body, si
     (void)!writev(fd, iov, size ? 2 : 1);
 }
 
+/* ``count`` bytes of file source ``s`` from ``offset``, into this thread's buffer (``read_buf``);
+ * fewer at the file's end. 0, or an errno. Called with the GIL let go. */
+static int read_range(source *s, uint64_t offset, uint64_t count, size_t *got) {
+    if (read_buf_size < count || !read_buf) {
+        size_t grow = count < (1 << 17) ? (1 << 17) : count;
+        char *b = realloc(read_buf, grow);
+        if (!b)
+            return ENOMEM;
+        read_buf = b;
+        read_buf_size = grow;
+    }
+    while (*got < count) {
+        ssize_t r = pread(s->file->fd, read_buf + *got, count - *got, s->offset + offset + *got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return errno ? errno : EIO;
+        if (r == 0)
+            break;
+        *got += r;
+    }
+    return 0;
+}
+
 /* Answer ``unique`` with ``body`` (which the caller keeps until this returns), the GIL let go. */
 static int reply(Table *t, uint64_t unique, const void *body, size_t size) {
     int fd = t->fd;
@@ -99,16 +123,11 @@ static int answer(Table *t, const unsigned char *raw, Py_ssize_t size) {
         }
         for (uint32_t i = 0; i < e->n_children; i++)
             t->entries[held[i]].lookups++;
-        /* copied: once the GIL is let go, another thread may drop the entry */
+        /* copied: once the GIL is let go, another thread may drop the entry (add_page holds
+         * pages of at most 4 KiB) */
         char copy[4096];
-        size_t n = e->page_len <= sizeof copy ? e->page_len : 0;
-        if (n != e->page_len) {
-            for (uint32_t i = 0; i < e->n_children; i++)
-                t->entries[held[i]].lookups--;
-            return 0;
-        }
-        memcpy(copy, e->page, n);
-        return reply(t, unique, copy, n);
+        memcpy(copy, e->page, e->page_len);
+        return reply(t, unique, copy, e->page_len);
     }
     if (opcode == OP_READ) {
         if (size < IN_SIZE + 20)
@@ -125,40 +144,14 @@ static int answer(Table *t, const unsigned char *raw, Py_ssize_t size) {
         uint64_t count = offset >= s->length ? 0 : s->length - offset;
         if (count > want)
             count = want;
-        int fd = t->fd, error = 0;
+        int fd = t->fd;
         Py_BEGIN_ALLOW_THREADS
         if (!s->file) {
             send_answer(fd, unique, 0, count ? s->bytes + offset : NULL, count);
         } else {
-            if (read_buf_size < count || !read_buf) {
-                size_t grow = count < (1 << 17) ? (1 << 17) : count;
-                char *b = realloc(read_buf, grow);
-                if (b) {
-                    read_buf = b;
-                    read_buf_size = grow;
-                }
-            }
-            ssize_t got = 0;
-            if (read_buf_size < count) {
-                error = ENOMEM;
-            } else {
-                while ((uint64_t)got < count) {
-                    ssize_t r = pread(s->file->fd, read_buf + got, count - got, s->offset + offset + got);
-                    if (r < 0 && errno == EINTR)
-                        continue;
-                    if (r < 0) {
-                        error = errno ? errno : EIO;
-                        break;
-                    }
-                    if (r == 0)
-                        break;
-                    got += r;
-                }
-            }
-            if (error)
-                send_answer(fd, unique, error, NULL, 0);
-            else
-                send_answer(fd, unique, 0, read_buf, (size_t)got);
+            size_t got = 0;
+            int error = read_range(s, offset, count, &got);
+            send_answer(fd, unique, error, error ? NULL : read_buf, error ? 0 : got);
         }
         source_release(s);
         Py_END_ALLOW_THREADS

@@ -29,13 +29,13 @@ import struct
 from typing import Any
 
 from tfrfs.fuse.inodes import is_record_ino
-from tfrfs.fuse.requests import attr_fields, seconds
+from tfrfs.fuse.requests import FUSE_ATTR, attr_of, seconds
 
 log = logging.getLogger("tfrfs")
 
 CAPACITY = 1 << 16       # entries (files and folders of records) the table holds
 LARGEST_HELD = 1 << 20   # a rendered file larger than this is read through Python
-_FUSE_ATTR = struct.Struct("<QQQQQQIIIIIIIIII")
+_FUSE_ATTR = struct.Struct("<" + FUSE_ATTR)
 
 
 def compiled_table(fd: int) -> Any | None:
@@ -78,8 +78,7 @@ class Sheets:
         h, table, valid = self.h, self.table, self._valid
         entries, pages = h.record_sheet(record, LARGEST_HELD)
         for parent, name, nodeid, attrs, where, data in entries:
-            packed = _FUSE_ATTR.pack(*attr_fields(attrs, attrs["st_ino"], attrs.get("st_size", 0),
-                                                  attrs.get("st_blocks", 0)))
+            packed = _FUSE_ATTR.pack(*attr_of(attrs))
             raw = name.encode("utf-8", "surrogateescape")
             if where is not None:
                 fd, offset, length = where

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from tfrfs.fuse.answers import Sheets, compiled_table
 from tfrfs.fuse.edge import Refused, errno_of
-from tfrfs.fuse.requests import attr_fields, seconds
+from tfrfs.fuse.requests import FUSE_ATTR, attr_of, seconds
 
 log = logging.getLogger("tfrfs")
 
@@ -36,16 +36,11 @@ LARGEST = 4096   # the longest request answered here (a lookup: the header and a
 _IN = struct.Struct("<IIQQ")          # fuse_in_header: len, opcode, unique, nodeid (then uid, gid, pid, ...)
 _IN_SIZE = 40
 _OUT = struct.Struct("<IiQ")          # fuse_out_header: len, error, unique
-_ATTR = "QQQQQQIIIIIIIIII"            # fuse_attr
-_ENTRY = struct.Struct("<QQQQII" + _ATTR)       # fuse_entry_out
-_ATTR_OUT = struct.Struct("<QII" + _ATTR)       # fuse_attr_out
+_ENTRY = struct.Struct("<QQQQII" + FUSE_ATTR)       # fuse_entry_out
+_ATTR_OUT = struct.Struct("<QII" + FUSE_ATTR)       # fuse_attr_out
 _READ_IN = struct.Struct("<QQI")      # fuse_read_in: fh, offset, size (then read_flags, ...)
 _U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
 _FORGET_ONE = struct.Struct("<QQ")
-
-
-def _attr_of(a: dict[str, int]) -> tuple[int, ...]:
-    return attr_fields(a, a.get("st_ino", 0), a.get("st_size", 0), a.get("st_blocks", 0))
 
 
 def answerer(handler: Any, fd: int) -> "Answerer":
@@ -105,22 +100,22 @@ class Answerer:
         return found
 
     def _lookup(self, unique: int, parent: int, raw: bytes) -> None:
-        end = raw.find(b"\0", _IN_SIZE)
         if self.sheets is not None:   # a record looked into for the first time goes in the table
             self.sheets.looking_into(parent)
             if self.sheets.table.answer(raw):
                 return
+        end = raw.find(b"\0", _IN_SIZE)
         name = raw[_IN_SIZE:end if end >= 0 else len(raw)].decode("utf-8", "surrogateescape")
         e = self.h.lookup(parent, name)
         ev, evn = self._seconds(e.entry_timeout)
         av, avn = self._seconds(e.attr_timeout)
-        fields = _attr_of(e.attrs) if e.nodeid else (0,) * 16
+        fields = attr_of(e.attrs) if e.nodeid else (0,) * 16
         self._send(unique, 0, _ENTRY.pack(e.nodeid, 0, ev, av, evn, avn, *fields))
 
     def _getattr(self, unique: int, nodeid: int, raw: bytes) -> None:
         attrs, timeout = self.h.getattr(nodeid)
         av, avn = self._seconds(timeout)
-        self._send(unique, 0, _ATTR_OUT.pack(av, avn, 0, *_attr_of(attrs)))
+        self._send(unique, 0, _ATTR_OUT.pack(av, avn, 0, *attr_of(attrs)))
 
     def _read(self, unique: int, nodeid: int, raw: bytes) -> None:
         fh, offset, size = _READ_IN.unpack_from(raw, _IN_SIZE)

@@ -34,7 +34,8 @@ from tfrfs.fuse.loop import Conn, End, Entry, Opened, SetAttr
 # linux/fuse.h: struct fuse_entry_out (nodeid, generation, entry_valid, attr_valid and their
 # nanoseconds), struct fuse_attr (ino, size, blocks, atime, mtime, ctime, their nanoseconds,
 # mode, nlink, uid, gid, rdev, blksize, flags), then struct fuse_dirent (ino, off, namelen, type).
-_PLUS = struct.Struct("<QQQQII" "QQQQQQIIIIIIIIII" "QQII")
+FUSE_ATTR = "QQQQQQIIIIIIIIII"   # struct fuse_attr (attr_fields)
+_PLUS = struct.Struct("<QQQQII" + FUSE_ATTR + "QQII")
 _DIRENT = struct.Struct("<QQII")
 # the 8-byte words of a fuse_direntplus that differ between a shard folder's records: the node
 # id, the attributes' inode number, the entry's inode number and position, and its name's first
@@ -72,6 +73,11 @@ def attr_fields(a: dict[str, int], ino: int, size: int, blocks: int) -> tuple[in
     return (ino, size, blocks, atime // _NS, mtime // _NS, ctime // _NS, atime % _NS, mtime % _NS, ctime % _NS,
             a.get("st_mode", 0), a.get("st_nlink", 1), a.get("st_uid", 0), a.get("st_gid", 0), 0,
             a.get("st_blksize", 0), 0)
+
+
+def attr_of(a: dict[str, int]) -> tuple[int, ...]:
+    """``attr_fields`` of a whole stat dict (its own inode number, size and blocks)."""
+    return attr_fields(a, a.get("st_ino", 0), a.get("st_size", 0), a.get("st_blocks", 0))
 
 
 class Requests:
