@@ -8,12 +8,15 @@ from __future__ import annotations
 import errno
 import importlib
 import os
+import posixpath
+import stat
 import struct
 from typing import Any, Iterator
 
 import pytest
 
 from tfrfs.fuse.edge import Refused
+from tfrfs.fuse.inodes import path_ino
 from tfrfs.fuse.requests import entries
 from test_fuse_direct import ATTRS, answers, attr_fields, read_in, request
 
@@ -187,15 +190,34 @@ class _Record:
 
     def readdir(self, path: str, offset: int, plus: bool) -> Iterator[tuple[int, str, Any]]:
         names = self.FOLDERS[self._inner(path) or ""]
-        yield 1, ".", {"st_ino": 1, "st_mode": 0o40555}
-        for k, name in enumerate(names, 2):
+        yield 1, ".", {"st_ino": path_ino(path), "st_mode": stat.S_IFDIR}
+        yield 2, "..", {"st_ino": path_ino(posixpath.dirname(path)), "st_mode": stat.S_IFDIR}
+        for k, name in enumerate(names, 3):
             yield k, name, self._attrs(path + "/" + name)
 
-    def read_buf(self, path: str, size: int, offset: int) -> tuple[Any, bytes]:
+    def record_folders(self, path: str) -> Iterator[tuple[str, list[tuple[int, str, dict[str, int], Any]]]]:
+        todo = [path]
+        while todo:
+            at = todo.pop()
+            listed = []
+            for k, name in enumerate(self.FOLDERS[self._inner(at) or ""], 3):
+                inner = at + "/" + name
+                node = _Node(inner, self._inner(inner) in self.FOLDERS)
+                listed.append((k, name, self._attrs(inner), node))
+                if node.folder:
+                    todo.append(inner)
+            yield at, listed
+
+    def read_node(self, node: "_Node", size: int, offset: int) -> tuple[Any, bytes]:
         self.reads += 1
-        if self.fail and path.endswith("label.json"):
+        if self.fail and node.path.endswith("label.json"):
             raise Refused(errno.EIO)   # (as a damaged record's value does)
-        return None, self.FILES[self._inner(path) or ""][offset:offset + size]
+        return None, self.FILES[self._inner(node.path) or ""][offset:offset + size]
+
+
+class _Node:
+    def __init__(self, path: str, folder: bool) -> None:
+        self.path, self.folder = path, folder
 
 
 def _mounted(w: int, capacity: int = 64) -> tuple[Any, Any, Any]:
@@ -235,11 +257,11 @@ def test_a_record_looked_into_is_answered_by_the_table_and_its_lookups_given_bac
     assert table.answer(request(READDIRPLUS, record, read_in(0, 0, 4096), unique=8))
     [(error, unique, page)] = answers(r)
     listed = [(nodeid, name) for nodeid, name, _, _ in entries(page, True)]
-    assert (error, unique, listed) == (0, 8, [(0, "."), (image, "image"), (label, "label.json")])
+    assert (error, unique, listed) == (0, 8, [(0, "."), (0, ".."), (image, "image"), (label, "label.json")])
     assert page == requests.readdir(record, 4096, 0, None, True)   # (Python's own count of these:)
     requests.nodes.forget(image, 1)
     requests.nodes.forget(label, 1)
-    assert table.answer(request(READDIRPLUS, record, read_in(0, 3, 4096), unique=9))
+    assert table.answer(request(READDIRPLUS, record, read_in(0, 4, 4096), unique=9))
     assert answers(r) == [(0, 9, b"")]
     assert not table.answer(request(READDIRPLUS, record, read_in(0, 2, 4096)))   # part way: Python's
     # The kernel forgets what it was given: the table takes its own lookups, and keeps the names

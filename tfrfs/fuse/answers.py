@@ -25,11 +25,13 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import posixpath
+import stat as _stat
 import struct
 from typing import Any
 
-from tfrfs.fuse.inodes import is_record_ino
-from tfrfs.fuse.requests import FUSE_ATTR, attr_of, seconds
+from tfrfs.fuse.inodes import is_record_ino, path_ino
+from tfrfs.fuse.requests import FUSE_ATTR, attr_of, pack_fields, plus_length, seconds
 
 log = logging.getLogger("tfrfs")
 
@@ -76,10 +78,8 @@ class Sheets:
 
     def _add(self, record: int) -> None:
         h, table, valid = self.h, self.table, self._valid
-        entries, pages = h.record_sheet(record, LARGEST_HELD)
-        for parent, name, nodeid, attrs, where, data in entries:
-            packed = _FUSE_ATTR.pack(*attr_of(attrs))
-            raw = name.encode("utf-8", "surrogateescape")
+        entries, pages = self.sheet(record)
+        for parent, raw, nodeid, packed, where, data in entries:
             if where is not None:
                 fd, offset, length = where
                 added = table.add(parent, raw, nodeid, packed, *valid, None, fd, offset, length)
@@ -89,6 +89,54 @@ class Sheets:
                 h.nodes.forget(nodeid, 1)
         for nodeid, page, last, named in pages:   # (after the entries they name)
             table.add_page(nodeid, page, last, named)
+
+    def sheet(self, record: int) -> tuple[list[tuple[int, bytes, int, bytes, Any, Any]],
+                                          list[tuple[int, bytes, int, list[int]]]]:
+        """Every file and folder inside record folder ``record``, each counted as one lookup
+        (the table holds them): (parent, name, node id, ``struct fuse_attr``, where, bytes),
+        ``where`` and the bytes as ``Requests.read`` gives a whole file's (both None for a folder,
+        and for a file larger than ``LARGEST_HELD``); and the whole listing of each folder, the
+        record's too: (node id, the page as ``Requests.readdir`` packs it, the position of its
+        last entry, the node ids it names, which are not counted again)."""
+        held: list[int] = []
+        try:
+            return self._sheet(record, held)
+        except BaseException:   # (a damaged record, say): the lookups counted so far go back
+            for nodeid in held:
+                self.h.nodes.forget(nodeid, 1)
+            raise
+
+    def _sheet(self, record: int, held: list[int]) -> tuple[list[tuple[int, bytes, int, bytes, Any, Any]],
+                                                             list[tuple[int, bytes, int, list[int]]]]:
+        ops, looked_up, valid = self.h.ops, self.h.nodes.looked_up, self._valid
+        entries: list[tuple[int, bytes, int, bytes, Any, Any]] = []
+        pages: list[tuple[int, bytes, int, list[int]]] = []
+        start = self.h.nodes.path(record)
+        ids = {start: record}   # the node ids of the folders listed next
+        for path, listed in ops.record_folders(start):
+            parent = ids.pop(path)
+            page = bytearray()
+            for position, of in ((1, path), (2, posixpath.dirname(path))):   # "." and ".."
+                raw = b"." * position
+                pack_fields(page, plus_length(raw), raw, 0, attr_of({"st_mode": _stat.S_IFDIR, "st_ino": path_ino(of)}),
+                            position, valid)
+            last, named = 2, []
+            for position, name, attrs, node in listed:
+                fields = attr_of(attrs)
+                raw = name.encode("utf-8", "surrogateescape")
+                nodeid = looked_up(parent, name, fields[0])
+                held.append(nodeid)
+                named.append(nodeid)
+                pack_fields(page, plus_length(raw), raw, nodeid, fields, position, valid)
+                last = position
+                where = data = None
+                if node.folder:
+                    ids[path + "/" + name] = nodeid
+                elif fields[1] <= LARGEST_HELD:
+                    where, data = ops.read_node(node, fields[1], 0)
+                entries.append((parent, raw, nodeid, _FUSE_ATTR.pack(*fields), where, data))
+            pages.append((parent, bytes(page), last, named))
+        return entries, pages
 
     def forget(self, nodeid: int, count: int) -> int:
         """The kernel forgot ``count`` lookups of ``nodeid``: those the table did not answer."""

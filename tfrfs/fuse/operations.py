@@ -23,9 +23,9 @@ from tfrfs.fuse import libfuse, loop, mountrecord
 from tfrfs.fuse.edge import Edge, Refused, errno_of  # noqa: F401 - errno_of: the map, here too
 from tfrfs.fuse.inodes import ROOT, RecordRun, path_ino, record_ino
 from tfrfs.fuse.requests import Requests
-from tfrfs.errors import Busy, DataLoss, NoAttr, TfrfsError
+from tfrfs.errors import Busy, DataLoss, NoAttr, NotFound, TfrfsError
 from tfrfs.dataset.assembly import Mount
-from tfrfs.view.nodes import FileHandle, MetaFile, RecordBin, RecordDir, ShardDir, Stat, record_name_width
+from tfrfs.view.nodes import FileHandle, MetaFile, Node, RecordBin, RecordDir, ShardDir, Stat, record_name_width
 from tfrfs.fuse.options import FUSE_FLAGS, FUSE_VALUES, Owner
 from tfrfs.view.tree import Tree
 from tfrfs.fuse.watchdog import RequestWatch
@@ -180,6 +180,28 @@ class Operations(Edge):
         for name, is_dir in tree.names(node):
             yield 0, name, {"st_mode": _stat.S_IFDIR if is_dir else _stat.S_IFREG, "st_ino": path_ino(prefix + name)}
 
+    def record_folders(self, path: str) -> Iterator[tuple[str, list[tuple[int, str, dict[str, int], Node]]]]:
+        """Every folder inside record folder ``path`` of a read-only mount, the record's own
+        first and each before its subfolders: (its path, its entries as (position, name,
+        attributes, node)), as ``readdir`` with ``plus`` lists them but "." and "..", found in
+        the record's view rather than by a lookup of each path. Raises as the record's folder
+        does (DataLoss for a damaged record)."""
+        tree = self.tree
+        record = tree.lookup(path)
+        if not isinstance(record, RecordDir):
+            raise NotFound(f"{path}: not a record's folder")
+        todo: list[tuple[str, Node]] = [(path, tree.record_root(record))]
+        attrs = self._attrs
+        while todo:
+            at, folder = todo.pop()
+            listed = []
+            for pos, name, child in tree.entries(folder):
+                inner = at + "/" + name
+                listed.append((pos + 3, name, attrs(tree.stat(child), inner, child), child))
+                if child.folder:
+                    todo.append((inner, child))
+            yield at, listed
+
     def _shard_entries(self, node: ShardDir, prefix: str, offset: int) -> Iterator[Any]:
         """``readdir``'s entries of a read-only shard folder: runs of record folders in bulk
         (``RecordRun``), and each ``.bin`` with (the attributes every ``.bin`` of the shard shares;
@@ -238,7 +260,11 @@ class Operations(Edge):
         """A read of a read-only mount: ((descriptor, position, count), b"") when the bytes lie
         in a file the tree holds open, else (None, the bytes, or a view of the memory the tree
         holds them in)."""
-        served = self.tree.serve(self.tree.lookup(path), size, offset)
+        return self.read_node(self.tree.lookup(path), size, offset)
+
+    def read_node(self, node: Node, size: int, offset: int) -> tuple[tuple[int, int, int] | None, bytes | memoryview]:
+        """``read_buf`` of a node already found."""
+        served = self.tree.serve(node, size, offset)
         if isinstance(served, tuple):
             return served, b""
         return None, served

@@ -141,48 +141,6 @@ class Requests:
             count = self.answered_elsewhere(nodeid, count)
         self.nodes.forget(nodeid, count)
 
-    def record_sheet(self, record: int, largest: int) -> tuple[list[tuple[int, str, int, dict[str, int], Any, Any]],
-                                                              list[tuple[int, bytes, int, list[int]]]]:
-        """Every file and folder inside record folder ``record`` of a read-only mount, each
-        counted as one lookup (``answers.Sheets`` holds them): (parent, name, node id, attributes,
-        where, bytes), ``where`` and the bytes as ``read`` gives a whole file's (both None for a
-        folder, and for a file larger than ``largest``); and the whole listing of each folder,
-        the record's too: (node id, the page as readdirplus packs it, the position of its last
-        entry, the node ids it names, which are not counted here)."""
-        out: list[tuple[int, str, int, dict[str, int], Any, Any]] = []
-        pages: list[tuple[int, bytes, int, list[int]]] = []
-        try:
-            self._sheet(record, largest, out, pages)
-        except BaseException:   # (a damaged record, say): the lookups counted so far go back
-            for entry in out:
-                self.nodes.forget(entry[2], 1)
-            raise
-        return out, pages
-
-    def _sheet(self, record: int, largest: int, out: list[tuple[int, str, int, dict[str, int], Any, Any]],
-               pages: list[tuple[int, bytes, int, list[int]]]) -> None:
-        todo = [(record, self._path(record))]
-        valid = self._valid
-        while todo:
-            parent, path = todo.pop()
-            page = bytearray()
-            last, named = 0, []
-            for position, name, attrs in self.ops.readdir(path, 0, True):
-                last = position
-                if name == "." or name == ".." or type(attrs) is not dict or "st_size" not in attrs:
-                    nodeid = 0
-                else:
-                    nodeid = self.nodes.looked_up(parent, name, attrs["st_ino"])
-                    named.append(nodeid)
-                    child = path + "/" + name
-                    if _stat.S_ISDIR(attrs["st_mode"]):
-                        todo.append((nodeid, child))
-                    out.append((parent, name, nodeid, attrs, None, None))
-                    if not _stat.S_ISDIR(attrs["st_mode"]) and attrs["st_size"] <= largest:
-                        out[-1] = (parent, name, nodeid, attrs, *self.ops.read_buf(child, attrs["st_size"], 0))
-                _pack_plus(page, nodeid, name, position, attrs, valid)
-            pages.append((parent, bytes(page), last, named))
-
     def forget_many(self, forgets: list[tuple[int, int]]) -> None:
         elsewhere = self.answered_elsewhere
         for nodeid, count in forgets:
@@ -475,19 +433,23 @@ class Requests:
 
 def _pack_entry(out: bytearray, length: int, raw: bytes, nodeid: int, a: dict[str, int], ino: int, st_size: int,
                 blocks: int, position: int, valid: tuple[int, int, int, int]) -> None:
+    pack_fields(out, length, raw, nodeid, attr_fields(a, ino, st_size, blocks), position, valid)
+
+
+def pack_fields(out: bytearray, length: int, raw: bytes, nodeid: int, fields: tuple[int, ...], position: int,
+                valid: tuple[int, int, int, int]) -> None:
+    """Add a readdirplus entry of ``length`` bytes (name ``raw``, node id ``nodeid``, ``struct
+    fuse_attr`` ``fields``) at the end of ``out``."""
     start = len(out)
     out += bytes(length)
     _PLUS.pack_into(out, start, nodeid, 0, valid[0], valid[2], valid[1], valid[3],
-                    *attr_fields(a, ino, st_size, blocks), ino, position, len(raw), _stat.S_IFMT(a["st_mode"]) >> 12)
+                    *fields, fields[0], position, len(raw), _stat.S_IFMT(fields[9]) >> 12)
     out[start + _PLUS.size:start + _PLUS.size + len(raw)] = raw
 
 
-def _pack_plus(out: bytearray, nodeid: int, name: str, position: int, a: dict[str, int],
-               valid: tuple[int, int, int, int]) -> None:
-    """An entry inside a record (its attributes a dict), with node id ``nodeid``, as ``_add_plus`` packs it."""
-    raw = name.encode("utf-8", "surrogateescape")
-    _pack_entry(out, _PLUS.size + ((len(raw) + 7) & ~7), raw, nodeid, a, a["st_ino"], a.get("st_size", 0),
-                a.get("st_blocks", 0), position, valid)
+def plus_length(raw: bytes) -> int:
+    """The length of a readdirplus entry named ``raw``."""
+    return _PLUS.size + ((len(raw) + 7) & ~7)
 
 
 def _add_dirent(out: bytearray, size: int, name: str, ino: int, position: int, mode: int) -> bool:
