@@ -4,10 +4,14 @@
  * The kernel's requests and answers are laid out as linux/fuse.h has them: fuse_in_header
  * (len, opcode, unique, nodeid, uid, gid, pid, padding: 40 bytes), then the request's own struct;
  * fuse_out_header (len, error, unique: 16 bytes), then fuse_entry_out, fuse_attr_out or the bytes
- * read. The table is read and changed only while the GIL is held; the bytes a read answers with
- * are kept alive by a reference count while the GIL is let go for the read and the write.
+ * read. Requests are answered without the GIL, by ``serve`` (a loop reading the device) or by
+ * ``answer``; the table is read and changed with its lock held, and the bytes a read answers with
+ * are kept alive by a reference count while they are read and written, the lock let go.
  */
 #include "_answer_table.h"
+
+#include <poll.h>
+#include <time.h>
 
 /* -- answers -------------------------------------------------------------------------- */
 
@@ -47,17 +51,9 @@ static int read_range(source *s, uint64_t offset, uint64_t count, size_t *got) {
     return 0;
 }
 
-/* Answer ``unique`` with ``body`` (which the caller keeps until this returns), the GIL let go. */
-static int reply(Table *t, uint64_t unique, const void *body, size_t size) {
-    int fd = t->fd;
-    Py_BEGIN_ALLOW_THREADS
-    send_answer(fd, unique, 0, body, size);
-    Py_END_ALLOW_THREADS
-    return 1;
-}
-
-/* 1: answered; 0: not in the table (Python answers). */
-static int answer(Table *t, const unsigned char *raw, Py_ssize_t size) {
+/* 1: answered; 0: not in the table (Python answers). Called without the GIL; takes the lock
+ * to find the entry and copy what the answer needs, and lets it go before the read and the write. */
+static int answer(Table *t, const unsigned char *raw, size_t size) {
     if (size < IN_SIZE)
         return 0;
     uint32_t opcode;
@@ -68,12 +64,15 @@ static int answer(Table *t, const unsigned char *raw, Py_ssize_t size) {
     if (opcode == OP_LOOKUP) {
         const char *name = (const char *)raw + IN_SIZE;
         const char *end = memchr(name, 0, size - IN_SIZE);
-        uint32_t len = (uint32_t)(end ? end - name : size - IN_SIZE);
-        int32_t k = find_name(t, nodeid, name, len);
-        if (k < 0)
-            return 0;
-        entry *e = &t->entries[k];
+        uint32_t len = (uint32_t)(end ? (size_t)(end - name) : size - IN_SIZE);
         unsigned char out[40 + ATTR_SIZE];   /* fuse_entry_out */
+        pthread_mutex_lock(&t->lock);
+        int32_t k = find_name(t, nodeid, name, len);
+        if (k < 0) {
+            pthread_mutex_unlock(&t->lock);
+            return 0;
+        }
+        entry *e = &t->entries[k];
         uint64_t generation = 0;
         memcpy(out, &e->nodeid, 8);
         memcpy(out + 8, &generation, 8);
@@ -83,81 +82,126 @@ static int answer(Table *t, const unsigned char *raw, Py_ssize_t size) {
         memcpy(out + 36, &e->attr_nsec, 4);
         memcpy(out + 40, e->attr, ATTR_SIZE);
         e->lookups++;
-        return reply(t, unique, out, sizeof out);
+        pthread_mutex_unlock(&t->lock);
+        send_answer(t->fd, unique, 0, out, sizeof out);
+        return 1;
     }
     if (opcode == OP_GETATTR) {
-        int32_t k = find_node(t, nodeid);
-        if (k < 0 || t->entries[k].parent == NAMELESS)
-            return 0;
-        entry *e = &t->entries[k];
         unsigned char out[16 + ATTR_SIZE];   /* fuse_attr_out */
+        pthread_mutex_lock(&t->lock);
+        int32_t k = find_node(t, nodeid);
+        if (k < 0 || t->entries[k].parent == NAMELESS) {
+            pthread_mutex_unlock(&t->lock);
+            return 0;
+        }
+        entry *e = &t->entries[k];
         uint32_t dummy = 0;
         memcpy(out, &e->attr_valid, 8);
         memcpy(out + 8, &e->attr_nsec, 4);
         memcpy(out + 12, &dummy, 4);
         memcpy(out + 16, e->attr, ATTR_SIZE);
-        return reply(t, unique, out, sizeof out);
+        pthread_mutex_unlock(&t->lock);
+        send_answer(t->fd, unique, 0, out, sizeof out);
+        return 1;
     }
     if (opcode == OP_READDIRPLUS) {
         if (size < IN_SIZE + 20)
             return 0;
-        int32_t k = find_node(t, nodeid);
-        if (k < 0 || !t->entries[k].page)
-            return 0;
-        entry *e = &t->entries[k];
         uint64_t offset;
         uint32_t want;
         memcpy(&offset, raw + IN_SIZE + 8, 8);
         memcpy(&want, raw + IN_SIZE + 16, 4);
-        if (offset == e->last_off)   /* after the last entry: the end */
-            return reply(t, unique, NULL, 0);
-        if (offset != 0 || want < e->page_len)
-            return 0;
-        int32_t held[64];
-        if (e->n_children > 64)
-            return 0;
-        for (uint32_t i = 0; i < e->n_children; i++) {   /* every node it names must be here */
-            held[i] = find_node(t, e->children[i]);
-            if (held[i] < 0)
-                return 0;
+        char copy[4096];   /* (add_page holds pages of at most 4 KiB) */
+        uint32_t length = 0;
+        pthread_mutex_lock(&t->lock);
+        int32_t k = find_node(t, nodeid);
+        entry *e = k < 0 ? NULL : &t->entries[k];
+        int found = e && e->page;
+        if (found && offset == e->last_off) {   /* after the last entry: the end */
+            pthread_mutex_unlock(&t->lock);
+            send_answer(t->fd, unique, 0, NULL, 0);
+            return 1;
         }
-        for (uint32_t i = 0; i < e->n_children; i++)
-            t->entries[held[i]].lookups++;
-        /* copied: once the GIL is let go, another thread may drop the entry (add_page holds
-         * pages of at most 4 KiB) */
-        char copy[4096];
-        memcpy(copy, e->page, e->page_len);
-        return reply(t, unique, copy, e->page_len);
+        int32_t held[64];
+        found = found && offset == 0 && want >= e->page_len && e->n_children <= 64;
+        for (uint32_t i = 0; found && i < e->n_children; i++) {   /* every node it names must be here */
+            held[i] = find_node(t, e->children[i]);
+            found = held[i] >= 0;
+        }
+        if (found) {
+            for (uint32_t i = 0; i < e->n_children; i++)
+                t->entries[held[i]].lookups++;
+            length = e->page_len;
+            memcpy(copy, e->page, length);
+        }
+        pthread_mutex_unlock(&t->lock);
+        if (!found)
+            return 0;
+        send_answer(t->fd, unique, 0, copy, length);
+        return 1;
     }
     if (opcode == OP_READ) {
         if (size < IN_SIZE + 20)
             return 0;
-        int32_t k = find_node(t, nodeid);
-        if (k < 0 || t->entries[k].content == NULL)
-            return 0;
         uint64_t offset;
         uint32_t want;
         memcpy(&offset, raw + IN_SIZE + 8, 8);
         memcpy(&want, raw + IN_SIZE + 16, 4);
-        source *s = t->entries[k].content;
-        __atomic_add_fetch(&s->refs, 1, __ATOMIC_ACQ_REL);
+        pthread_mutex_lock(&t->lock);
+        int32_t k = find_node(t, nodeid);
+        source *s = k < 0 ? NULL : t->entries[k].content;
+        if (s)   /* kept while it is read, should the entry go meanwhile */
+            __atomic_add_fetch(&s->refs, 1, __ATOMIC_ACQ_REL);
+        pthread_mutex_unlock(&t->lock);
+        if (!s)
+            return 0;
         uint64_t count = offset >= s->length ? 0 : s->length - offset;
         if (count > want)
             count = want;
-        int fd = t->fd;
-        Py_BEGIN_ALLOW_THREADS
         if (!s->file) {
-            send_answer(fd, unique, 0, count ? s->bytes + offset : NULL, count);
+            send_answer(t->fd, unique, 0, count ? s->bytes + offset : NULL, count);
         } else {
             size_t got = 0;
             int error = read_range(s, offset, count, &got);
-            send_answer(fd, unique, error, error ? NULL : read_buf, error ? 0 : got);
+            send_answer(t->fd, unique, error, error ? NULL : read_buf, error ? 0 : got);
         }
         source_release(s);
-        Py_END_ALLOW_THREADS
         return 1;
     }
     return 0;
+}
+
+/* Read requests from the device into ``buf`` and answer those the table holds, until one it does
+ * not hold (its size, for Python to answer), or the device fails: -errno (EINTR: a signal for
+ * Python to handle), or 0 once the file system is unmounted. Before each read, with ``spin_us``,
+ * watch the device that long for the next request rather than sleep in read() at once. Without
+ * the GIL. */
+static ssize_t serve(Table *t, unsigned char *buf, size_t size, long spin_us) {
+    struct pollfd watch = {.fd = t->fd, .events = POLLIN};
+    for (;;) {
+        if (spin_us > 0) {
+            struct timespec now, until;
+            clock_gettime(CLOCK_MONOTONIC, &until);
+            until.tv_nsec += spin_us * 1000;
+            until.tv_sec += until.tv_nsec / 1000000000;
+            until.tv_nsec %= 1000000000;
+            do {
+                if (poll(&watch, 1, 0) != 0)
+                    break;
+                clock_gettime(CLOCK_MONOTONIC, &now);
+            } while (now.tv_sec < until.tv_sec || (now.tv_sec == until.tv_sec && now.tv_nsec < until.tv_nsec));
+        }
+        ssize_t n = read(t->fd, buf, size);
+        if (n < 0) {
+            if (errno == ENOENT)   /* a request interrupted before it was read: the next */
+                continue;
+            return errno == ENODEV ? 0 : -errno;
+        }
+        if (n == 0)
+            return 0;
+        if (!answer(t, buf, (size_t)n))
+            return n;
+    }
 }
 
 /* -- the Python type ------------------------------------------------------------------- */
@@ -174,6 +218,11 @@ static int Table_init(Table *self, PyObject *args, PyObject *kw) {
     uint32_t slots = 1;
     while (slots < (uint32_t)cap * 2)
         slots <<= 1;
+    if (self->entries) {
+        PyErr_SetString(PyExc_ValueError, "the table is set up already");
+        return -1;
+    }
+    pthread_mutex_init(&self->lock, NULL);
     self->fd = fd;
     self->cap = cap;
     self->entries = calloc(cap, sizeof(entry));
@@ -205,7 +254,52 @@ static void Table_dealloc(Table *self) {
     free(self->name_heads);
     free(self->node_heads);
     free(self->evicted);
+    if (self->entries)
+        pthread_mutex_destroy(&self->lock);
     Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Put an entry in the table, taking ``name`` and ``content`` (whose file, for ``fd`` >= 0, is
+ * found here): 1; 0 if the name or the node is there already (the caller frees both); -1 with an
+ * exception set. Lock held. */
+static int add_entry(Table *self, uint64_t parent, char *name, uint32_t name_len, uint64_t nodeid,
+                     const char *attr, uint64_t ev, uint32_t evn, uint64_t av, uint32_t avn, source *content, int fd) {
+    if (find_name(self, parent, name, name_len) >= 0 || find_node(self, nodeid) >= 0)
+        return 0;
+    if (content && fd >= 0 && !(content->file = file_of(self, fd)))
+        return -1;
+    int32_t k = self->next;
+    entry *e = &self->entries[k];
+    if (drop(self, k) < 0) {
+        if (content && content->file) {
+            file_unused(self, content->file);
+            handle_release(content->file);   /* the reference file_of gave for content */
+            content->file = NULL;
+        }
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->next = (self->next + 1) % self->cap;
+    e->name = name;
+    e->name_len = name_len;
+    e->parent = parent;
+    e->nodeid = nodeid;
+    memcpy(e->attr, attr, ATTR_SIZE);
+    e->entry_valid = ev;
+    e->entry_nsec = evn;
+    e->attr_valid = av;
+    e->attr_nsec = avn;
+    e->content = content;
+    e->lookups = 0;
+    e->used = 1;
+    uint32_t h = name_hash(parent, name, name_len) & self->mask;
+    e->next_name = self->name_heads[h];
+    self->name_heads[h] = k;
+    h = node_hash(nodeid) & self->mask;
+    e->next_node = self->node_heads[h];
+    self->node_heads[h] = k;
+    self->count++;
+    return 1;
 }
 
 static PyObject *Table_add(Table *self, PyObject *args) {
@@ -226,9 +320,7 @@ static PyObject *Table_add(Table *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "the table is not set up");
         return NULL;
     }
-    if (find_name(self, parent, name, (uint32_t)name_len) >= 0 || find_node(self, nodeid) >= 0)
-        Py_RETURN_FALSE;
-    source *content = NULL;
+    source *content = NULL;   /* the bytes copied before the lock is taken */
     if (data != Py_None) {
         Py_buffer view;
         if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
@@ -248,44 +340,27 @@ static PyObject *Table_add(Table *self, PyObject *args) {
         content = malloc(sizeof(source));
         if (!content)
             return PyErr_NoMemory();
-        content->file = file_of(self, fd);
-        if (!content->file) {
-            free(content);
-            return NULL;
-        }
+        content->file = NULL;
         content->refs = 1;
         content->offset = offset;
         content->length = length;
     }
-    int32_t k = self->next;
-    self->next = (self->next + 1) % self->cap;
-    entry *e = &self->entries[k];
-    if (drop(self, k) < 0 || !(e->name = malloc(name_len ? name_len : 1))) {
-        if (content && content->file)
-            file_unused(self, content->file);
-        source_release(content);
+    char *copy = malloc(name_len ? name_len : 1);
+    if (!copy) {
+        free(content);
         return PyErr_NoMemory();
     }
-    memcpy(e->name, name, name_len);
-    e->name_len = (uint32_t)name_len;
-    e->parent = parent;
-    e->nodeid = nodeid;
-    memcpy(e->attr, attr, ATTR_SIZE);
-    e->entry_valid = ev;
-    e->entry_nsec = evn;
-    e->attr_valid = av;
-    e->attr_nsec = avn;
-    e->content = content;
-    e->lookups = 0;
-    e->used = 1;
-    uint32_t h = name_hash(parent, name, (uint32_t)name_len) & self->mask;
-    e->next_name = self->name_heads[h];
-    self->name_heads[h] = k;
-    h = node_hash(nodeid) & self->mask;
-    e->next_node = self->node_heads[h];
-    self->node_heads[h] = k;
-    self->count++;
-    Py_RETURN_TRUE;
+    memcpy(copy, name, name_len);
+    pthread_mutex_lock(&self->lock);
+    int added = add_entry(self, parent, copy, (uint32_t)name_len, nodeid, attr, ev, evn, av, avn, content, fd);
+    pthread_mutex_unlock(&self->lock);
+    if (added <= 0) {
+        free(copy);
+        free(content);
+    }
+    if (added < 0)
+        return NULL;
+    return PyBool_FromLong(added);
 }
 
 static PyObject *Table_add_page(Table *self, PyObject *args) {
@@ -326,16 +401,27 @@ static PyObject *Table_add_page(Table *self, PyObject *args) {
     }
     Py_DECREF(seq);
     memcpy(copy, page, page_len);
+    char *nameless = malloc(1);
+    if (!nameless) {
+        free(ids);
+        free(copy);
+        return PyErr_NoMemory();
+    }
+    pthread_mutex_lock(&self->lock);
     int32_t k = find_node(self, nodeid);
     if (k < 0) {   /* a folder the table holds no entry for (a record's): one for its listing */
         k = self->next;
-        self->next = (self->next + 1) % self->cap;
         entry *e = &self->entries[k];
-        if (drop(self, k) < 0 || !(e->name = malloc(1))) {
+        if (drop(self, k) < 0) {
+            pthread_mutex_unlock(&self->lock);
             free(ids);
             free(copy);
+            free(nameless);
             return PyErr_NoMemory();
         }
+        self->next = (self->next + 1) % self->cap;
+        e->name = nameless;
+        nameless = NULL;
         e->name_len = 0;
         e->parent = NAMELESS;
         e->nodeid = nodeid;
@@ -354,6 +440,8 @@ static PyObject *Table_add_page(Table *self, PyObject *args) {
     e->last_off = last_off;
     e->children = ids;
     e->n_children = (uint32_t)n;
+    pthread_mutex_unlock(&self->lock);
+    free(nameless);
     Py_RETURN_TRUE;
 }
 
@@ -361,7 +449,12 @@ static PyObject *Table_answer(Table *self, PyObject *arg) {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    int done = self->entries ? answer(self, view.buf, view.len) : 0;
+    int done = 0;
+    if (self->entries) {
+        Py_BEGIN_ALLOW_THREADS
+        done = answer(self, view.buf, (size_t)view.len);
+        Py_END_ALLOW_THREADS
+    }
     PyBuffer_Release(&view);
     return PyBool_FromLong(done);
 }
@@ -373,44 +466,79 @@ static PyObject *Table_answer_at(Table *self, PyObject *args) {
         return NULL;
     if (!self->entries || !address || size < 0)
         Py_RETURN_FALSE;
-    return PyBool_FromLong(answer(self, (const unsigned char *)(uintptr_t)address, size));
+    int done;
+    Py_BEGIN_ALLOW_THREADS
+    done = answer(self, (const unsigned char *)(uintptr_t)address, (size_t)size);
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(done);
+}
+
+static PyObject *Table_serve(Table *self, PyObject *args) {
+    unsigned long long address;
+    Py_ssize_t size;
+    long spin_us;
+    if (!PyArg_ParseTuple(args, "Knl", &address, &size, &spin_us))
+        return NULL;
+    if (!self->entries || !address || size < 8192) {
+        PyErr_SetString(PyExc_ValueError, "serve: a table set up, and a buffer of at least 8 KiB");
+        return NULL;
+    }
+    ssize_t n;
+    Py_BEGIN_ALLOW_THREADS
+    n = serve(self, (unsigned char *)(uintptr_t)address, (size_t)size, spin_us);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromSsize_t(n);
 }
 
 static PyObject *Table_forget(Table *self, PyObject *args) {
     unsigned long long nodeid, count;
     if (!PyArg_ParseTuple(args, "KK", &nodeid, &count))
         return NULL;
-    int32_t k = self->entries ? find_node(self, nodeid) : -1;
-    if (k < 0)
+    if (!self->entries)
         return PyLong_FromLong(0);
-    entry *e = &self->entries[k];
-    uint64_t taken = count < e->lookups ? count : e->lookups;
-    e->lookups -= taken;
+    uint64_t taken = 0;
+    pthread_mutex_lock(&self->lock);
+    int32_t k = find_node(self, nodeid);
+    if (k >= 0) {
+        entry *e = &self->entries[k];
+        taken = count < e->lookups ? count : e->lookups;
+        e->lookups -= taken;
+    }
+    pthread_mutex_unlock(&self->lock);
     return PyLong_FromUnsignedLongLong(taken);
 }
 
 static PyObject *Table_evicted(Table *self, PyObject *Py_UNUSED(ignored)) {
-    PyObject *out = PyList_New(self->n_evicted / 2);
-    if (!out)
-        return NULL;
-    for (Py_ssize_t i = 0; i < self->n_evicted / 2; i++) {
-        PyObject *pair = Py_BuildValue("(KK)", (unsigned long long)self->evicted[2 * i],
-                                       (unsigned long long)self->evicted[2 * i + 1]);
-        if (!pair) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyList_SET_ITEM(out, i, pair);
+    /* taken with the lock held, made into Python objects after (which may run Python code) */
+    pthread_mutex_lock(&self->lock);
+    Py_ssize_t n = self->n_evicted / 2;
+    uint64_t *pairs = self->evicted;
+    self->evicted = NULL;
+    self->n_evicted = self->cap_evicted = 0;
+    pthread_mutex_unlock(&self->lock);
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        PyObject *pair = Py_BuildValue("(KK)", (unsigned long long)pairs[2 * i], (unsigned long long)pairs[2 * i + 1]);
+        if (!pair)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, i, pair);
     }
-    self->n_evicted = 0;
+    free(pairs);
     return out;
 }
 
 static PyObject *Table_clear(Table *self, PyObject *Py_UNUSED(ignored)) {
-    for (int32_t k = 0; self->entries && k < self->cap; k++)
-        if (drop(self, k) < 0)
-            return PyErr_NoMemory();
-    self->next = 0;
+    int failed = 0;
+    if (self->entries) {
+        pthread_mutex_lock(&self->lock);
+        for (int32_t k = 0; k < self->cap && !failed; k++)
+            failed = drop(self, k) < 0;
+        self->next = 0;
+        pthread_mutex_unlock(&self->lock);
+    }
+    if (failed)
+        return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
 
@@ -427,6 +555,9 @@ static PyMethodDef Table_methods[] = {
      "False if too large to hold"},
     {"answer", (PyCFunction)Table_answer, METH_O, "answer(request bytes) -> True if answered"},
     {"answer_at", (PyCFunction)Table_answer_at, METH_VARARGS, "answer_at(address, size): answer, from memory"},
+    {"serve", (PyCFunction)Table_serve, METH_VARARGS,
+     "serve(address, size, spin_us): read requests from the device into the buffer at address and answer "
+     "those held here, until one that is not (its size), an error (-errno) or the unmount (0)"},
     {"forget", (PyCFunction)Table_forget, METH_VARARGS, "forget(nodeid, count) -> the lookups of count answered here"},
     {"evicted", (PyCFunction)Table_evicted, METH_NOARGS, "[(nodeid, lookups)] of entries dropped since the last call"},
     {"clear", (PyCFunction)Table_clear, METH_NOARGS, "drop every entry (each then in evicted())"},

@@ -1,7 +1,8 @@
 /* The table of tfrfs.fuse._answer (_answer.c, which includes this file once): its entries, kept
  * in two hash tables (by parent and name, by node id) and used in turn (the oldest goes first), and
  * the bytes they answer reads with (in memory, or a range of an open file, each with a reference
- * count). Changed only while the GIL is held, but for the reference counts. */
+ * count). Read and changed only while ``lock`` is held: by the Python side with the GIL held too,
+ * by the answers without it (they never take the GIL while they hold the lock). */
 #ifndef TFRFS_ANSWER_TABLE_H
 #define TFRFS_ANSWER_TABLE_H
 
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -33,7 +35,7 @@ typedef struct {
     int fd;
     dev_t dev;
     ino_t ino;
-    long entries;       /* entries of the table that read from it (changed with the GIL held) */
+    long entries;       /* entries of the table that read from it (changed with the lock held) */
 } handle;
 
 /* A file's bytes: held in memory, or a range of an open file. */
@@ -66,6 +68,7 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
+    pthread_mutex_t lock;
     int fd;
     int32_t cap, next;          /* entries are used in turn: the oldest goes first */
     int32_t count;
@@ -97,7 +100,7 @@ static void source_release(source *s) {
 }
 
 /* The table's handle on the file open as ``fd`` (a new one if it has none), with one more
- * reference for the caller; NULL and an exception set on failure. GIL held. */
+ * reference for the caller; NULL and an exception set on failure. GIL and lock held. */
 static handle *file_of(Table *t, int fd) {
     struct stat st;
     if (fstat(fd, &st) < 0) {
@@ -141,7 +144,7 @@ static handle *file_of(Table *t, int fd) {
     return h;
 }
 
-/* An entry reading from ``h`` is gone: the last one lets the table's handle go. GIL held. */
+/* An entry reading from ``h`` is gone: the last one lets the table's handle go. Lock held. */
 static void file_unused(Table *t, handle *h) {
     if (--h->entries > 0)
         return;

@@ -17,6 +17,7 @@ can be interrupted part way.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import logging
 import os
@@ -32,6 +33,8 @@ log = logging.getLogger("tfrfs")
 
 LOOKUP, FORGET, GETATTR, READ, READDIR, INTERRUPT, IOCTL, BATCH_FORGET, READDIRPLUS = 1, 2, 3, 15, 28, 36, 39, 42, 44
 LARGEST = 4096   # the longest request answered here (a lookup: the header and a name)
+# Room for any request as libfuse reads them (the largest: a write of 1 MiB and its header)
+REQUEST_SPACE = (1 << 20) + (1 << 13)
 
 _IN = struct.Struct("<IIQQ")          # fuse_in_header: len, opcode, unique, nodeid (then uid, gid, pid, ...)
 _IN_SIZE = 40
@@ -66,6 +69,27 @@ class Answerer:
         }
         self._timeouts: dict[float, tuple[int, int]] = {}
         self._buffers = threading.local()   # each thread's buffer for bytes read from a file
+
+    def serve(self, spin_us: int, exited: Callable[[], bool], rest: Callable[[int, int], None]) -> int | None:
+        """A worker's loop over the compiled table: it reads the device itself and answers what
+        the table holds without the GIL (``Table.serve``); what it does not hold is answered
+        here, or by ``rest(address, size)`` (libfuse). Returns 0 once the file system is
+        unmounted, -errno if reading the device failed, None once ``exited()``. With
+        ``spin_us``, the device is watched that long for the next request before read() sleeps."""
+        assert self.table is not None
+        space = ctypes.create_string_buffer(REQUEST_SPACE)
+        address, answer, table = ctypes.addressof(space), self.answer, self.table
+        while not exited():
+            size = table.serve(address, REQUEST_SPACE, spin_us)
+            if size in (-errno.EINTR, -errno.EAGAIN):   # (a signal: Python's handler has run)
+                continue
+            if size <= 0:
+                return int(size)
+            if exited():   # (read after the session ended: left, as before the C loop, to the unmount)
+                return None
+            if size > LARGEST or not answer(ctypes.string_at(address, size)):
+                rest(address, size)
+        return None
 
     def answer(self, raw: bytes) -> bool:
         """Answer request ``raw`` (its whole bytes, header first) if it is one of those above."""

@@ -8,7 +8,7 @@ at once, so requests that wait on the disk or the network overlap.
 
 - ``Session``: a low-level session answering with a ``handler`` (``tfrfs.fuse.requests``), served
   by ``workers`` threads until the kernel unmounts it or a stop signal comes (``End`` says which).
-- ``Notifier``: tells the kernel to forget a name or a node's cached data, from its own thread.
+- ``Session.notifier``: tells the kernel to forget a name or a node's cached data (``notices``).
 - ``widen_readahead``: the mount's read-ahead in sysfs.
 
 Every callback answers its request exactly once. The handler raises ``Refused`` (an errno) for a
@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 from tfrfs.fuse import direct, turns
 from tfrfs.fuse.edge import Refused, errno_of
+from tfrfs.fuse.notices import Notifier
 from tfrfs.fuse.loop import (UTIME_NOW, WAKE, Conn, End, Entry, MountFailed, Opened, SetAttr, read_signal,
                              signal_name, stop_signals)
 
@@ -384,7 +385,9 @@ class Session:
     ``serve`` mounts, answers requests until the kernel unmounts the file system or a stop signal
     (SIGTERM, SIGINT, SIGHUP) comes, and returns why (``End``) with the mount already detached;
     ``close`` then frees the session. One worker, the reader, takes the requests one at a time;
-    the others help while it waits on the disk or the network (``turns``). A stop signal is read by the calling thread from a wakeup pipe (Python's
+    the others help while it waits on the disk or the network (``turns``). Over the compiled
+    table (a local read-only mount: ``answers``) every worker reads the device itself, in C, and
+    answers what the table holds without Python's lock (``direct.Answerer.serve``). A stop signal is read by the calling thread from a wakeup pipe (Python's
     handler writes the signal's number there), so an unmount can be told from a signal; the
     workers are then woken with ``WAKE`` to see that the session ended.
     """
@@ -392,6 +395,7 @@ class Session:
     def __init__(self, handler: Any, options: str, workers: int, poll_us: int = 0) -> None:
         self.workers = max(1, workers)
         self.turns = turns.Turns(poll_us)
+        self._poll_us = poll_us
         self._keep = _callbacks(handler)   # the C callbacks must live as long as the session
         ops = _LowlevelOps(**{name: _CALLBACK[name](fn) for name, fn in self._keep.items()})
         self._ops = ops
@@ -454,14 +458,20 @@ class Session:
                     return End("exited")
 
     def _work(self, k: int) -> None:
-        """Worker ``k``: the reader (0), or a helper (see ``_help``)."""
+        """Worker ``k``: the reader (0), or a helper (see ``_help``); over the compiled table,
+        each reads the device (``direct.Answerer.serve``), the first watching it ``poll_us``."""
         buf = _Buf()
         se, bufp = self.se, ctypes.byref(buf)
         end = End("exited")
         device = select.poll()
         device.register(_session_fd(se), select.POLLIN)
+        d = self._direct
         try:
-            end = self._read(buf, bufp, device) if k == 0 else self._help(buf, bufp, device)
+            if d is not None and d.table is not None:
+                res = d.serve(self._poll_us if k == 0 else 0, lambda: bool(_session_exited(se)), self._rest)
+                end = End("exited") if res is None else self._ended(res)
+            else:
+                end = self._read(buf, bufp, device) if k == 0 else self._help(buf, bufp, device)
         finally:
             _libc.free(buf.mem)
             self._ends.append(end)
@@ -500,6 +510,10 @@ class Session:
             self._answer(buf, bufp, res)
         return End("exited")
 
+    def _rest(self, address: int, size: int) -> None:
+        """Hand libfuse the request of ``size`` bytes at ``address``."""
+        _process(self.se, ctypes.byref(_Buf(size, 0, address, -1, 0)))
+
     def _answer(self, buf: _Buf, bufp: Any, res: int) -> None:
         d = self._direct
         if d is None or res > direct.LARGEST or buf.flags & _BUF_IS_FD:
@@ -532,68 +546,11 @@ class Session:
             log.info("a request was still being answered when the mount ended")
         self.se = None
 
-    def notifier(self) -> "Notifier":
-        return Notifier(self.se)
+    def notifier(self) -> Notifier:
+        se = self.se
 
-
-class Notifier:
-    """Tells the kernel to forget names and nodes' cached contents, from a thread of its own.
-
-    Sent from inside a request, a notice could wait on a lock that the request holds (libfuse's
-    rule for notifications), so ``forget_name`` and ``forget_node`` only queue; ``settle`` waits
-    until what was queued has been sent.
-    """
-
-    def __init__(self, se: int) -> None:
-        self._se = se
-        self._changed = threading.Condition()
-        self._queue: list[tuple[int, bytes | None]] = []
-        self._asked = 0        # notices queued so far
-        self._sent = 0         # of those, the ones sent
-        self._stopped = False
-        threading.Thread(target=self._run, name="tfrfs-notify", daemon=True).start()
-
-    def forget_name(self, parent: int, name: str) -> None:
-        self._queue_one(parent, name.encode("utf-8", "surrogateescape"))
-
-    def forget_node(self, nodeid: int) -> None:
-        """The kernel's cached data of ``nodeid`` (a folder's listing, a file's pages) is stale."""
-        self._queue_one(nodeid, None)
-
-    def _queue_one(self, nodeid: int, name: bytes | None) -> None:
-        with self._changed:
-            self._queue.append((nodeid, name))
-            self._asked += 1
-            self._changed.notify_all()
-
-    def settle(self, timeout: float) -> None:
-        """Wait, at most ``timeout`` seconds, until every notice queued so far has been sent. Call
-        it only while answering a request that holds no folder's lock (a read)."""
-        with self._changed:
-            asked = self._asked
-            self._changed.wait_for(lambda: self._sent >= asked or self._stopped, timeout)
-
-    def _run(self) -> None:
-        while True:
-            with self._changed:
-                self._changed.wait_for(lambda: bool(self._queue))
-                batch, self._queue = self._queue, []
-            gone = False
-            for nodeid, name in batch:
-                if name is None:
-                    rc = _notify_inval_inode(self._se, nodeid, 0, 0)
-                else:
-                    rc = _notify_inval_entry(self._se, nodeid, name, len(name))
-                gone = rc in (-errno.ENODEV, -errno.EBADF)   # unmounted
-                if rc not in (0, -errno.ENOENT) and not gone:   # ENOENT: the kernel holds no such node
-                    log.debug("kernel notification for node %d failed: %s", nodeid, os.strerror(-rc))
-                if gone:
-                    break
-            with self._changed:
-                self._sent += len(batch)
-                self._stopped = gone
-                self._changed.notify_all()
-            if gone:
-                return
-
-
+        def send(nodeid: int, name: bytes | None) -> int:
+            if name is None:
+                return int(_notify_inval_inode(se, nodeid, 0, 0))
+            return int(_notify_inval_entry(se, nodeid, name, len(name)))
+        return Notifier(send)

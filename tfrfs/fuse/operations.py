@@ -20,6 +20,7 @@ import threading
 from typing import Any, Callable, Iterator, Mapping
 
 from tfrfs.fuse import libfuse, loop, mountrecord
+from tfrfs.fuse.notices import Notifier
 from tfrfs.fuse.edge import Edge, Refused, errno_of  # noqa: F401 - errno_of: the map, here too
 from tfrfs.fuse.inodes import ROOT, RecordRun, path_ino, record_ino
 from tfrfs.fuse.requests import Requests
@@ -72,7 +73,7 @@ class Operations(Edge):
         self._next_fh = 1
         self._fh_lock = threading.Lock()   # not "lock": that would register a lock operation
         # Tells the kernel to forget names (set by mount() before the session starts)
-        self.notifier: libfuse.Notifier | None = None
+        self.notifier: Notifier | None = None
 
     # -- helpers --------------------------------------------------------------
 
