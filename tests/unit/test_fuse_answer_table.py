@@ -11,6 +11,7 @@ import os
 import posixpath
 import stat
 import struct
+import time
 from typing import Any, Iterator
 
 import pytest
@@ -159,18 +160,18 @@ def test_the_capacity_is_checked() -> None:
 # -- a record put in the table (tfrfs.fuse.answers) -------------------------------------
 
 class _Record:
-    """Operations of two record folders, /shard/00000N: label.json and image/encoded.jpg."""
+    """Operations of ``count`` record folders, /shard/00000N (N from 1): label.json and image/encoded.jpg."""
 
     FILES = {"label.json": b"[7]", "image/encoded.jpg": b"\xff\xd8jpeg"}
     FOLDERS = {"": ["image", "label.json"], "image": ["encoded.jpg"]}
 
-    def __init__(self) -> None:
+    def __init__(self, count: int = 2) -> None:
         self.reads = 0
         self.fail = False
+        self.count = count
 
-    @staticmethod
-    def _inner(path: str) -> str | None:
-        for record in ("/shard/000001", "/shard/000002"):
+    def _inner(self, path: str) -> str | None:
+        for record in (f"/shard/{n:06d}" for n in range(1, self.count + 1)):
             if path == record:
                 return ""
             if path.startswith(record + "/"):
@@ -208,6 +209,9 @@ class _Record:
                     todo.append(inner)
             yield at, listed
 
+    def records_in(self, shard: int) -> int:
+        return self.count
+
     def read_node(self, node: "_Node", size: int, offset: int) -> tuple[Any, bytes]:
         self.reads += 1
         if self.fail and node.path.endswith("label.json"):
@@ -220,11 +224,11 @@ class _Node:
         self.path, self.folder = path, folder
 
 
-def _mounted(w: int, capacity: int = 64) -> tuple[Any, Any, Any]:
+def _mounted(w: int, capacity: int = 64, count: int = 2) -> tuple[Any, Any, Any]:
     from tfrfs.fuse import answers, direct
     from tfrfs.fuse.inodes import record_ino
     from tfrfs.fuse.requests import Requests
-    r = Requests(_Record(), writable=False, entry_timeout=86400.0, attr_timeout=86400.0, negative_timeout=60.0,
+    r = Requests(_Record(count), writable=False, entry_timeout=86400.0, attr_timeout=86400.0, negative_timeout=60.0,
                  record_path=lambda shard, index, binary: f"/shard/{index + 1:06d}")
     sheets = answers.Sheets(r, _answer.Table(w, capacity))
     return r, direct.Answerer(r, w, sheets), record_ino(0, 0)
@@ -306,3 +310,36 @@ def test_a_record_that_cannot_be_put_in_the_table_is_answered_by_python(device: 
     assert len(answerer.table) == 0 and len(requests.nodes) == 1   # the kernel's lookup of image, no more
     requests.forget(image, 1)
     assert len(requests.nodes) == 0
+
+
+def _in_table(table: Any, record: int, timeout: float = 10.0) -> bool:
+    """Whether record folder ``record``'s label.json comes to be answered by the table."""
+    until = time.monotonic() + timeout
+    while time.monotonic() < until:
+        if table.answer(request(LOOKUP, record, b"label.json\0")):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_records_after_two_in_order_are_put_in_the_table_ahead_of_the_reader(device: tuple[int, int]) -> None:
+    from tfrfs.fuse.answers import AHEAD
+    r, w = device
+    requests, answerer, first = _mounted(w, capacity=1024, count=40)
+    answerer.answer(request(LOOKUP, first + 5, b"label.json\0"))   # one record alone: nothing more
+    answers(r)
+    time.sleep(0.2)
+    assert not answerer.table.answer(request(LOOKUP, first + 6, b"label.json\0"))
+    answerer.answer(request(LOOKUP, first + 6, b"label.json\0"))   # the next, after it: in order
+    answers(r)
+    last = min(6 + AHEAD, 39)
+    assert _in_table(answerer.table, first + last)   # put there by the thread looking ahead
+    reads = requests.ops.reads
+    for k in range(7, last + 1):   # answered in C: no read through Python
+        assert answerer.table.answer(request(READ, requests.nodes.id_of(first + k, "label.json"), read_in(0, 0, 4096)))
+    assert requests.ops.reads == reads
+    assert not answerer.table.answer(request(LOOKUP, first + last + 1, b"label.json\0")) or last + 1 >= 40
+    answers(r)
+    # a record's folder looked up by name, the one before it in the table: from it on
+    answerer.sheets.found(first + last + 1)
+    assert _in_table(answerer.table, first + min(last + AHEAD, 39))

@@ -9,6 +9,12 @@ the rendered bytes themselves), and each folder's whole listing (readdirplus, as
 ``Requests.readdir`` packs it). The kernel's next lookups, attributes, reads and listings of that
 record are answered by the table, in C, without Python.
 
+Looking ahead: a reader going through a shard in order (``cat``, ``cp -r``, ``find``, a training
+loop) asks for record after record. Once a record is looked into and the one before it is in the
+table, or a record's folder is looked up and the one before it is in the table, the next
+``AHEAD`` records are put in the table by a thread of their own, while the reader is answered in
+C: the reader then finds them there, and the render no longer sits between its requests.
+
 Counting: each node put in the table is one lookup held by the table (``Nodes.looked_up``), so
 the daemon keeps its name for as long as the table may hand it out; the lookups the table answers
 (a listing's entries each count as one) are counted there, and every FORGET, however it comes
@@ -28,15 +34,18 @@ import os
 import posixpath
 import stat as _stat
 import struct
+import threading
 from typing import Any
 
-from tfrfs.fuse.inodes import is_record_ino, path_ino
+from tfrfs.fuse.inodes import is_record_ino, path_ino, record_of
 from tfrfs.fuse.requests import FUSE_ATTR, attr_of, pack_fields, plus_length, seconds
 
 log = logging.getLogger("tfrfs")
 
 CAPACITY = 1 << 16       # entries (files and folders of records) the table holds
 LARGEST_HELD = 1 << 20   # a rendered file larger than this is read through Python
+AHEAD = 32               # records put in the table ahead of a reader going through a shard in order
+AHEAD_IDLE_S = 1.0       # the thread that does it ends once none was asked for this long
 _FUSE_ATTR = struct.Struct("<" + FUSE_ATTR)
 
 
@@ -59,21 +68,62 @@ class Sheets:
         self.h, self.table = handler, table
         handler.answered_elsewhere = self.forget   # every FORGET, by libfuse too, asks the table first
         self._done: dict[int, None] = {}   # records put in the table (forgotten in bulk)
+        self._ahead: dict[int, None] = {}  # records to put in the table next, in order
+        self._ahead_changed = threading.Condition()
+        self._ahead_thread: threading.Thread | None = None
         ev = seconds(handler.entry_timeout)
         av = seconds(handler.attr_timeout)
         self._valid = (ev[0], ev[1], av[0], av[1])
 
     def looking_into(self, parent: int) -> None:
-        """A lookup in folder ``parent``: if it is a record's, put the record in the table first."""
+        """A lookup or listing in folder ``parent``: if it is a record's, put the record in the
+        table first, and look ahead (``_look_ahead``)."""
         if not is_record_ino(parent) or parent in self._done:
             return
+        self._put(parent)
+        self._look_ahead(parent, 1)
+
+    def found(self, record: int) -> None:
+        """Record folder ``record`` was looked up by name (answered by Python): look ahead from it."""
+        if is_record_ino(record) and not record_of(record)[2]:
+            self._look_ahead(record, 0)
+
+    def _look_ahead(self, record: int, first: int) -> None:
+        """If the record before ``record`` is in the table, a reader goes through the shard in
+        order: the records from ``first`` after ``record`` on, ``AHEAD`` of them, are put in the
+        table by a thread of their own while the reader reads (``_run_ahead``)."""
+        shard, index, _ = record_of(record)
+        if index == 0 or record - 1 not in self._done:   # (a shard's records' ids follow each other)
+            return
+        stop = min(index + first + AHEAD, self.h.ops.records_in(shard))
+        with self._ahead_changed:
+            for r in range(record + first, record + stop - index):
+                if r not in self._done:
+                    self._ahead[r] = None
+            if self._ahead and self._ahead_thread is None:
+                self._ahead_thread = threading.Thread(target=self._run_ahead, name="tfrfs-ahead", daemon=True)
+                self._ahead_thread.start()
+            self._ahead_changed.notify()
+
+    def _run_ahead(self) -> None:
+        while True:
+            with self._ahead_changed:
+                if not self._ahead_changed.wait_for(lambda: bool(self._ahead), AHEAD_IDLE_S):
+                    self._ahead_thread = None
+                    return
+                record = next(iter(self._ahead))
+                del self._ahead[record]
+            if record not in self._done:
+                self._put(record)
+
+    def _put(self, record: int) -> None:
         if len(self._done) >= CAPACITY // 4:
             self._done.clear()
-        self._done[parent] = None
+        self._done[record] = None
         try:
-            self._add(parent)
+            self._add(record)
         except Exception as exc:   # (a damaged record: Python answers it, as without the table)
-            log.debug("record %x not put in the table: %s", parent, exc)
+            log.debug("record %x not put in the table: %s", record, exc)
         self._settle()
 
     def _add(self, record: int) -> None:

@@ -181,6 +181,10 @@ class Operations(Edge):
         for name, is_dir in tree.names(node):
             yield 0, name, {"st_mode": _stat.S_IFDIR if is_dir else _stat.S_IFREG, "st_ino": path_ino(prefix + name)}
 
+    def records_in(self, shard: int) -> int:
+        """How many records shard ``shard`` holds (its index's count)."""
+        return self.tree.store.shards[shard].count
+
     def record_folders(self, path: str) -> Iterator[tuple[str, list[tuple[int, str, dict[str, int], Node]]]]:
         """Every folder inside record folder ``path`` of a read-only mount, the record's own
         first and each before its subfolders: (its path, its entries as (position, name,
