@@ -13,7 +13,8 @@ Looking ahead: a reader going through a shard in order (``cat``, ``cp -r``, ``fi
 loop) asks for record after record. Once a record is looked into and the one before it is in the
 table, or a record's folder is looked up and the one before it is in the table, the next
 ``AHEAD`` records are put in the table by a thread of their own, while the reader is answered in
-C: the reader then finds them there, and the render no longer sits between its requests.
+C: the reader then finds them there, and the render no longer sits between its requests. Those
+records' folders are looked up in C too, but one in ``CUE``, whose lookup by Python looks further.
 
 Counting: each node put in the table is one lookup held by the table (``Nodes.looked_up``), so
 the daemon keeps its name for as long as the table may hand it out; the lookups the table answers
@@ -46,6 +47,7 @@ CAPACITY = 1 << 16       # entries (files and folders of records) the table hold
 LARGEST_HELD = 1 << 20   # a rendered file larger than this is read through Python
 AHEAD = 32               # records put in the table ahead of a reader going through a shard in order
 AHEAD_IDLE_S = 1.0       # the thread that does it ends once none was asked for this long
+CUE = 8                  # one record folder in this many is looked up by Python (see Sheets.found)
 _FUSE_ATTR = struct.Struct("<" + FUSE_ATTR)
 
 
@@ -71,6 +73,7 @@ class Sheets:
         self._ahead: dict[int, None] = {}  # records to put in the table next, in order
         self._ahead_changed = threading.Condition()
         self._ahead_thread: threading.Thread | None = None
+        self._shard_folders: dict[int, int] = {}   # a shard's number -> its folder's node id
         ev = seconds(handler.entry_timeout)
         av = seconds(handler.attr_timeout)
         self._valid = (ev[0], ev[1], av[0], av[1])
@@ -83,9 +86,13 @@ class Sheets:
         self._put(parent)
         self._look_ahead(parent, 1)
 
-    def found(self, record: int) -> None:
-        """Record folder ``record`` was looked up by name (answered by Python): look ahead from it."""
+    def found(self, record: int, parent: int) -> None:
+        """Record folder ``record`` was looked up by name in folder ``parent`` (answered by
+        Python): look ahead from it. The records put in the table from now on hold their folder's
+        own entry in ``parent`` too, but one in ``CUE``: its lookup, left to Python, is the cue
+        to look further ahead."""
         if is_record_ino(record) and not record_of(record)[2]:
+            self._shard_folders[record_of(record)[0]] = parent
             self._look_ahead(record, 0)
 
     def _look_ahead(self, record: int, first: int) -> None:
@@ -129,6 +136,12 @@ class Sheets:
     def _add(self, record: int) -> None:
         h, table, valid = self.h, self.table, self._valid
         entries, pages = self.sheet(record)
+        shard, index, _ = record_of(record)
+        folder = self._shard_folders.get(shard)
+        if folder is not None and index % CUE:   # (first: its listing, below, goes with it)
+            path = h.nodes.path(record)
+            packed = _FUSE_ATTR.pack(*attr_of(h.ops.getattr(path)))
+            table.add(folder, posixpath.basename(path).encode(), record, packed, *valid, None, -1, 0, 0)
         for parent, raw, nodeid, packed, where, data in entries:
             if where is not None:
                 fd, offset, length = where

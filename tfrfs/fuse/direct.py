@@ -136,7 +136,7 @@ class Answerer:
         fields = attr_of(e.attrs) if e.nodeid else (0,) * 16
         self._send(unique, 0, _ENTRY.pack(e.nodeid, 0, ev, av, evn, avn, *fields))
         if self.sheets is not None and e.nodeid:
-            self.sheets.found(e.nodeid)   # (a record's folder: the records after it may go in the table)
+            self.sheets.found(e.nodeid, parent)   # (a record's folder: the records after it may go in the table)
 
     def _getattr(self, unique: int, nodeid: int, raw: bytes) -> None:
         attrs, timeout = self.h.getattr(nodeid)
