@@ -276,7 +276,7 @@ class Requests:
     def _add_plus(self, out: bytearray, size: int, parent: int, name: str, position: int, attrs: Any,
                   valid: tuple[int, int, int, int]) -> bool:
         raw = name.encode("utf-8", "surrogateescape")
-        length = _PLUS.size + ((len(raw) + 7) & ~7)
+        length = plus_length(raw)
         if len(out) + length > size:
             return False
         if type(attrs) is tuple:
@@ -294,7 +294,7 @@ class Requests:
             # attributes (node id 0): the kernel asks for them by name
             full = "st_size" in a and name != "." and name != ".." and position < FULL_ENTRIES + 3
             nodeid = self.nodes.looked_up(parent, name, ino) if full else 0
-        _pack_entry(out, length, raw, nodeid, a, ino, st_size, blocks, position, valid)
+        pack_fields(out, length, raw, nodeid, attr_fields(a, ino, st_size, blocks), position, valid)
         return True
 
     # -- files -----------------------------------------------------------------------
@@ -429,11 +429,6 @@ class Requests:
         if not self.writable:
             raise Refused(errno.EROFS)
         self.ops.removexattr(self._path(nodeid), name)
-
-
-def _pack_entry(out: bytearray, length: int, raw: bytes, nodeid: int, a: dict[str, int], ino: int, st_size: int,
-                blocks: int, position: int, valid: tuple[int, int, int, int]) -> None:
-    pack_fields(out, length, raw, nodeid, attr_fields(a, ino, st_size, blocks), position, valid)
 
 
 def pack_fields(out: bytearray, length: int, raw: bytes, nodeid: int, fields: tuple[int, ...], position: int,
