@@ -104,13 +104,15 @@ static int answer(Table *t, const unsigned char *raw, size_t size) {
         send_answer(t->fd, unique, 0, out, sizeof out);
         return 1;
     }
-    if (opcode == OP_READDIRPLUS) {
+    uint64_t offset = 0;   /* fuse_read_in (READ, READDIRPLUS): fh, offset, size */
+    uint32_t want = 0;
+    if (opcode == OP_READDIRPLUS || opcode == OP_READ) {
         if (size < IN_SIZE + 20)
             return 0;
-        uint64_t offset;
-        uint32_t want;
         memcpy(&offset, raw + IN_SIZE + 8, 8);
         memcpy(&want, raw + IN_SIZE + 16, 4);
+    }
+    if (opcode == OP_READDIRPLUS) {
         char copy[4096];   /* (add_page holds pages of at most 4 KiB) */
         uint32_t length = 0;
         pthread_mutex_lock(&t->lock);
@@ -141,12 +143,6 @@ static int answer(Table *t, const unsigned char *raw, size_t size) {
         return 1;
     }
     if (opcode == OP_READ) {
-        if (size < IN_SIZE + 20)
-            return 0;
-        uint64_t offset;
-        uint32_t want;
-        memcpy(&offset, raw + IN_SIZE + 8, 8);
-        memcpy(&want, raw + IN_SIZE + 16, 4);
         pthread_mutex_lock(&t->lock);
         int32_t k = find_node(t, nodeid);
         source *s = k < 0 ? NULL : t->entries[k].content;
