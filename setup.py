@@ -7,5 +7,6 @@ it and the mount answers those requests in Python (``tfrfs/fuse/direct.py``) wit
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("tfrfs.fuse._answer", ["tfrfs/fuse/_answer.c"], depends=["tfrfs/fuse/_answer_table.h"],
+setup(ext_modules=[Extension("tfrfs.fuse._answer", ["tfrfs/fuse/_answer.c"],
+                             depends=["tfrfs/fuse/_answer_table.h", "tfrfs/fuse/_answer_folder.h"],
                              optional=True, extra_compile_args=["-O2", "-Wall"])])

@@ -163,6 +163,8 @@ class _Record:
     """Operations of ``count`` record folders, /shard/00000N (N from 1): label.json and image/encoded.jpg."""
 
     FILES = {"label.json": b"[7]", "image/encoded.jpg": b"\xff\xd8jpeg"}
+    OWNED = {"st_mtime": 1_700_000_000_123_456_789, "st_atime": 1_700_000_000_123_456_789,
+             "st_ctime": 1_700_000_000_123_456_789, "st_uid": 1000, "st_gid": 100, "st_blksize": 131072}
     FOLDERS = {"": ["image", "label.json"], "image": ["encoded.jpg"]}
 
     def __init__(self, count: int = 2) -> None:
@@ -181,9 +183,12 @@ class _Record:
     def _attrs(self, path: str) -> dict[str, int]:
         inner = self._inner(path)
         if inner in self.FILES:
-            return {"st_ino": hash(path) & 0xFFFF, "st_mode": 0o100444, "st_size": len(self.FILES[inner]), "st_nlink": 1}
+            size = len(self.FILES[inner])
+            return {"st_ino": hash(path) & 0xFFFF, "st_mode": 0o100444, "st_size": size, "st_nlink": 1,
+                    "st_blocks": (size + 511) // 512, **self.OWNED}
         if inner in self.FOLDERS:
-            return {"st_ino": hash(path) & 0xFFFF, "st_mode": 0o40555, "st_size": 0, "st_nlink": 2}
+            return {"st_ino": hash(path) & 0xFFFF, "st_mode": 0o40555, "st_size": 0, "st_nlink": 2, "st_blocks": 0,
+                    **self.OWNED}
         raise Refused(errno.ENOENT)
 
     def getattr(self, path: str) -> dict[str, int]:
@@ -254,6 +259,10 @@ def test_a_record_looked_into_is_answered_by_the_table_and_its_lookups_given_bac
     assert answers(r) == [(0, 42, b"\xff\xd8jpeg")]
     assert table.answer(request(LOOKUP, record, b"label.json\0"))
     label = _entry_id(answers(r)[0][2])
+    for nodeid in (image, jpg, label):   # attributes packed in C as Python packs them
+        assert table.answer(request(GETATTR, nodeid, struct.pack("<IIQ", 0, 0, 0)))
+        [(error, _, body)] = answers(r)
+        assert error == 0 and body[16:] == packed(requests.getattr(nodeid)[0])
     assert not table.answer(request(LOOKUP, record, b"missing\0"))   # Python's to answer
     assert answerer.answer(request(LOOKUP, record, b"missing\0"))
     assert _entry_id(answers(r)[0][2]) == 0

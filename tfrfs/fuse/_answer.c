@@ -9,6 +9,7 @@
  * are kept alive by a reference count while they are read and written, the lock let go.
  */
 #include "_answer_table.h"
+#include "_answer_folder.h"
 
 #include <poll.h>
 #include <time.h>
@@ -255,49 +256,6 @@ static void Table_dealloc(Table *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Put an entry in the table, taking ``name`` and ``content`` (whose file, for ``fd`` >= 0, is
- * found here): 1; 0 if the name or the node is there already (the caller frees both); -1 with an
- * exception set. Lock held. */
-static int add_entry(Table *self, uint64_t parent, char *name, uint32_t name_len, uint64_t nodeid,
-                     const char *attr, uint64_t ev, uint32_t evn, uint64_t av, uint32_t avn, source *content, int fd) {
-    if (find_name(self, parent, name, name_len) >= 0 || find_node(self, nodeid) >= 0)
-        return 0;
-    if (content && fd >= 0 && !(content->file = file_of(self, fd)))
-        return -1;
-    int32_t k = self->next;
-    entry *e = &self->entries[k];
-    if (drop(self, k) < 0) {
-        if (content && content->file) {
-            file_unused(self, content->file);
-            handle_release(content->file);   /* the reference file_of gave for content */
-            content->file = NULL;
-        }
-        PyErr_NoMemory();
-        return -1;
-    }
-    self->next = (self->next + 1) % self->cap;
-    e->name = name;
-    e->name_len = name_len;
-    e->parent = parent;
-    e->nodeid = nodeid;
-    memcpy(e->attr, attr, ATTR_SIZE);
-    e->entry_valid = ev;
-    e->entry_nsec = evn;
-    e->attr_valid = av;
-    e->attr_nsec = avn;
-    e->content = content;
-    e->lookups = 0;
-    e->used = 1;
-    uint32_t h = name_hash(parent, name, name_len) & self->mask;
-    e->next_name = self->name_heads[h];
-    self->name_heads[h] = k;
-    h = node_hash(nodeid) & self->mask;
-    e->next_node = self->node_heads[h];
-    self->node_heads[h] = k;
-    self->count++;
-    return 1;
-}
-
 static PyObject *Table_add(Table *self, PyObject *args) {
     unsigned long long parent, nodeid, ev, av, offset, length;
     unsigned int evn, avn;
@@ -397,47 +355,14 @@ static PyObject *Table_add_page(Table *self, PyObject *args) {
     }
     Py_DECREF(seq);
     memcpy(copy, page, page_len);
-    char *nameless = malloc(1);
-    if (!nameless) {
+    pthread_mutex_lock(&self->lock);
+    int set = set_page(self, nodeid, copy, (uint32_t)page_len, last_off, ids, (uint32_t)n);
+    pthread_mutex_unlock(&self->lock);
+    if (set < 0) {
         free(ids);
         free(copy);
         return PyErr_NoMemory();
     }
-    pthread_mutex_lock(&self->lock);
-    int32_t k = find_node(self, nodeid);
-    if (k < 0) {   /* a folder the table holds no entry for (a record's): one for its listing */
-        k = self->next;
-        entry *e = &self->entries[k];
-        if (drop(self, k) < 0) {
-            pthread_mutex_unlock(&self->lock);
-            free(ids);
-            free(copy);
-            free(nameless);
-            return PyErr_NoMemory();
-        }
-        self->next = (self->next + 1) % self->cap;
-        e->name = nameless;
-        nameless = NULL;
-        e->name_len = 0;
-        e->parent = NAMELESS;
-        e->nodeid = nodeid;
-        e->used = 1;
-        uint32_t h = node_hash(nodeid) & self->mask;
-        e->next_name = -1;
-        e->next_node = self->node_heads[h];
-        self->node_heads[h] = k;
-        self->count++;
-    }
-    entry *e = &self->entries[k];
-    free(e->page);
-    free(e->children);
-    e->page = copy;
-    e->page_len = (uint32_t)page_len;
-    e->last_off = last_off;
-    e->children = ids;
-    e->n_children = (uint32_t)n;
-    pthread_mutex_unlock(&self->lock);
-    free(nameless);
     Py_RETURN_TRUE;
 }
 
@@ -549,6 +474,10 @@ static PyMethodDef Table_methods[] = {
     {"add_page", (PyCFunction)Table_add_page, METH_VARARGS,
      "add_page(nodeid, page, last_offset, children): a folder's whole listing (fuse_direntplus entries) -> "
      "False if too large to hold"},
+    {"add_folder", (PyCFunction)Table_add_folder, METH_VARARGS,
+     "add_folder(folder, dot_ino, dotdot_ino, rows, (entry_valid, entry_nsec, attr_valid, attr_nsec)): rows of "
+     "(position, name, nodeid, ino, mode, size, blocks, mtime_ns, nlink, uid, gid, blksize, data, fd, offset, "
+     "length) added, with the folder's listing -> [node ids not added]"},
     {"answer", (PyCFunction)Table_answer, METH_O, "answer(request bytes) -> True if answered"},
     {"answer_at", (PyCFunction)Table_answer_at, METH_VARARGS, "answer_at(address, size): answer, from memory"},
     {"serve", (PyCFunction)Table_serve, METH_VARARGS,

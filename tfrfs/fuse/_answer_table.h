@@ -232,4 +232,86 @@ static int drop(Table *t, int32_t k) {
     return 0;
 }
 
+/* Put an entry in the table, taking ``name`` and ``content`` (whose file, for ``fd`` >= 0, is
+ * found here): 1; 0 if the name or the node is there already (the caller frees both); -1 with an
+ * exception set. Lock held. */
+static int add_entry(Table *self, uint64_t parent, char *name, uint32_t name_len, uint64_t nodeid,
+                     const char *attr, uint64_t ev, uint32_t evn, uint64_t av, uint32_t avn, source *content, int fd) {
+    if (find_name(self, parent, name, name_len) >= 0 || find_node(self, nodeid) >= 0)
+        return 0;
+    if (content && fd >= 0 && !(content->file = file_of(self, fd)))
+        return -1;
+    int32_t k = self->next;
+    entry *e = &self->entries[k];
+    if (drop(self, k) < 0) {
+        if (content && content->file) {
+            file_unused(self, content->file);
+            handle_release(content->file);   /* the reference file_of gave for content */
+            content->file = NULL;
+        }
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->next = (self->next + 1) % self->cap;
+    e->name = name;
+    e->name_len = name_len;
+    e->parent = parent;
+    e->nodeid = nodeid;
+    memcpy(e->attr, attr, ATTR_SIZE);
+    e->entry_valid = ev;
+    e->entry_nsec = evn;
+    e->attr_valid = av;
+    e->attr_nsec = avn;
+    e->content = content;
+    e->lookups = 0;
+    e->used = 1;
+    uint32_t h = name_hash(parent, name, name_len) & self->mask;
+    e->next_name = self->name_heads[h];
+    self->name_heads[h] = k;
+    h = node_hash(nodeid) & self->mask;
+    e->next_node = self->node_heads[h];
+    self->node_heads[h] = k;
+    self->count++;
+    return 1;
+}
+
+/* Give folder ``nodeid`` its whole listing ``page`` (taken, with ``ids``, the node ids it names):
+ * 0; -1 if out of memory (the caller frees both). A folder the table holds no entry for (a
+ * record's) gets one for its listing alone. Lock held. */
+static int set_page(Table *self, uint64_t nodeid, char *page, uint32_t page_len, uint64_t last_off,
+                    uint64_t *ids, uint32_t n) {
+    int32_t k = find_node(self, nodeid);
+    if (k < 0) {
+        char *nameless = malloc(1);
+        if (!nameless)
+            return -1;
+        k = self->next;
+        entry *e = &self->entries[k];
+        if (drop(self, k) < 0) {
+            free(nameless);
+            return -1;
+        }
+        self->next = (self->next + 1) % self->cap;
+        e->name = nameless;
+        e->name_len = 0;
+        e->parent = NAMELESS;
+        e->nodeid = nodeid;
+        e->used = 1;
+        uint32_t h = node_hash(nodeid) & self->mask;
+        e->next_name = -1;
+        e->next_node = self->node_heads[h];
+        self->node_heads[h] = k;
+        self->count++;
+    }
+    entry *e = &self->entries[k];
+    free(e->page);
+    free(e->children);
+    e->page = page;
+    e->page_len = page_len;
+    e->last_off = last_off;
+    e->children = ids;
+    e->n_children = n;
+    return 0;
+}
+
 #endif

@@ -5,7 +5,7 @@ costs more than the kernel's round trip itself; so does walking a record's folde
 read-only mount is first asked for a name inside a record's folder, or for its listing,
 ``Sheets`` renders the whole record once and hands the table every file and folder in it: its
 node id, its attributes, and its bytes (a range of the shard, read with ``pread`` when asked, or
-the rendered bytes themselves), and each folder's whole listing (readdirplus, as
+the rendered bytes themselves), and each folder's whole listing (readdirplus, packed in C, as
 ``Requests.readdir`` packs it). The kernel's next lookups, attributes, reads and listings of that
 record are answered by the table, in C, without Python.
 
@@ -33,13 +33,12 @@ import importlib
 import logging
 import os
 import posixpath
-import stat as _stat
 import struct
 import threading
 from typing import Any
 
 from tfrfs.fuse.inodes import is_record_ino, path_ino, record_of
-from tfrfs.fuse.requests import FUSE_ATTR, attr_of, pack_fields, plus_length, seconds
+from tfrfs.fuse.requests import FUSE_ATTR, attr_of, seconds
 
 log = logging.getLogger("tfrfs")
 
@@ -135,32 +134,26 @@ class Sheets:
 
     def _add(self, record: int) -> None:
         h, table, valid = self.h, self.table, self._valid
-        entries, pages = self.sheet(record)
+        folders = self.sheet(record)
         shard, index, _ = record_of(record)
         folder = self._shard_folders.get(shard)
         if folder is not None and index % CUE:   # (first: its listing, below, goes with it)
             path = h.nodes.path(record)
             packed = _FUSE_ATTR.pack(*attr_of(h.ops.getattr(path)))
             table.add(folder, posixpath.basename(path).encode(), record, packed, *valid, None, -1, 0, 0)
-        for parent, raw, nodeid, packed, where, data in entries:
-            if where is not None:
-                fd, offset, length = where
-                added = table.add(parent, raw, nodeid, packed, *valid, None, fd, offset, length)
-            else:
-                added = table.add(parent, raw, nodeid, packed, *valid, data, -1, 0, 0)
-            if not added:   # there already (another thread put the record in): give the hold back
-                h.nodes.forget(nodeid, 1)
-        for nodeid, page, last, named in pages:   # (after the entries they name)
-            table.add_page(nodeid, page, last, named)
+        forget = h.nodes.forget
+        for nodeid, dot, dotdot, rows in folders:
+            for left in table.add_folder(nodeid, dot, dotdot, rows, valid):
+                forget(left, 1)   # there already (another thread put the record in): the hold goes back
 
-    def sheet(self, record: int) -> tuple[list[tuple[int, bytes, int, bytes, Any, Any]],
-                                          list[tuple[int, bytes, int, list[int]]]]:
-        """Every file and folder inside record folder ``record``, each counted as one lookup
-        (the table holds them): (parent, name, node id, ``struct fuse_attr``, where, bytes),
-        ``where`` and the bytes as ``Requests.read`` gives a whole file's (both None for a folder,
-        and for a file larger than ``LARGEST_HELD``); and the whole listing of each folder, the
-        record's too: (node id, the page as ``Requests.readdir`` packs it, the position of its
-        last entry, the node ids it names, which are not counted again)."""
+    def sheet(self, record: int) -> list[tuple[int, int, int, list[tuple[Any, ...]]]]:
+        """Every folder inside record folder ``record``, the record's own first, as the table's
+        ``add_folder`` takes it: (its node id, its inode number and its parent's, for "." and
+        "..", its entries), each entry (position, name, node id, inode number, mode, size,
+        blocks, time in ns, links, uid, gid, block size, bytes, descriptor, offset, length) and
+        counted as one lookup (the table holds it). The bytes, or the range of an open file, are
+        what ``Requests.read`` gives for the whole file (neither for a folder, nor for a file
+        larger than ``LARGEST_HELD``)."""
         held: list[int] = []
         try:
             return self._sheet(record, held)
@@ -169,37 +162,31 @@ class Sheets:
                 self.h.nodes.forget(nodeid, 1)
             raise
 
-    def _sheet(self, record: int, held: list[int]) -> tuple[list[tuple[int, bytes, int, bytes, Any, Any]],
-                                                             list[tuple[int, bytes, int, list[int]]]]:
-        ops, looked_up, valid = self.h.ops, self.h.nodes.looked_up, self._valid
-        entries: list[tuple[int, bytes, int, bytes, Any, Any]] = []
-        pages: list[tuple[int, bytes, int, list[int]]] = []
+    def _sheet(self, record: int, held: list[int]) -> list[tuple[int, int, int, list[tuple[Any, ...]]]]:
+        ops, looked_up = self.h.ops, self.h.nodes.looked_up
+        folders: list[tuple[int, int, int, list[tuple[Any, ...]]]] = []
         start = self.h.nodes.path(record)
         ids = {start: record}   # the node ids of the folders listed next
         for path, listed in ops.record_folders(start):
             parent = ids.pop(path)
-            page = bytearray()
-            for position, of in ((1, path), (2, posixpath.dirname(path))):   # "." and ".."
-                raw = b"." * position
-                pack_fields(page, plus_length(raw), raw, 0, attr_of({"st_mode": _stat.S_IFDIR, "st_ino": path_ino(of)}),
-                            position, valid)
-            last, named = 2, []
-            for position, name, attrs, node in listed:
-                fields = attr_of(attrs)
-                raw = name.encode("utf-8", "surrogateescape")
-                nodeid = looked_up(parent, name, fields[0])
+            rows: list[tuple[Any, ...]] = []
+            for position, name, a, node in listed:
+                size = a["st_size"]
+                nodeid = looked_up(parent, name, a["st_ino"])
                 held.append(nodeid)
-                named.append(nodeid)
-                pack_fields(page, plus_length(raw), raw, nodeid, fields, position, valid)
-                last = position
                 where = data = None
                 if node.folder:
                     ids[path + "/" + name] = nodeid
-                elif fields[1] <= LARGEST_HELD:
-                    where, data = ops.read_node(node, fields[1], 0)
-                entries.append((parent, raw, nodeid, _FUSE_ATTR.pack(*fields), where, data))
-            pages.append((parent, bytes(page), last, named))
-        return entries, pages
+                elif size <= LARGEST_HELD:
+                    where, data = ops.read_node(node, size, 0)
+                fd, offset, length = -1, 0, 0
+                if where is not None:
+                    (fd, offset, length), data = where, None
+                rows.append((position, name.encode("utf-8", "surrogateescape"), nodeid, a["st_ino"], a["st_mode"],
+                             size, a["st_blocks"], a["st_mtime"], a["st_nlink"], a["st_uid"], a["st_gid"],
+                             a["st_blksize"], data, fd, offset, length))
+            folders.append((parent, path_ino(path), path_ino(posixpath.dirname(path)), rows))
+        return folders
 
     def forget(self, nodeid: int, count: int) -> int:
         """The kernel forgot ``count`` lookups of ``nodeid``: those the table did not answer."""
