@@ -10,11 +10,13 @@ the rendered bytes themselves), and each folder's whole listing (readdirplus, pa
 record are answered by the table, in C, without Python.
 
 Looking ahead: a reader going through a shard in order (``cat``, ``cp -r``, ``find``, a training
-loop) asks for record after record. Once a record is looked into and the one before it is in the
-table, or a record's folder is looked up and the one before it is in the table, the next
+loop) asks for record after record. Once a record is looked into, or its folder looked up, right
+after the one before it went in the table (among the last ``RECENT`` records put there), the next
 ``AHEAD`` records are put in the table by a thread of their own, while the reader is answered in
 C: the reader then finds them there, and the render no longer sits between its requests. Those
 records' folders are looked up in C too, but one in ``CUE``, whose lookup by Python looks further.
+A reader in a shuffled order (a training loop's sampler) does not set it off, however many records
+it has read: reading ahead of it would read records it does not ask for next.
 
 Counting: each node put in the table is one lookup held by the table (``Nodes.looked_up``), so
 the daemon keeps its name for as long as the table may hand it out; the lookups the table answers
@@ -47,6 +49,7 @@ LARGEST_HELD = 1 << 20   # a rendered file larger than this is read through Pyth
 AHEAD = 32               # records put in the table ahead of a reader going through a shard in order
 AHEAD_IDLE_S = 1.0       # the thread that does it ends once none was asked for this long
 CUE = 8                  # one record folder in this many is looked up by Python (see Sheets.found)
+RECENT = 4 * AHEAD       # records put in the table last: one of them followed by the next is in order
 _FUSE_ATTR = struct.Struct("<" + FUSE_ATTR)
 
 
@@ -69,6 +72,7 @@ class Sheets:
         self.h, self.table = handler, table
         handler.answered_elsewhere = self.forget   # every FORGET, by libfuse too, asks the table first
         self._done: dict[int, None] = {}   # records put in the table (forgotten in bulk)
+        self._recent: dict[int, None] = {}   # the last RECENT of them, oldest first
         self._ahead: dict[int, None] = {}  # records to put in the table next, in order
         self._ahead_changed = threading.Condition()
         self._ahead_thread: threading.Thread | None = None
@@ -95,11 +99,11 @@ class Sheets:
             self._look_ahead(record, 0)
 
     def _look_ahead(self, record: int, first: int) -> None:
-        """If the record before ``record`` is in the table, a reader goes through the shard in
-        order: the records from ``first`` after ``record`` on, ``AHEAD`` of them, are put in the
+        """If the record before ``record`` went in the table lately (``RECENT``), a reader goes
+        through the shard in order: the records from ``first`` after ``record`` on, ``AHEAD`` of them, are put in the
         table by a thread of their own while the reader reads (``_run_ahead``)."""
         shard, index, _ = record_of(record)
-        if index == 0 or record - 1 not in self._done:   # (a shard's records' ids follow each other)
+        if index == 0 or record - 1 not in self._recent:   # (a shard's records' ids follow each other)
             return
         stop = min(index + first + AHEAD, self.h.ops.records_in(shard))
         with self._ahead_changed:
@@ -126,6 +130,10 @@ class Sheets:
         if len(self._done) >= CAPACITY // 4:
             self._done.clear()
         self._done[record] = None
+        recent = self._recent
+        recent[record] = None
+        if len(recent) > RECENT:   # (another thread may have taken the oldest already)
+            recent.pop(next(iter(recent)), None)
         try:
             self._add(record)
         except Exception as exc:   # (a damaged record: Python answers it, as without the table)
@@ -196,6 +204,7 @@ class Sheets:
         """Empty the table (its entries' lookups go back to ``Nodes``)."""
         self.table.clear()
         self._done.clear()
+        self._recent.clear()
         self._settle()
 
     def _settle(self) -> None:
