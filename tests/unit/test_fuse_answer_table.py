@@ -352,3 +352,21 @@ def test_records_after_two_in_order_are_put_in_the_table_ahead_of_the_reader(dev
     # a record's folder looked up by name, the one before it in the table: from it on
     answerer.sheets.found(first + last + 1, 5)
     assert _in_table(answerer.table, first + min(last + AHEAD, 39))
+
+
+def test_a_record_whose_neighbour_went_in_the_table_long_ago_sets_off_no_look_ahead(
+        device: tuple[int, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shuffled reader (a training loop's sampler) comes to records whose neighbour it read long
+    before: that is no reader in order, and nothing is read ahead of it."""
+    from tfrfs.fuse import answers as answers_module
+    monkeypatch.setattr(answers_module, "RECENT", 2)
+    r, w = device
+    requests, answerer, first = _mounted(w, capacity=1024, count=40)
+    for k in (5, 20, 30, 6):   # 6 after 5, but two other records went in between
+        answerer.answer(request(LOOKUP, first + k, b"label.json\0"))
+        answers(r)
+    time.sleep(0.2)
+    assert not answerer.table.answer(request(LOOKUP, first + 7, b"label.json\0"))
+    answerer.answer(request(LOOKUP, first + 7, b"label.json\0"))   # 7 right after 6: in order
+    answers(r)
+    assert _in_table(answerer.table, first + 8)
