@@ -99,6 +99,22 @@ def test_records_of_a_read_only_mount_cost_nothing() -> None:
     assert len(nodes) == 0
 
 
+def test_a_folders_names_looked_up_at_once_count_as_each_looked_up() -> None:
+    nodes = Nodes(record_path=lambda shard, index, binary: f"/s{shard}/{index:04d}")
+    rec = record_ino(0, 7)
+    label = nodes.looked_up(rec, "label.json", 77)   # held once already
+    image, again, record = nodes.looked_up_all(rec, [("image", 5), ("label.json", 77), ("0008", record_ino(0, 8))])
+    assert again == label and record == record_ino(0, 8) and image not in (label, record)
+    assert nodes.path(image) == "/s0/0007/image"
+    encoded, = nodes.looked_up_all(image, [("encoded.jpg", 9)])
+    assert nodes.path(encoded) == "/s0/0007/image/encoded.jpg"
+    for n, count in ((label, 2), (image, 1)):
+        nodes.forget(n, count)
+    assert len(nodes) == 2   # image stays named while encoded.jpg below it is held
+    nodes.forget(encoded, 1)
+    assert len(nodes) == 0
+
+
 def test_forget_gives_back_the_memory_of_the_names() -> None:
     """After the kernel forgets the names of a listing, the memory they took is given back (a dict
     keeps its size when entries go: the tables are made to fit again). Python's own allocations

@@ -171,17 +171,17 @@ class Sheets:
             raise
 
     def _sheet(self, record: int, held: list[int]) -> list[tuple[int, int, int, list[tuple[Any, ...]]]]:
-        ops, looked_up = self.h.ops, self.h.nodes.looked_up
+        ops, looked_up_all = self.h.ops, self.h.nodes.looked_up_all
         folders: list[tuple[int, int, int, list[tuple[Any, ...]]]] = []
         start = self.h.nodes.path(record)
         ids = {start: record}   # the node ids of the folders listed next
         for path, listed in ops.record_folders(start):
             parent = ids.pop(path)
             rows: list[tuple[Any, ...]] = []
-            for position, name, a, node in listed:
+            nodeids = looked_up_all(parent, [(name, a["st_ino"]) for _, name, a, _ in listed])
+            held += nodeids
+            for (position, name, a, node), nodeid in zip(listed, nodeids):
                 size = a["st_size"]
-                nodeid = looked_up(parent, name, a["st_ino"])
-                held.append(nodeid)
                 where = data = None
                 if node.folder:
                     ids[path + "/" + name] = nodeid

@@ -143,6 +143,33 @@ class Nodes:
             self._nodes[nodeid].lookups += 1
         return nodeid
 
+    def looked_up_all(self, parent: int, entries: list[tuple[str, int]]) -> list[int]:
+        """``looked_up`` of every (name, inode number) of ``entries`` in ``parent``, the lock taken
+        once (a record's folder put in the compiled table whole: ``answers.Sheets``)."""
+        out: list[int] = []
+        records = self._record_path is not None
+        with self._lock:
+            nodes, ids = self._nodes, self._ids   # (inside: _fit may replace them)
+            for name, ino in entries:
+                if ino & RECORD_BIT and records:
+                    out.append(ino)
+                    continue
+                key = (parent, name)
+                nodeid = ids.get(key)
+                if nodeid is None:
+                    nodeid = self._next
+                    self._next += 1
+                    nodes[nodeid] = _Node(parent, name, lookups=1)
+                    ids[key] = nodeid
+                    above = nodes.get(parent)
+                    if above is not None:
+                        above.children += 1
+                else:
+                    nodes[nodeid].lookups += 1
+                out.append(nodeid)
+            self._peak = max(self._peak, len(nodes))
+        return out
+
     def forget(self, nodeid: int, count: int) -> None:
         """The kernel forgot ``count`` lookups of ``nodeid``: once it holds none (and no name below
         it), the node goes."""
