@@ -321,6 +321,34 @@ def test_a_record_that_cannot_be_put_in_the_table_is_answered_by_python(device: 
     assert len(requests.nodes) == 0
 
 
+def _row(position: int, name: bytes, nodeid: int, data: bytes | None = b"[1]") -> tuple[Any, ...]:
+    mode = (stat.S_IFREG | 0o444) if data is not None else (stat.S_IFDIR | 0o555)
+    size = len(data or b"")
+    return (position, name, nodeid, nodeid + 1000, mode, size, (size + 511) // 512, 1_700_000_000_5, 1, 0, 0, 131072,
+            data, -1, 0, 0)
+
+
+def test_a_folder_added_at_once_gives_back_what_it_could_not_add(device: tuple[int, int]) -> None:
+    r, w = device
+    t = table(w)
+    t.add(9, b"b.json", 22, packed(ATTRS), *VALID, b"[3]", -1, 0, 0)   # there already (another thread put it)
+    with pytest.raises(TypeError):   # a bad row: nothing of the folder goes in
+        t.add_folder(9, 9, 1, [_row(3, b"a.json", 20), ("bad",)], VALID)
+    assert len(t) == 1
+    assert t.add_folder(9, 9, 1, [_row(3, b"a.json", 20), _row(4, b"b.json", 22)], VALID) == [22]
+    assert t.answer(request(READ, 20, read_in(0, 0, 4096)))
+    assert answers(r)[0][2] == b"[1]"
+    assert t.answer(request(READDIRPLUS, 9, read_in(0, 0, 4096)))   # the listing names both
+    [(_, _, page)] = answers(r)
+    assert [name for _, name, _, _ in entries(page, True)] == [".", "..", "a.json", "b.json"]
+    # a folder of more than 64 entries: its entries go in, its listing is Python's
+    many = [_row(3 + k, b"%d.json" % k, 100 + k) for k in range(65)]
+    assert t.add_folder(50, 50, 1, many, VALID) == []
+    assert t.answer(request(LOOKUP, 50, b"64.json\0"))
+    answers(r)
+    assert not t.answer(request(READDIRPLUS, 50, read_in(0, 0, 4096)))
+
+
 def _in_table(table: Any, record: int, timeout: float = 10.0) -> bool:
     """Whether record folder ``record``'s label.json comes to be answered by the table."""
     until = time.monotonic() + timeout

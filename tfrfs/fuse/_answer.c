@@ -285,10 +285,8 @@ static PyObject *Table_add(Table *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "attr: a packed fuse_attr of 88 bytes");
         return NULL;
     }
-    if (!self->entries) {
-        PyErr_SetString(PyExc_ValueError, "the table is not set up");
+    if (not_set_up(self))
         return NULL;
-    }
     source *content = NULL;   /* the bytes copied before the lock is taken */
     if (data != Py_None) {
         Py_buffer view;
@@ -339,10 +337,8 @@ static PyObject *Table_add_page(Table *self, PyObject *args) {
     PyObject *children;
     if (!PyArg_ParseTuple(args, "Ky#KO", &nodeid, &page, &page_len, &last_off, &children))
         return NULL;
-    if (!self->entries) {
-        PyErr_SetString(PyExc_ValueError, "the table is not set up");
+    if (not_set_up(self))
         return NULL;
-    }
     PyObject *seq = PySequence_Fast(children, "children: a sequence of node ids");
     if (!seq)
         return NULL;

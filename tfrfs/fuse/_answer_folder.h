@@ -54,11 +54,62 @@ typedef struct {
     int fd;
 } row;
 
-static void rows_free(row *rows, Py_ssize_t from, Py_ssize_t n) {
-    for (Py_ssize_t i = from; i < n; i++) {
+static void rows_free(row *rows, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
         free(rows[i].name);
         free(rows[i].content);
     }
+}
+
+/* Row ``r`` from Python's tuple (its name and bytes copied): 0, or -1 with an exception set. */
+static int row_of(PyObject *given, row *r, uint64_t *position, size_t *page_len) {
+    unsigned long long pos, nodeid, ino, size, blocks, offset, length;
+    long long mtime_ns;
+    unsigned int mode, nlink, uid, gid, blksize;
+    const char *name;
+    Py_ssize_t name_len;
+    PyObject *data;
+    int fd;
+    if (!PyArg_ParseTuple(given, "Ky#KKIKKLIIIIOiKK", &pos, &name, &name_len, &nodeid, &ino, &mode, &size, &blocks,
+                          &mtime_ns, &nlink, &uid, &gid, &blksize, &data, &fd, &offset, &length))
+        return -1;
+    *position = pos;
+    r->nodeid = nodeid;
+    r->fd = fd;
+    pack_attr(r->attr, ino, size, blocks, mtime_ns, mode, nlink, uid, gid, blksize);
+    r->name = malloc(name_len ? name_len : 1);
+    if (!r->name)
+        goto no_memory;
+    memcpy(r->name, name, name_len);
+    r->name_len = (uint32_t)name_len;
+    *page_len += plus_size((uint32_t)name_len);
+    if (data != Py_None) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+            return -1;
+        r->content = malloc(sizeof(source) + view.len);
+        if (r->content) {
+            r->content->length = view.len;
+            memcpy(r->content->bytes, view.buf, view.len);
+        }
+        PyBuffer_Release(&view);
+        offset = 0;
+    } else if (fd >= 0) {
+        r->content = malloc(sizeof(source));
+        if (r->content)
+            r->content->length = length;
+    } else {
+        return 0;   /* a folder, or a file Python reads */
+    }
+    if (!r->content)
+        goto no_memory;
+    r->content->refs = 1;
+    r->content->file = NULL;
+    r->content->offset = offset;
+    return 0;
+no_memory:
+    PyErr_NoMemory();
+    return -1;
 }
 
 /* One folder of a record at once: every entry of ``rows`` put in the table (as add() would), and
@@ -67,89 +118,33 @@ static PyObject *Table_add_folder(Table *self, PyObject *args) {
     unsigned long long folder, dot, dotdot, ev, av;
     unsigned int evn, avn;
     PyObject *given;
-    if (!PyArg_ParseTuple(args, "KKKO(KIKI)", &folder, &dot, &dotdot, &given, &ev, &evn, &av, &avn))
+    if (!PyArg_ParseTuple(args, "KKKO(KIKI)", &folder, &dot, &dotdot, &given, &ev, &evn, &av, &avn)
+            || not_set_up(self))
         return NULL;
-    if (!self->entries) {
-        PyErr_SetString(PyExc_ValueError, "the table is not set up");
-        return NULL;
-    }
     PyObject *seq = PySequence_Fast(given, "rows: a sequence of tuples");
     if (!seq)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    row *rows = calloc(n ? n : 1, sizeof(row));
-    uint64_t *positions = malloc((n ? n : 1) * sizeof(uint64_t));
-    if (!rows || !positions) {
-        free(rows);
-        free(positions);
-        Py_DECREF(seq);
-        return PyErr_NoMemory();
-    }
-    size_t page_len = plus_size(1) + plus_size(2);
-    Py_ssize_t made = 0;
-    for (; made < n; made++) {   /* names and bytes copied before the lock is taken */
-        unsigned long long position, nodeid, ino, size, blocks, offset, length;
-        long long mtime_ns;
-        unsigned int mode, nlink, uid, gid, blksize;
-        const char *name;
-        Py_ssize_t name_len;
-        PyObject *data;
-        int fd;
-        row *r = &rows[made];
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, made), "Ky#KKIKKLIIIIOiKK", &position, &name, &name_len,
-                              &nodeid, &ino, &mode, &size, &blocks, &mtime_ns, &nlink, &uid, &gid, &blksize,
-                              &data, &fd, &offset, &length))
-            goto fail;
-        positions[made] = position;
-        r->nodeid = nodeid;
-        r->fd = fd;
-        pack_attr(r->attr, ino, size, blocks, mtime_ns, mode, nlink, uid, gid, blksize);
-        r->name = malloc(name_len ? name_len : 1);
-        if (!r->name)
-            goto no_memory;
-        memcpy(r->name, name, name_len);
-        r->name_len = (uint32_t)name_len;
-        page_len += plus_size((uint32_t)name_len);
-        if (data != Py_None) {
-            Py_buffer view;
-            if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
-                goto fail_row;
-            r->content = malloc(sizeof(source) + view.len);
-            if (r->content) {
-                r->content->refs = 1;
-                r->content->file = NULL;
-                r->content->offset = 0;
-                r->content->length = view.len;
-                memcpy(r->content->bytes, view.buf, view.len);
-            }
-            PyBuffer_Release(&view);
-            if (!r->content)
-                goto no_memory;
-        } else if (fd >= 0) {
-            r->content = malloc(sizeof(source));
-            if (!r->content)
-                goto no_memory;
-            r->content->file = NULL;
-            r->content->refs = 1;
-            r->content->offset = offset;
-            r->content->length = length;
-        }
-    }
-    Py_DECREF(seq);
-    seq = NULL;
-    /* the listing, unless too large to hold (then Python lists the folder) */
+    PyObject *left = NULL;   /* the node ids not added (there already, or no room): the caller
+                                gives those lookups back */
     unsigned char *page = NULL;
     uint64_t *ids = NULL;
-    if (page_len <= 4096 && n <= 64) {
+    row *rows = calloc(n ? n : 1, sizeof(row));   /* (zeroed: a row not reached frees nothing) */
+    uint64_t *positions = malloc((n ? n : 1) * sizeof(uint64_t));
+    size_t page_len = plus_size(1) + plus_size(2);
+    if (!rows || !positions) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)   /* names and bytes copied before the lock is taken */
+        if (row_of(PySequence_Fast_GET_ITEM(seq, i), &rows[i], &positions[i], &page_len) < 0)
+            goto done;
+    if (page_len <= 4096 && n <= 64) {   /* the listing, unless too large to hold (Python lists it) */
         page = calloc(1, page_len);
         ids = malloc((n ? n : 1) * sizeof(uint64_t));
         if (!page || !ids) {
-            free(page);
-            free(ids);
-            rows_free(rows, 0, n);
-            free(rows);
-            free(positions);
-            return PyErr_NoMemory();
+            PyErr_NoMemory();
+            goto done;
         }
         unsigned char attr[ATTR_SIZE];
         size_t at = 0;
@@ -166,30 +161,19 @@ static PyObject *Table_add_folder(Table *self, PyObject *args) {
             ids[i] = rows[i].nodeid;
         }
     }
-    /* what was not added (there already, or no room): the caller gives those lookups back */
-    PyObject *left = PyList_New(0);
-    if (!left) {
-        free(page);
-        free(ids);
-        rows_free(rows, 0, n);
-        free(rows);
-        free(positions);
-        return NULL;
-    }
+    if (!(left = PyList_New(0)))
+        goto done;
     pthread_mutex_lock(&self->lock);
     int failed = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = 0; i < n && !failed; i++) {
         row *r = &rows[i];
         int added = add_entry(self, folder, r->name, r->name_len, r->nodeid, (const char *)r->attr, ev, evn, av, avn,
                               r->content, r->fd);
-        if (added < 0) {   /* out of memory, or the file cannot be held open: the rest to Python */
-            failed = 1;
-            break;
-        }
-        if (added) {
+        if (added > 0) {   /* taken by the table */
             r->name = NULL;
             r->content = NULL;
         }
+        failed = added < 0;   /* out of memory, or the file cannot be held open: the rest to Python */
     }
     uint64_t last = n ? positions[n - 1] : 2;
     if (page && !failed && set_page(self, folder, (char *)page, (uint32_t)page_len, last, ids, (uint32_t)n) == 0) {
@@ -199,34 +183,23 @@ static PyObject *Table_add_folder(Table *self, PyObject *args) {
     pthread_mutex_unlock(&self->lock);
     if (failed)
         PyErr_Clear();
-    for (Py_ssize_t k = 0; k < n; k++) {
-        if (rows[k].name) {   /* not added (added ones were taken by the table) */
-            PyObject *id = PyLong_FromUnsignedLongLong(rows[k].nodeid);
-            if (!id || PyList_Append(left, id) < 0) {
-                Py_XDECREF(id);
+    for (Py_ssize_t i = 0; i < n && left; i++) {
+        if (rows[i].name) {   /* not added */
+            PyObject *id = PyLong_FromUnsignedLongLong(rows[i].nodeid);
+            if (!id || PyList_Append(left, id) < 0)
                 Py_CLEAR(left);
-                break;
-            }
-            Py_DECREF(id);
+            Py_XDECREF(id);
         }
     }
+done:
+    Py_DECREF(seq);
     free(page);
     free(ids);
-    rows_free(rows, 0, n);
+    if (rows)
+        rows_free(rows, n);
     free(rows);
     free(positions);
     return left;
-
-no_memory:
-    PyErr_NoMemory();
-fail_row:
-    made++;   /* (this row's name and bytes are freed with the others) */
-fail:
-    rows_free(rows, 0, made);
-    free(rows);
-    free(positions);
-    Py_XDECREF(seq);
-    return NULL;
 }
 
 #endif

@@ -232,6 +232,14 @@ static int drop(Table *t, int32_t k) {
     return 0;
 }
 
+/* Whether the table was never set up (its __init__ failed or was not called): 1, an exception set. */
+static int not_set_up(Table *self) {
+    if (self->entries)
+        return 0;
+    PyErr_SetString(PyExc_ValueError, "the table is not set up");
+    return 1;
+}
+
 /* Put an entry in the table, taking ``name`` and ``content`` (whose file, for ``fd`` >= 0, is
  * found here): 1; 0 if the name or the node is there already (the caller frees both); -1 with an
  * exception set. Lock held. */
