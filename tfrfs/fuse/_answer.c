@@ -287,31 +287,9 @@ static PyObject *Table_add(Table *self, PyObject *args) {
     }
     if (not_set_up(self))
         return NULL;
-    source *content = NULL;   /* the bytes copied before the lock is taken */
-    if (data != Py_None) {
-        Py_buffer view;
-        if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
-            return NULL;
-        content = malloc(sizeof(source) + view.len);
-        if (content) {
-            content->refs = 1;
-            content->file = NULL;
-            content->offset = 0;
-            content->length = view.len;
-            memcpy(content->bytes, view.buf, view.len);
-        }
-        PyBuffer_Release(&view);
-        if (!content)
-            return PyErr_NoMemory();
-    } else if (fd >= 0) {
-        content = malloc(sizeof(source));
-        if (!content)
-            return PyErr_NoMemory();
-        content->file = NULL;
-        content->refs = 1;
-        content->offset = offset;
-        content->length = length;
-    }
+    source *content;   /* the bytes copied before the lock is taken */
+    if (source_of(data, fd, offset, length, &content) < 0)
+        return NULL;
     char *copy = malloc(name_len ? name_len : 1);
     if (!copy) {
         free(content);

@@ -78,38 +78,14 @@ static int row_of(PyObject *given, row *r, uint64_t *position, size_t *page_len)
     r->fd = fd;
     pack_attr(r->attr, ino, size, blocks, mtime_ns, mode, nlink, uid, gid, blksize);
     r->name = malloc(name_len ? name_len : 1);
-    if (!r->name)
-        goto no_memory;
+    if (!r->name) {
+        PyErr_NoMemory();
+        return -1;
+    }
     memcpy(r->name, name, name_len);
     r->name_len = (uint32_t)name_len;
     *page_len += plus_size((uint32_t)name_len);
-    if (data != Py_None) {
-        Py_buffer view;
-        if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
-            return -1;
-        r->content = malloc(sizeof(source) + view.len);
-        if (r->content) {
-            r->content->length = view.len;
-            memcpy(r->content->bytes, view.buf, view.len);
-        }
-        PyBuffer_Release(&view);
-        offset = 0;
-    } else if (fd >= 0) {
-        r->content = malloc(sizeof(source));
-        if (r->content)
-            r->content->length = length;
-    } else {
-        return 0;   /* a folder, or a file Python reads */
-    }
-    if (!r->content)
-        goto no_memory;
-    r->content->refs = 1;
-    r->content->file = NULL;
-    r->content->offset = offset;
-    return 0;
-no_memory:
-    PyErr_NoMemory();
-    return -1;
+    return source_of(data, fd, offset, length, &r->content);
 }
 
 /* One folder of a record at once: every entry of ``rows`` put in the table (as add() would), and

@@ -232,6 +232,38 @@ static int drop(Table *t, int32_t k) {
     return 0;
 }
 
+/* What an entry answers reads with: a copy of ``data`` (not None), or ``length`` bytes at
+ * ``offset`` of the file open as ``fd`` (>= 0); *content NULL for neither (a folder, or a file
+ * Python reads). 0, or -1 with an exception set. GIL held, the table's lock not. */
+static int source_of(PyObject *data, int fd, uint64_t offset, uint64_t length, source **content) {
+    *content = NULL;
+    if (data != Py_None) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+            return -1;
+        *content = malloc(sizeof(source) + view.len);
+        if (*content) {
+            memcpy((*content)->bytes, view.buf, view.len);
+            length = view.len;
+            offset = 0;
+        }
+        PyBuffer_Release(&view);
+    } else if (fd >= 0) {
+        *content = malloc(sizeof(source));
+    } else {
+        return 0;
+    }
+    if (!*content) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    (*content)->refs = 1;
+    (*content)->file = NULL;
+    (*content)->offset = offset;
+    (*content)->length = length;
+    return 0;
+}
+
 /* Whether the table was never set up (its __init__ failed or was not called): 1, an exception set. */
 static int not_set_up(Table *self) {
     if (self->entries)

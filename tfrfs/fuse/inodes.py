@@ -128,47 +128,31 @@ class Nodes:
         ``ino``), counted as one lookup the kernel will forget."""
         if ino & RECORD_BIT and self._record_path is not None:
             return ino
-        key = (parent, name)
         with self._lock:
-            nodeid = self._ids.get(key)
-            if nodeid is None:
-                nodeid = self._next
-                self._next += 1
-                self._nodes[nodeid] = _Node(parent, name)
-                self._ids[key] = nodeid
-                self._peak = max(self._peak, len(self._nodes))
-                above = self._nodes.get(parent)
-                if above is not None:
-                    above.children += 1
-            self._nodes[nodeid].lookups += 1
-        return nodeid
+            return self._count(parent, name)
 
     def looked_up_all(self, parent: int, entries: list[tuple[str, int]]) -> list[int]:
         """``looked_up`` of every (name, inode number) of ``entries`` in ``parent``, the lock taken
         once (a record's folder put in the compiled table whole: ``answers.Sheets``)."""
-        out: list[int] = []
         records = self._record_path is not None
         with self._lock:
-            nodes, ids = self._nodes, self._ids   # (inside: _fit may replace them)
-            for name, ino in entries:
-                if ino & RECORD_BIT and records:
-                    out.append(ino)
-                    continue
-                key = (parent, name)
-                nodeid = ids.get(key)
-                if nodeid is None:
-                    nodeid = self._next
-                    self._next += 1
-                    nodes[nodeid] = _Node(parent, name, lookups=1)
-                    ids[key] = nodeid
-                    above = nodes.get(parent)
-                    if above is not None:
-                        above.children += 1
-                else:
-                    nodes[nodeid].lookups += 1
-                out.append(nodeid)
-            self._peak = max(self._peak, len(nodes))
-        return out
+            return [ino if ino & RECORD_BIT and records else self._count(parent, name) for name, ino in entries]
+
+    def _count(self, parent: int, name: str) -> int:
+        """One more lookup of entry ``name`` of ``parent`` (a new id if the kernel holds none). Lock held."""
+        key = (parent, name)
+        nodeid = self._ids.get(key)
+        if nodeid is None:
+            nodeid = self._next
+            self._next += 1
+            self._nodes[nodeid] = _Node(parent, name)
+            self._ids[key] = nodeid
+            self._peak = max(self._peak, len(self._nodes))
+            above = self._nodes.get(parent)
+            if above is not None:
+                above.children += 1
+        self._nodes[nodeid].lookups += 1
+        return nodeid
 
     def forget(self, nodeid: int, count: int) -> None:
         """The kernel forgot ``count`` lookups of ``nodeid``: once it holds none (and no name below
