@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence, Union
 from json.encoder import encode_basestring  # the C escaper json.dumps uses, without ASCII escaping
 
 from tfrfs.errors import Invalid
-from tfrfs.format.jsontext import format_float32
+from tfrfs.format.jsontext import json_floats
 # What a value is shown as is decided in shown_as, raw pixels <-> PNG in raw_png: the names a
 # caller of codec used before they moved there stay part of codec's face.
 from tfrfs.format.raw_png import encode_png, parse_raw_png  # noqa: F401
@@ -246,10 +246,6 @@ def _json_ints(values: Sequence[int]) -> str:
     return "[" + ", ".join(map(str, values)) + "]"
 
 
-def _json_floats(values: Sequence[float]) -> str:
-    return "[" + ", ".join(map(format_float32, values)) + "]"
-
-
 def _json_texts(texts: Sequence[str]) -> str:
     return "[" + ", ".join(map(encode_basestring, texts)) + "]"
 
@@ -275,7 +271,7 @@ def _render_bytes(values: tuple, shape: Shape | None) -> View:
 
 _RENDER: dict[str, Callable[[tuple], View]] = {
     "int64_list": lambda values: FileView(".json", (_json_ints(values) + "\n").encode("ascii")),
-    "float_list": lambda values: FileView(".json", (_json_floats(values) + "\n").encode("ascii")),
+    "float_list": lambda values: FileView(".json", (json_floats(values) + "\n").encode("ascii")),
     "bytes_list": lambda values: _render_bytes(values, None),
     "none": lambda values: FileView(".json", b"null\n"),
 }
@@ -307,7 +303,7 @@ def render_feature_list(steps: Sequence[Value]) -> View:
             body = ", ".join(_json_ints(s.values) for s in steps)
             return FileView(".json", f"[{body}]\n".encode("ascii"))
         if kind == "float_list":
-            body = ", ".join(_json_floats(s.values) for s in steps)
+            body = ", ".join(json_floats(s.values) for s in steps)
             return FileView(".json", f"[{body}]\n".encode("ascii"))
         body = ", ".join(_json_texts(texts(s.values) or ()) for s in steps)
         return FileView(".json", f"[{body}]\n".encode("utf-8"))

@@ -3,15 +3,19 @@
 The same dataset always shows the same bytes, and every float written reads back to the very
 float32 it came from, with a ``.`` or an exponent so a JSON file copied out and back in keeps its
 kind. This sits on a FUSE hot path (every numeric feature a user opens), so the common cases
-(integral values, repeated values) take shortcuts.
+(integral values, repeated values) take shortcuts, and where the compiled part was built
+(``_floats.c``: the same search, with the same formatting and parsing) ``format_float32`` and
+``json_floats`` are its functions; ``TFRFS_PURE=1`` keeps them in Python.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
+import os
 import struct
 from json.encoder import encode_basestring  # the C escaper json.dumps uses, without ASCII escaping
-from typing import Any
+from typing import Any, Callable, Sequence
 
 
 _F32 = struct.Struct("<f")
@@ -84,7 +88,7 @@ def _shortest_f32(a: float) -> str:
     return best
 
 
-def format_float32(x: float) -> str:
+def py_format_float32(x: float) -> str:
     """The shortest decimal that reads back to the same float32, written as Python writes floats.
 
     ``1.0``, ``0.1``, ``1e-30``, ``3.4028235e+38``, ``-0.0``; non-finite values as JSON's
@@ -115,6 +119,27 @@ def format_float32(x: float) -> str:
 
 _FLOAT_TEXT: dict[float, str] = {}
 _FLOAT_TEXT_MAX = 1 << 16
+
+
+def py_json_floats(values: Sequence[float]) -> str:
+    """``[v, v, ...]``: each value as ``format_float32`` writes it, ``json.dumps`` layout."""
+    return "[" + ", ".join(map(py_format_float32, values)) + "]"
+
+
+def compiled_floats() -> Any | None:
+    """The compiled ``format_float32`` and ``json_floats`` (``_floats.c``), or None where they
+    were not built, or with ``TFRFS_PURE=1``."""
+    if os.environ.get("TFRFS_PURE"):
+        return None
+    try:
+        return importlib.import_module("tfrfs.format._floats")
+    except ImportError:
+        return None
+
+
+_COMPILED = compiled_floats()
+format_float32: Callable[[float], str] = _COMPILED.format_float32 if _COMPILED else py_format_float32
+json_floats: Callable[[Sequence[float]], str] = _COMPILED.json_floats if _COMPILED else py_json_floats
 
 
 def _encode_json(obj: Any) -> str:
