@@ -201,7 +201,7 @@ class _Record:
         for k, name in enumerate(names, 3):
             yield k, name, self._attrs(path + "/" + name)
 
-    def record_folders(self, path: str) -> Iterator[tuple[str, list[tuple[int, str, dict[str, int], Any]]]]:
+    def record_folders(self, path: str) -> Iterator[tuple[str, list[tuple[Any, ...]]]]:
         todo = [path]
         while todo:
             at = todo.pop()
@@ -209,10 +209,14 @@ class _Record:
             for k, name in enumerate(self.FOLDERS[self._inner(at) or ""], 3):
                 inner = at + "/" + name
                 node = _Node(inner, self._inner(inner) in self.FOLDERS)
-                listed.append((k, name, self._attrs(inner), node))
+                a = self._attrs(inner)
+                listed.append((k, name, a["st_ino"], a["st_mode"], a["st_size"], a["st_blocks"], a["st_mtime"],
+                               a["st_nlink"], node))
                 if node.folder:
                     todo.append(inner)
             yield at, listed
+
+    owned = (OWNED["st_uid"], OWNED["st_gid"], OWNED["st_blksize"])
 
     def records_in(self, shard: int) -> int:
         return self.count

@@ -83,7 +83,7 @@ class Operations(Edge):
             "st_mode": self._dir_mode if st.is_dir else self._file_mode, "st_nlink": st.nlink, "st_size": st.size,
             "st_uid": self._uid, "st_gid": self._gid,
             "st_mtime": st.mtime_ns, "st_ctime": st.mtime_ns, "st_atime": st.mtime_ns,
-            "st_blocks": (st.size + 511) // 512, "st_blksize": 131072,
+            "st_blocks": (st.size + 511) // 512, "st_blksize": 131072,   # (owned, below)
         }
 
     def _damage_told(self) -> None:
@@ -185,27 +185,36 @@ class Operations(Edge):
         """How many records shard ``shard`` holds (its index's count)."""
         return self.tree.store.shards[shard].count
 
-    def record_folders(self, path: str) -> Iterator[tuple[str, list[tuple[int, str, dict[str, int], Node]]]]:
+    def record_folders(self, path: str) -> Iterator[tuple[str, list[tuple[Any, ...]]]]:
         """Every folder inside record folder ``path`` of a read-only mount, the record's own
-        first and each before its subfolders: (its path, its entries as (position, name,
-        attributes, node)), as ``readdir`` with ``plus`` lists them but "." and "..", found in
-        the record's view rather than by a lookup of each path. Raises as the record's folder
-        does (DataLoss for a damaged record)."""
+        first and each before its subfolders: (its path, its entries), as ``readdir`` with
+        ``plus`` lists them but "." and "..", found in the record's view rather than by a lookup
+        of each path. Each entry is (position, name, inode number, mode, size, blocks, time in
+        ns, links, node); the owner and block size are every entry's (``owned``). Raises as the
+        record's folder does (DataLoss for a damaged record)."""
         tree = self.tree
         record = tree.lookup(path)
         if not isinstance(record, RecordDir):
             raise NotFound(f"{path}: not a record's folder")
         todo: list[tuple[str, Node]] = [(path, tree.record_root(record))]
-        attrs = self._attrs
+        stat, dir_mode, file_mode = tree.stat, self._dir_mode, self._file_mode
         while todo:
             at, folder = todo.pop()
-            listed = []
+            listed: list[tuple[Any, ...]] = []
             for pos, name, child in tree.entries(folder):
                 inner = at + "/" + name
-                listed.append((pos + 3, name, attrs(tree.stat(child), inner, child), child))
+                st = stat(child)
+                size = st.size
+                listed.append((pos + 3, name, _node_ino(inner, child), dir_mode if st.is_dir else file_mode,
+                               size, (size + 511) // 512, st.mtime_ns, st.nlink, child))
                 if child.folder:
                     todo.append((inner, child))
             yield at, listed
+
+    @property
+    def owned(self) -> tuple[int, int, int]:
+        """(owner, group, block size) of every entry (``_attrs``)."""
+        return self._uid, self._gid, 131072
 
     def _shard_entries(self, node: ShardDir, prefix: str, offset: int) -> Iterator[Any]:
         """``readdir``'s entries of a read-only shard folder: runs of record folders in bulk
