@@ -199,6 +199,18 @@ def _place(views: Mapping[str, codec.View], kinds: Mapping[str, str], section: s
     """Lay the features of one folder out by the key -> path rules, pinned features where they were."""
     root = Dir(mtime_ns=mtime)
     paths = names.layout([(key, view.suffix) for key, view in views.items()])
+    if not unchanged and p.shown is None:   # (the usual record: its layout's plan, made once)
+        folders = [root]
+        for folder, parent, name, key in _plan(paths):
+            if folder:
+                made = folders[parent].children[name] = Dir(mtime_ns=mtime, xattrs=key_xattrs(key, None))
+                folders.append(made)
+                continue
+            view = views[key]
+            raw = isinstance(view, codec.FileView) and view.raw_shape is not None
+            folders[parent].children[name] = _node(view, key_xattrs(key, kinds[key]), mtime, damaged,
+                                                   Loc(section, key, None, raw))
+        return root
     if unchanged:
         pinned = {key: s.path(views[key].suffix) for key, s in unchanged.items()}
         paths, moved = apply_pinned_paths(paths, pinned)
@@ -225,6 +237,37 @@ def _place(views: Mapping[str, codec.View], kinds: Mapping[str, str], section: s
         if p.shown is not None:
             p.shown[(section, key)] = _shown(view, comps, (section, key) in p.overrides, written)
     return root
+
+
+_PLANS: dict[int, tuple[Mapping[str, tuple[str, ...]], tuple[tuple[bool, int, str, str], ...]]] = {}
+
+
+def _plan(paths: Mapping[str, tuple[str, ...]]) -> tuple[tuple[bool, int, str, str], ...]:
+    """The steps ``_place`` takes to lay ``paths`` out (``names.layout``'s, which it shares among
+    records of one set of keys), in its order: (True, parent, name, key) makes a nested-key
+    folder (its key the prefix it stands for), (False, parent, name, key) places a feature;
+    ``parent`` counts the folders made so far, the record's own being 0. Remembered for as long
+    as ``names.layout`` keeps ``paths`` (a memo of a pure function that changes no result)."""
+    got = _PLANS.get(id(paths))
+    if got is not None and got[0] is paths:
+        return got[1]
+    steps: list[tuple[bool, int, str, str]] = []
+    made: dict[tuple[str, ...], int] = {(): 0}
+    for key, comps in paths.items():
+        parent: tuple[str, ...] = ()
+        for depth, comp in enumerate(comps[:-1]):
+            here = parent + (comp,)
+            if here not in made:
+                part = "/".join(key.split("/")[:depth + 1]) if len(comps) > 1 else key
+                steps.append((True, made[parent], comp, part))
+                made[here] = len(made)
+            parent = here
+        steps.append((False, made[parent], comps[-1], key))
+    if len(_PLANS) >= 1 << 10:
+        _PLANS.clear()
+    plan = tuple(steps)
+    _PLANS[id(paths)] = (paths, plan)
+    return plan
 
 
 def _written_name(shown: Shown | None, view: codec.View, comps: tuple[str, ...]) -> str:
