@@ -201,14 +201,14 @@ def _place(views: Mapping[str, codec.View], kinds: Mapping[str, str], section: s
     paths = names.layout([(key, view.suffix) for key, view in views.items()])
     if not unchanged and p.shown is None:   # (the usual record: its layout's plan, made once)
         folders = [root]
-        for folder, parent, name, key in _plan(paths):
+        for folder, inside, name, key in _plan(paths):
             if folder:
-                made = folders[parent].children[name] = Dir(mtime_ns=mtime, xattrs=key_xattrs(key, None))
+                made = folders[inside].children[name] = Dir(mtime_ns=mtime, xattrs=key_xattrs(key, None))
                 folders.append(made)
                 continue
             view = views[key]
             raw = isinstance(view, codec.FileView) and view.raw_shape is not None
-            folders[parent].children[name] = _node(view, key_xattrs(key, kinds[key]), mtime, damaged,
+            folders[inside].children[name] = _node(view, key_xattrs(key, kinds[key]), mtime, damaged,
                                                    Loc(section, key, None, raw))
         return root
     if unchanged:
