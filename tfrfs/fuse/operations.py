@@ -42,6 +42,7 @@ _RENAME_NOREPLACE = 1 << 0
 _META_PATH = "/.tfrfs/"   # the metadata folder's files (see Tree.lookup)
 _SETTLE_S = 0.25   # the most a request answered EIO for damage waits for .tfrfs/errors to be made fresh
 WORKERS = 3   # the reader and two helpers (turns)
+BLOCK = 131072   # every file's block size (st_blksize), and the file system's (statfs)
 
 
 def _node_ino(path: str, node: object) -> int:
@@ -83,7 +84,7 @@ class Operations(Edge):
             "st_mode": self._dir_mode if st.is_dir else self._file_mode, "st_nlink": st.nlink, "st_size": st.size,
             "st_uid": self._uid, "st_gid": self._gid,
             "st_mtime": st.mtime_ns, "st_ctime": st.mtime_ns, "st_atime": st.mtime_ns,
-            "st_blocks": (st.size + 511) // 512, "st_blksize": 131072,   # (owned, below)
+            "st_blocks": (st.size + 511) // 512, "st_blksize": BLOCK,
         }
 
     def _damage_told(self) -> None:
@@ -214,7 +215,7 @@ class Operations(Edge):
     @property
     def owned(self) -> tuple[int, int, int]:
         """(owner, group, block size) of every entry (``_attrs``)."""
-        return self._uid, self._gid, 131072
+        return self._uid, self._gid, BLOCK
 
     def _shard_entries(self, node: ShardDir, prefix: str, offset: int) -> Iterator[Any]:
         """``readdir``'s entries of a read-only shard folder: runs of record folders in bulk
@@ -290,7 +291,7 @@ class Operations(Edge):
         return 0
 
     def statfs(self, path: str) -> dict[str, int]:
-        return {"f_bsize": 131072, "f_frsize": 131072, "f_namemax": 255,
+        return {"f_bsize": BLOCK, "f_frsize": BLOCK, "f_namemax": 255,
                 "f_blocks": 0, "f_bfree": 0, "f_bavail": 0, "f_files": 0, "f_ffree": 0}
 
     def listxattr(self, path: str) -> list[str]:
