@@ -164,6 +164,30 @@ def test_finish_after_an_unmount_commits_or_discards(src: Path, tmp_path: Path) 
     assert labels(src / "a.tfrecord") == [0, 9, 2]
 
 
+def test_a_word_written_while_the_last_ones_release_is_still_to_come_is_read_alone(src: Path, tmp_path: Path) -> None:
+    """tfrfs umount --discard whose unmount fails writes "discard", then "keep", each with
+    O_WRONLY and its own close. The kernel sends a descriptor's release after close() returns,
+    so the daemon may see the second open and write before the first release: "keep" must not
+    be written over what is left of "discard" ("keep\nrd"), or the unmount drops the edits."""
+    s = session(src, tmp_path)
+    s.write("/a.tfrecord/000001/label.json", b"[9]")
+    first = s.files.open("/.tfrfs/commit", os.O_WRONLY)
+    first.write(b"discard\n", 0)
+    first.flush()                  # its close() returned; its release has not come yet
+    second = s.files.open("/.tfrfs/commit", os.O_WRONLY)
+    second.write(b"keep\n", 0)
+    second.flush()
+    first.flush(final=True)        # the releases, late
+    first.release()
+    second.flush(final=True)
+    second.release()
+    assert not s.mount.discard_at_unmount   # "keep", read as written
+    assert s.mount.last_commit is None and not (s.mount.committer and s.mount.committer.running)   # no commit now
+    s.mount.finish(True, "unmounted")
+    s.close()
+    assert labels(src / "a.tfrecord") == [0, 9, 2]
+
+
 def test_commit_result_says_what_changed(src: Path, tmp_path: Path) -> None:
     s = session(src, tmp_path)
     s.write("/a.tfrecord/000001/label.json", b"[7]")

@@ -53,11 +53,14 @@ class FileEditor:
         """A handle for ``path``; None for a file opened only for reading that the tree's own
         handle serves (anything but a feature file)."""
         writer = flags & os.O_ACCMODE != os.O_RDONLY or bool(flags & os.O_TRUNC)
-        file = self.open_files.get(path)
-        if file is not None and not writer and not file.new and self._is_commit_path(path):
-            # .tfrfs/commit read while the descriptor that wrote a word to it is still being
-            # closed (requests are answered by several threads): what it says now, not the word
-            return None
+        if writer and path.endswith("/commit") and self._is_commit_path(path):
+            # Each descriptor that writes .tfrfs/commit gives a word of its own, read at its close.
+            # The kernel sends a descriptor's release after close() has returned, so the next
+            # word (tfrfs umount's "keep" after its "discard") may come before the last one's
+            # release: in a shared content it would be written over what is left of that one.
+            return WriteHandle(self, OpenFile(path, b"", time.time_ns(), self.stager.staging.tmp_file, new=False),
+                               writer=True)
+        file = self.open_files.get(path)   # (never .tfrfs/commit's: read, it says what it says now)
         if file is None:
             node, record, inner = self.tree.locate(path)
             if isinstance(node, ScratchFile):
