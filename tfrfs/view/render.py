@@ -198,36 +198,26 @@ def _place(views: Mapping[str, codec.View], kinds: Mapping[str, str], section: s
            damaged: str | None, p: _Pinning, unchanged: Mapping[str, Shown]) -> Dir:
     """Lay the features of one folder out by the key -> path rules, pinned features where they were."""
     root = Dir(mtime_ns=mtime)
-    paths = names.layout([(key, view.suffix) for key, view in views.items()])
-    if not unchanged and p.shown is None:   # (the usual record: its layout's plan, made once)
-        folders = [root]
-        for folder, inside, name, key in _plan(paths):
-            if folder:
-                made = folders[inside].children[name] = Dir(mtime_ns=mtime, xattrs=key_xattrs(key, None))
-                folders.append(made)
-                continue
-            view = views[key]
-            raw = isinstance(view, codec.FileView) and view.raw_shape is not None
-            folders[inside].children[name] = _node(view, key_xattrs(key, kinds[key]), mtime, damaged,
-                                                   Loc(section, key, None, raw))
-        return root
+    paths = layout = names.layout([(key, view.suffix) for key, view in views.items()])
     if unchanged:
         pinned = {key: s.path(views[key].suffix) for key, s in unchanged.items()}
         paths, moved = apply_pinned_paths(paths, pinned)
         p.overrides.update((section, key) for key in moved)
-    for key, comps in paths.items():
-        parent = root
-        for depth, comp in enumerate(comps[:-1]):
-            nxt = parent.children.get(comp)
-            if not isinstance(nxt, Dir):
-                part = "/".join(key.split("/")[:depth + 1]) if len(comps) > 1 else key
-                nxt = Dir(mtime_ns=mtime, xattrs=key_xattrs(part, None))
-                parent.children[comp] = nxt
-            parent = nxt
+    plain = not unchanged and p.shown is None   # (the usual record: nothing more to note per feature)
+    folders = [root]
+    for folder, inside, name, key in (_plan(paths) if paths is layout else _steps(paths)):
+        parent = folders[inside]
+        if folder:
+            made = parent.children[name] = Dir(mtime_ns=mtime, xattrs=key_xattrs(key, None))
+            folders.append(made)
+            continue
         view = views[key]
         raw = isinstance(view, codec.FileView) and view.raw_shape is not None
-        node = parent.children[comps[-1]] = _node(view, key_xattrs(key, kinds[key]), mtime, damaged,
-                                                  Loc(section, key, None, raw))
+        node = parent.children[name] = _node(view, key_xattrs(key, kinds[key]), mtime, damaged,
+                                             Loc(section, key, None, raw))
+        if plain:
+            continue
+        comps = paths[key]
         written = _written_name(unchanged.get(key), view, comps)
         if written:
             if parent.aliases is None:
@@ -239,33 +229,38 @@ def _place(views: Mapping[str, codec.View], kinds: Mapping[str, str], section: s
     return root
 
 
-_PLANS: dict[int, tuple[Mapping[str, tuple[str, ...]], tuple[tuple[bool, int, str, str], ...]]] = {}
+_Step = tuple[bool, int, str, str]
+_PLANS: dict[int, tuple[Mapping[str, tuple[str, ...]], tuple[_Step, ...]]] = {}
 
 
-def _plan(paths: Mapping[str, tuple[str, ...]]) -> tuple[tuple[bool, int, str, str], ...]:
-    """The steps ``_place`` takes to lay ``paths`` out (``names.layout``'s, which it shares among
-    records of one set of keys), in its order: (True, parent, name, key) makes a nested-key
-    folder (its key the prefix it stands for), (False, parent, name, key) places a feature;
-    ``parent`` counts the folders made so far, the record's own being 0. Remembered for as long
-    as ``names.layout`` keeps ``paths`` (a memo of a pure function that changes no result)."""
-    got = _PLANS.get(id(paths))
-    if got is not None and got[0] is paths:
-        return got[1]
-    steps: list[tuple[bool, int, str, str]] = []
+def _steps(paths: Mapping[str, tuple[str, ...]]) -> tuple[_Step, ...]:
+    """The steps that lay ``paths`` out, in order: (True, parent, name, key) makes a nested-key
+    folder (its key the prefix it stands for, from the first key under it), (False, parent,
+    name, key) places a feature; ``parent`` counts the folders made so far, the record's own
+    being 0. (Paths never clash: names.layout and pins.apply_pinned_paths see to it.)"""
+    steps: list[_Step] = []
     made: dict[tuple[str, ...], int] = {(): 0}
     for key, comps in paths.items():
         parent: tuple[str, ...] = ()
         for depth, comp in enumerate(comps[:-1]):
             here = parent + (comp,)
             if here not in made:
-                part = "/".join(key.split("/")[:depth + 1]) if len(comps) > 1 else key
-                steps.append((True, made[parent], comp, part))
+                steps.append((True, made[parent], comp, "/".join(key.split("/")[:depth + 1])))
                 made[here] = len(made)
             parent = here
         steps.append((False, made[parent], comps[-1], key))
+    return tuple(steps)
+
+
+def _plan(paths: Mapping[str, tuple[str, ...]]) -> tuple[_Step, ...]:
+    """``_steps`` of a layout ``names.layout`` gave (it shares one among the records of one set of
+    keys), remembered for the last 1,024 of them (a memo of a pure function: it changes no result)."""
+    got = _PLANS.get(id(paths))
+    if got is not None and got[0] is paths:   # (the entry holds ``paths``: its id is not reused)
+        return got[1]
     if len(_PLANS) >= 1 << 10:
         _PLANS.clear()
-    plan = tuple(steps)
+    plan = _steps(paths)
     _PLANS[id(paths)] = (paths, plan)
     return plan
 
