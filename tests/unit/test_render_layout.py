@@ -1,7 +1,7 @@
-"""A record's folder laid out from its layout's plan (render._plan, the usual record of a
-read-only mount) against the same record laid out step by step (the path writable mounts take,
-which also reports how each feature is shown): the same folders, names, order, bytes, xattrs and
-places, for nested keys, lists and keys whose names clash.
+"""A record's folder laid out from its layout's steps (render._plan, remembered per set of keys):
+every feature at the path names.layout gives it, each nested-key folder with its key prefix, the
+same tree when a writable mount also asks how each feature is shown, and the same again once the
+steps are remembered; for nested keys, lists and keys whose names clash.
 
 The expected tree of the first test is written out by hand from SPEC 3.1 and 3.2."""
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfrfs.format import proto
+from tfrfs.format import names, proto
 from tfrfs.view.nodes import DataFile, Dir, Loc
 from tfrfs.view.render import Options, render
 
@@ -29,6 +29,23 @@ def _example(features: dict[str, list]) -> bytes:
         else:
             f.int64_list.value.extend(values)
     return msg.SerializeToString()
+
+
+def _views(folder: Dir) -> list[tuple[str, object]]:
+    """(key, what it is shown as, with its suffix) of every feature below ``folder``."""
+    out: list[tuple[str, object]] = []
+    for name, child in folder.children.items():
+        key = child.xattrs.get("user.tfrfs.key", b"").decode()
+        if isinstance(child, DataFile) or child.loc is not None:   # a feature (a file, or its .list/)
+            out.append((key, _Suffix(name[len(name.rsplit(".", 1)[0]):] if "." in name else "")))
+        else:
+            out += _views(child)
+    return out
+
+
+class _Suffix:
+    def __init__(self, suffix: str) -> None:
+        self.suffix = suffix
 
 
 def _tree(node: object) -> object:
@@ -68,7 +85,18 @@ _VALUES = st.one_of(st.lists(st.integers(-5, 5), max_size=3), st.lists(st.sample
 def test_the_plan_lays_out_any_record_as_the_steps_do(features: dict[str, list]) -> None:
     data = _example(features)
     planned, stepwise = render(data, PLANNED), render(data, STEPWISE)
-    assert planned.failure == stepwise.failure
+    assert planned.failure is None and stepwise.failure is None
     assert _tree(planned.root) == _tree(stepwise.root)
+    files = 0
+    for key, comps in names.layout([(k, v.suffix) for k, v in _views(planned.root)]).items():
+        node = planned.root
+        for depth, comp in enumerate(comps):
+            node = node.children[comp]   # type: ignore[union-attr]
+            if depth < len(comps) - 1:   # a nested-key folder: the prefix of the first key under it
+                assert isinstance(node, Dir) and node.loc is None
+                assert node.xattrs["user.tfrfs.key"].decode().count("/") == depth
+        assert node.xattrs["user.tfrfs.key"] == key.encode()   # type: ignore[union-attr]
+        files += 1
+    assert files == len(features) == sum(1 for _ in _views(planned.root))
     again = render(data, PLANNED)   # (the plan remembered)
     assert _tree(again.root) == _tree(planned.root)
