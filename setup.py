@@ -1,10 +1,12 @@
 """The optional compiled part of tfrfs (everything else is in pyproject.toml).
 
 ``tfrfs.fuse._answer`` answers a read-only mount's lookups, attributes and reads in C;
-``tfrfs.format._floats`` writes float32 values as their shortest decimal (SPEC 3.2). Both are
-optional: where they cannot be built (no compiler, no Python headers), pip installs tfrfs without
-them, the mount answers those requests in Python (``tfrfs/fuse/direct.py``) and floats are
-written by ``tfrfs/format/jsontext.py``, with the same bytes.
+``tfrfs.format._floats`` writes float32 values as their shortest decimal (SPEC 3.2);
+``tfrfs.format._example`` shows the features of an Example in the usual encoding as files. All
+are optional: where they cannot be built (no compiler, no Python headers), pip installs tfrfs
+without them, the mount answers those requests in Python (``tfrfs/fuse/direct.py``), floats are
+written by ``tfrfs/format/jsontext.py`` and records rendered by ``tfrfs/format/codec.py``, with
+the same bytes.
 """
 
 from setuptools import Extension, setup
@@ -13,4 +15,8 @@ setup(ext_modules=[Extension("tfrfs.fuse._answer", ["tfrfs/fuse/_answer.c"],
                              depends=["tfrfs/fuse/_answer_table.h", "tfrfs/fuse/_answer_folder.h"],
                              optional=True, extra_compile_args=["-O2", "-Wall"]),
                    Extension("tfrfs.format._floats", ["tfrfs/format/_floats.c"],
+                             depends=["tfrfs/format/_float_text.h"],
+                             optional=True, extra_compile_args=["-O2", "-Wall"]),
+                   Extension("tfrfs.format._example", ["tfrfs/format/_example.c"],
+                             depends=["tfrfs/format/_float_text.h"],
                              optional=True, extra_compile_args=["-O2", "-Wall"])])

@@ -17,13 +17,17 @@ comes back with its kind, except one case the SPEC fixes on purpose: ``[]`` for 
 empty ``bytes_list``.
 
 This module sits on a FUSE hot path (every record a user opens is rendered), so the common
-renders (integers, floats, encoded images) avoid regexes and per-value allocation where they can.
+renders (integers, floats, encoded images) avoid regexes and per-value allocation where they can;
+where the compiled part was built, an Example in the usual encoding is read and shown in C
+(``compiled_files``, ``_example.c``), and this module stays the reference it is tested against.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
+import os
 import numbers
 import struct
 from dataclasses import dataclass
@@ -309,6 +313,21 @@ def render_feature_list(steps: Sequence[Value]) -> View:
         return FileView(".json", f"[{body}]\n".encode("utf-8"))
     return DirView(".steps", tuple((name, render(step))
                                    for name, step in zip(index_names(len(steps)), steps)))
+
+
+def compiled_files() -> Callable[[bytes, bool], list[tuple[str, str, str, bytes]] | None] | None:
+    """``files(data, decode_raw)`` of ``_example.c``: each feature of the Example ``data`` as
+    (key, kind, suffix, bytes), the one file ``render`` shows it as, or None where this module
+    must decide (an unusual encoding, a ``.list`` folder, a raw pixel array); None where it was
+    not built, or with ``TFRFS_PURE=1``."""
+    if os.environ.get("TFRFS_PURE"):
+        return None
+    try:
+        files: Callable[[bytes, bool], list[tuple[str, str, str, bytes]] | None] = \
+            importlib.import_module("tfrfs.format._example").files
+        return files
+    except ImportError:
+        return None
 
 
 # --------------------------------------------------------------------------------------------

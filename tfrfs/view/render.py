@@ -3,7 +3,9 @@
 ``render`` takes a record's bytes, its shard's record kind and the mount's options (and, in a
 writable mount, the names a change pinned: see ``pins``) and returns the record folder's entries,
 sizes and xattrs. ``render_in_shard`` does the same for a large Example whose large images are to
-be served from the shard itself rather than held in memory. Neither does I/O, takes a lock or
+be served from the shard itself rather than held in memory. An Example in the usual encoding,
+with no pinned names, is read and shown in C where that was built (``codec.compiled_files``):
+the same files as protobuf and ``codec`` give, which still show every other record. Neither does I/O, takes a lock or
 keeps a cache: the record store calls them and caches what they return; the library face
 (``tfrfs.open``) and any other reader of records would call the same functions.
 """
@@ -23,6 +25,7 @@ from tfrfs.view.nodes import DataFile, Dir, InShard, Loc, Node
 from tfrfs.view.pins import NamePin, PinKey, Shown, apply_pinned_paths
 
 IN_SHARD_MIN = 64 << 10   # an image this large is served from its shard (read-only mounts)
+_FILES = codec.compiled_files()   # an Example in the usual encoding, shown in C (None: not built)
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,12 @@ def render(data: bytes, options: Options, *, damaged: str | None = None, pin: Na
     """
     p = _Pinning(pin, {} if options.report_shown else None)
     mtime = options.mtime_ns
+    if _FILES is not None and options.kind == "example" and pin is None and not options.report_shown:
+        files = _FILES(data, options.decode_raw)
+        if files is not None:   # (else: an unusual record, shown by the Python path below)
+            views = {key: codec.FileView(suffix, body) for key, _, suffix, body in files}
+            root = _place(views, {key: kind for key, kind, _, _ in files}, "", mtime, damaged, p, {})
+            return RecordView(root, 256 + len(data) * 2, damaged=damaged)
     try:
         if options.kind == "sequence":
             seq = record_kinds.decode(data, "sequence")
