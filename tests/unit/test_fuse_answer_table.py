@@ -201,7 +201,7 @@ class _Record:
         for k, name in enumerate(names, 3):
             yield k, name, self._attrs(path + "/" + name)
 
-    def record_folders(self, path: str) -> Iterator[tuple[str, list[tuple[Any, ...]]]]:
+    def record_folders(self, path: str, held: int = 0) -> Iterator[tuple[str, list[tuple[Any, ...]]]]:
         todo = [path]
         while todo:
             at = todo.pop()
@@ -210,8 +210,11 @@ class _Record:
                 inner = at + "/" + name
                 node = _Node(inner, self._inner(inner) in self.FOLDERS)
                 a = self._attrs(inner)
+                where, data = None, None
+                if not node.folder and a["st_size"] <= held:
+                    where, data = self.read_node(node, a["st_size"], 0)
                 listed.append((k, name, a["st_ino"], a["st_mode"], a["st_size"], a["st_blocks"], a["st_mtime"],
-                               a["st_nlink"], node))
+                               a["st_nlink"], node, where, data))
                 if node.folder:
                     todo.append(inner)
             yield at, listed

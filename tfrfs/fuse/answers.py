@@ -173,24 +173,21 @@ class Sheets:
     def _sheet(self, record: int, held: list[int]) -> list[tuple[int, int, int, list[tuple[Any, ...]]]]:
         ops, looked_up_all = self.h.ops, self.h.nodes.looked_up_all
         uid, gid, blksize = ops.owned
-        read_node = ops.read_node
         folders: list[tuple[int, int, int, list[tuple[Any, ...]]]] = []
         start = self.h.nodes.path(record)
         ids = {start: record}   # the node ids of the folders listed next
-        for path, listed in ops.record_folders(start):
+        for path, listed in ops.record_folders(start, LARGEST_HELD):
             parent = ids.pop(path)
             rows: list[tuple[Any, ...]] = []
             nodeids = looked_up_all(parent, [(entry[1], entry[2]) for entry in listed])
             held += nodeids
-            for (position, name, ino, mode, size, blocks, mtime, nlink, node), nodeid in zip(listed, nodeids):
-                data = None
+            for (position, name, ino, mode, size, blocks, mtime, nlink, node, where, data), nodeid in zip(listed,
+                                                                                                       nodeids):
                 fd, offset, length = -1, 0, 0
                 if node.folder:
                     ids[path + "/" + name] = nodeid
-                elif size <= LARGEST_HELD:
-                    where, data = read_node(node, size, 0)
-                    if where is not None:
-                        (fd, offset, length), data = where, None
+                elif where is not None:
+                    (fd, offset, length), data = where, None
                 rows.append((position, name.encode("utf-8", "surrogateescape"), nodeid, ino, mode, size, blocks,
                              mtime, nlink, uid, gid, blksize, data, fd, offset, length))
             folders.append((parent, path_ino(path), path_ino(posixpath.dirname(path)), rows))

@@ -26,7 +26,8 @@ from tfrfs.fuse.inodes import ROOT, RecordRun, path_ino, record_ino
 from tfrfs.fuse.requests import Requests
 from tfrfs.errors import Busy, DataLoss, NoAttr, NotFound, TfrfsError
 from tfrfs.dataset.assembly import Mount
-from tfrfs.view.nodes import FileHandle, MetaFile, Node, RecordBin, RecordDir, ShardDir, Stat, record_name_width
+from tfrfs.view.nodes import (DataFile, FileHandle, MetaFile, Node, RecordBin, RecordDir, ShardDir, Stat,
+                              record_name_width)
 from tfrfs.fuse.options import FUSE_FLAGS, FUSE_VALUES, Owner
 from tfrfs.view.tree import Tree
 from tfrfs.fuse.watchdog import RequestWatch
@@ -186,12 +187,14 @@ class Operations(Edge):
         """How many records shard ``shard`` holds (its index's count)."""
         return self.tree.store.shards[shard].count
 
-    def record_folders(self, path: str) -> Iterator[tuple[str, list[tuple[Any, ...]]]]:
+    def record_folders(self, path: str, held: int = 0) -> Iterator[tuple[str, list[tuple[Any, ...]]]]:
         """Every folder inside record folder ``path`` of a read-only mount, the record's own
         first and each before its subfolders: (its path, its entries), as ``readdir`` with
         ``plus`` lists them but "." and "..", found in the record's view rather than by a lookup
         of each path. Each entry is (position, name, inode number, mode, size, blocks, time in
-        ns, links, node); the owner and block size are every entry's (``owned``). Raises as the
+        ns, links, node, where, data); the owner and block size are every entry's (``owned``).
+        A file of at most ``held`` bytes comes with what ``read_node`` gives for all of it
+        (where its bytes lie, or its bytes), any other entry with (None, None). Raises as the
         record's folder does (DataLoss for a damaged record)."""
         tree = self.tree
         record = tree.lookup(path)
@@ -204,12 +207,22 @@ class Operations(Edge):
             listed: list[tuple[Any, ...]] = []
             for pos, name, child in tree.entries(folder):
                 inner = at + "/" + name
+                if type(child) is DataFile and type(child.data) is bytes and not child.damaged:
+                    # (the usual file, a value held in memory: its stat and its read are its bytes')
+                    data: Any = child.data
+                    size = len(data)
+                    listed.append((pos + 3, name, path_ino(inner), file_mode, size, (size + 511) // 512,
+                                   child.mtime_ns, 1, child, None, data if size <= held else None))
+                    continue
                 st = stat(child)
                 size = st.size
-                listed.append((pos + 3, name, _node_ino(inner, child), dir_mode if st.is_dir else file_mode,
-                               size, (size + 511) // 512, st.mtime_ns, st.nlink, child))
+                where, data = None, None
                 if child.folder:
                     todo.append((inner, child))
+                elif size <= held:
+                    where, data = self._read_node(child, size, 0)
+                listed.append((pos + 3, name, _node_ino(inner, child), dir_mode if st.is_dir else file_mode,
+                               size, (size + 511) // 512, st.mtime_ns, st.nlink, child, where, data))
             yield at, listed
 
     @property
@@ -279,6 +292,9 @@ class Operations(Edge):
 
     def read_node(self, node: Node, size: int, offset: int) -> tuple[tuple[int, int, int] | None, bytes | memoryview]:
         """``read_buf`` of a node already found."""
+        return self._read_node(node, size, offset)
+
+    def _read_node(self, node: Node, size: int, offset: int) -> tuple[tuple[int, int, int] | None, bytes | memoryview]:
         served = self.tree.serve(node, size, offset)
         if isinstance(served, tuple):
             return served, b""
