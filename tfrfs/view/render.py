@@ -223,7 +223,7 @@ def _place(views: Mapping[str, codec.View], kinds: Mapping[str, str], section: s
         view = views[key]
         raw = isinstance(view, codec.FileView) and view.raw_shape is not None
         node = parent.children[name] = _node(view, key_xattrs(key, kinds[key]), mtime, damaged,
-                                             Loc(section, key, None, raw))
+                                             feature_loc(section, key, raw))
         if plain:
             continue
         comps = paths[key]
@@ -304,6 +304,20 @@ def _shown(view: codec.View, comps: tuple[str, ...], pinned: bool, written: str 
         return Shown(comps[:-1], stem, view.raw_shape, None, pinned, written=written)
     subs = tuple((item, tuple(n for n, _ in v.items)) for item, v in view.items if isinstance(v, codec.DirView))
     return Shown(comps[:-1], stem, None, tuple(item for item, _ in view.items), pinned, sub_names=subs)
+
+
+_LOCS: dict[tuple[str, str, bool], Loc] = {}
+
+
+def feature_loc(section: str, key: str, raw: bool) -> Loc:
+    """Where a feature shown as one file or folder comes from. Interned as ``key_xattrs`` are
+    (a memo of a pure function, bounded, that changes no result)."""
+    got = _LOCS.get((section, key, raw))
+    if got is None:
+        if len(_LOCS) >= 1 << 14:
+            _LOCS.clear()
+        got = _LOCS[(section, key, raw)] = Loc(section, key, None, raw)
+    return got
 
 
 _XATTRS: dict[tuple[str, str | None], Mapping[str, bytes]] = {}
