@@ -10,7 +10,6 @@ TFRFS_REQUIRE_COMPILED is set (scripts/test sets it)."""
 from __future__ import annotations
 
 import math
-import os
 import struct
 from pathlib import Path
 from typing import Any, Iterator
@@ -20,19 +19,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import REALDATA
+from support.compiled import compiled_or_skip
 from tfrfs.errors import DataLoss
 from tfrfs.format import codec, proto, tfrecord
 from tfrfs.view import render as render_module
 from tfrfs.view.nodes import DataFile, Dir
 from tfrfs.view.render import Options, render
 
-files = codec.compiled_files()
-if files is None and not os.environ.get("TFRFS_PURE"):
-    if os.environ.get("TFRFS_REQUIRE_COMPILED"):
-        raise ImportError("tfrfs.format._example was not built (TFRFS_REQUIRE_COMPILED is set)")
-    pytest.skip("tfrfs.format._example was not built", allow_module_level=True)
-if files is None:
-    pytest.skip("TFRFS_PURE=1: the compiled path is off", allow_module_level=True)
+files = compiled_or_skip(codec.compiled_files(), "tfrfs.format._example")
 
 RAW = Options("example", True, 7)
 NO_RAW = Options("example", False, 7)

@@ -18,15 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from support.compiled import compiled_or_skip
 from tfrfs.format import jsontext
 
-compiled = jsontext.compiled_floats()
-if compiled is None and not os.environ.get("TFRFS_PURE"):
-    if os.environ.get("TFRFS_REQUIRE_COMPILED"):
-        raise ImportError("tfrfs.format._floats was not built (TFRFS_REQUIRE_COMPILED is set)")
-    pytest.skip("tfrfs.format._floats was not built", allow_module_level=True)
-if compiled is None:
-    pytest.skip("TFRFS_PURE=1: the compiled path is off", allow_module_level=True)
+compiled = compiled_or_skip(jsontext.compiled_floats(), "tfrfs.format._floats")
 
 
 def from_bits(b: int) -> float:
