@@ -24,10 +24,8 @@ where the compiled part was built, an Example in the usual encoding is read and 
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
-import os
 import numbers
 import struct
 from dataclasses import dataclass
@@ -35,6 +33,7 @@ from typing import Any, Callable, Sequence, Union
 
 from json.encoder import encode_basestring  # the C escaper json.dumps uses, without ASCII escaping
 
+from tfrfs.format.compiled import optional
 from tfrfs.errors import Invalid
 from tfrfs.format.jsontext import json_floats
 # What a value is shown as is decided in shown_as, raw pixels <-> PNG in raw_png: the names a
@@ -320,14 +319,8 @@ def compiled_files() -> Callable[[bytes, bool], list[tuple[str, str, str, bytes]
     (key, kind, suffix, bytes), the one file ``render`` shows it as, or None where this module
     must decide (an unusual encoding, a ``.list`` folder, a raw pixel array); None where it was
     not built, or with ``TFRFS_PURE=1``."""
-    if os.environ.get("TFRFS_PURE"):
-        return None
-    try:
-        files: Callable[[bytes, bool], list[tuple[str, str, str, bytes]] | None] = \
-            importlib.import_module("tfrfs.format._example").files
-        return files
-    except ImportError:
-        return None
+    compiled = optional("tfrfs.format._example")
+    return None if compiled is None else compiled.files
 
 
 # --------------------------------------------------------------------------------------------

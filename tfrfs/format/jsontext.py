@@ -10,12 +10,12 @@ kind. This sits on a FUSE hot path (every numeric feature a user opens), so the 
 
 from __future__ import annotations
 
-import importlib
 import math
-import os
 import struct
 from json.encoder import encode_basestring  # the C escaper json.dumps uses, without ASCII escaping
 from typing import Any, Callable, Sequence
+
+from tfrfs.format.compiled import optional
 
 
 _F32 = struct.Struct("<f")
@@ -129,12 +129,7 @@ def py_json_floats(values: Sequence[float]) -> str:
 def compiled_floats() -> Any | None:
     """The compiled ``format_float32`` and ``json_floats`` (``_floats.c``), or None where they
     were not built, or with ``TFRFS_PURE=1``."""
-    if os.environ.get("TFRFS_PURE"):
-        return None
-    try:
-        return importlib.import_module("tfrfs.format._floats")
-    except ImportError:
-        return None
+    return optional("tfrfs.format._floats")
 
 
 _COMPILED = compiled_floats()

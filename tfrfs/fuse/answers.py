@@ -31,14 +31,13 @@ when one is read), and only where the extension was built: otherwise, or with ``
 
 from __future__ import annotations
 
-import importlib
 import logging
-import os
 import posixpath
 import struct
 import threading
 from typing import Any
 
+from tfrfs.format.compiled import optional
 from tfrfs.fuse.inodes import is_record_ino, path_ino, record_of
 from tfrfs.fuse.requests import FUSE_ATTR, attr_of, seconds
 
@@ -56,13 +55,8 @@ _FUSE_ATTR = struct.Struct("<" + FUSE_ATTR)
 def compiled_table(fd: int) -> Any | None:
     """The compiled table answering on device ``fd``, or None where there is none (not built, or
     ``TFRFS_PURE=1``)."""
-    if os.environ.get("TFRFS_PURE"):
-        return None
-    try:
-        compiled = importlib.import_module("tfrfs.fuse._answer")   # (tfrfs/fuse/_answer.c)
-    except ImportError:
-        return None
-    return compiled.Table(fd, CAPACITY)
+    compiled = optional("tfrfs.fuse._answer")   # (tfrfs/fuse/_answer.c)
+    return None if compiled is None else compiled.Table(fd, CAPACITY)
 
 
 class Sheets:
