@@ -157,8 +157,8 @@ def cmd_mount(args: argparse.Namespace) -> int:
 def _fewer_collections() -> None:
     """The daemon makes many short-lived objects for each record it shows (its view, the rows
     of its folders) and few that form cycles, and Python's cycle collector, run every 700 new
-    objects by default, cost about a quarter of a record's time there (measured in
-    scripts/bench --limit). What the mount holds once it is open (the shards' indexes, the
+    objects by default, cost about a quarter of a record's time there (measured in process on
+    the records of scripts/bench --limit). What the mount holds once it is open (the shards' indexes, the
     tree) is set aside from every collection, and new objects are looked at once every 20,000
     (the older generations' thresholds raised to match)."""
     import gc

@@ -207,22 +207,22 @@ class Operations(Edge):
             listed: list[tuple[Any, ...]] = []
             for pos, name, child in tree.entries(folder):
                 inner = at + "/" + name
+                where: Any = None
                 if type(child) is DataFile and type(child.data) is bytes and not child.damaged:
                     # (the usual file, a value held in memory: its stat and its read are its bytes')
                     data: Any = child.data
-                    size = len(data)
-                    listed.append((pos + 3, name, path_ino(inner), file_mode, size, (size + 511) // 512,
-                                   child.mtime_ns, 1, child, None, data if size <= held else None))
-                    continue
-                st = stat(child)
-                size = st.size
-                where, data = None, None
-                if child.folder:
-                    todo.append((inner, child))
-                elif size <= held:
-                    where, data = self._read_node(child, size, 0)
-                listed.append((pos + 3, name, _node_ino(inner, child), dir_mode if st.is_dir else file_mode,
-                               size, (size + 511) // 512, st.mtime_ns, st.nlink, child, where, data))
+                    size, ino, mode, mtime, nlink = len(data), path_ino(inner), file_mode, child.mtime_ns, 1
+                    if size > held:
+                        data = None
+                else:
+                    st = stat(child)
+                    size, ino, mtime, nlink, data = st.size, _node_ino(inner, child), st.mtime_ns, st.nlink, None
+                    mode = dir_mode if st.is_dir else file_mode
+                    if child.folder:
+                        todo.append((inner, child))
+                    elif size <= held:
+                        where, data = self._read_node(child, size, 0)
+                listed.append((pos + 3, name, ino, mode, size, (size + 511) // 512, mtime, nlink, child, where, data))
             yield at, listed
 
     @property
@@ -295,6 +295,7 @@ class Operations(Edge):
         return self._read_node(node, size, offset)
 
     def _read_node(self, node: Node, size: int, offset: int) -> tuple[tuple[int, int, int] | None, bytes | memoryview]:
+        # (not a request: for work inside one, such as record_folders, without a second wrapper)
         served = self.tree.serve(node, size, offset)
         if isinstance(served, tuple):
             return served, b""

@@ -5,9 +5,10 @@ writable mount, the names a change pinned: see ``pins``) and returns the record 
 sizes and xattrs. ``render_in_shard`` does the same for a large Example whose large images are to
 be served from the shard itself rather than held in memory. An Example in the usual encoding,
 with no pinned names, is read and shown in C where that was built (``codec.compiled_files``):
-the same files as protobuf and ``codec`` give, which still show every other record. Neither does I/O, takes a lock or
-keeps a cache: the record store calls them and caches what they return; the library face
-(``tfrfs.open``) and any other reader of records would call the same functions.
+the same files as protobuf and ``codec`` give, which still show every other record. Neither
+does I/O, takes a lock or keeps a cache: the record store calls them and caches what they
+return; the library face (``tfrfs.open``) and any other reader of records would call the same
+functions.
 """
 
 from __future__ import annotations
