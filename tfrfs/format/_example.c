@@ -37,6 +37,11 @@ typedef struct {
 
 static PyObject *KIND[4], *JSON, *TXT, *BIN, *NULL_TEXT, *EMPTY_LIST;
 
+/* SPEC 3.2's image and sound suffixes, in ``media``'s numbering (made once, at import). */
+static const char *MEDIA_NAMES[] = {".jpg", ".png", ".gif", ".bmp", ".webp", ".tif", ".wav", ".flac", ".mp3", ".ogg"};
+enum { JPG, PNG, GIF, BMP, WEBP, TIF, WAV, FLAC, MP3, OGG, N_MEDIA };
+static PyObject *MEDIA[N_MEDIA];
+
 /* The varint at ``*pos``: 0 when it runs past ``end`` or past 64 bits. */
 static int varint(const uint8_t *p, size_t end, size_t *pos, uint64_t *out) {
     uint64_t v = 0;
@@ -184,23 +189,24 @@ static int starts(span v, size_t at, const char *want, size_t len) {
     return v.n >= at + len && memcmp(v.p + at, want, len) == 0;
 }
 
-/* The suffix of an image or sound by its magic bytes (shown_as.sniff_media), or NULL. */
-static const char *media(span v) {
-    if (starts(v, 0, "\xff\xd8\xff", 3)) return ".jpg";
-    if (starts(v, 0, "\x89PNG\r\n\x1a\n", 8)) return ".png";
-    if (starts(v, 0, "GIF87a", 6) || starts(v, 0, "GIF89a", 6)) return ".gif";
+/* The suffix of an image or sound by its magic bytes (shown_as.sniff_media), as its number in
+ * MEDIA, or -1. */
+static int media(span v) {
+    if (starts(v, 0, "\xff\xd8\xff", 3)) return JPG;
+    if (starts(v, 0, "\x89PNG\r\n\x1a\n", 8)) return PNG;
+    if (starts(v, 0, "GIF87a", 6) || starts(v, 0, "GIF89a", 6)) return GIF;
     if (starts(v, 0, "BM", 2) && v.n >= 6) {
         uint32_t len = (uint32_t)v.p[2] | (uint32_t)v.p[3] << 8 | (uint32_t)v.p[4] << 16 | (uint32_t)v.p[5] << 24;
         if (len == v.n)
-            return ".bmp";
+            return BMP;
     }
-    if (starts(v, 0, "RIFF", 4) && starts(v, 8, "WEBP", 4)) return ".webp";
-    if (starts(v, 0, "II*\x00", 4) || starts(v, 0, "MM\x00*", 4)) return ".tif";
-    if (starts(v, 0, "RIFF", 4) && starts(v, 8, "WAVE", 4)) return ".wav";
-    if (starts(v, 0, "fLaC", 4)) return ".flac";
-    if (starts(v, 0, "ID3", 3)) return ".mp3";
-    if (starts(v, 0, "OggS", 4)) return ".ogg";
-    return NULL;
+    if (starts(v, 0, "RIFF", 4) && starts(v, 8, "WEBP", 4)) return WEBP;
+    if (starts(v, 0, "II*\x00", 4) || starts(v, 0, "MM\x00*", 4)) return TIF;
+    if (starts(v, 0, "RIFF", 4) && starts(v, 8, "WAVE", 4)) return WAV;
+    if (starts(v, 0, "fLaC", 4)) return FLAC;
+    if (starts(v, 0, "ID3", 3)) return MP3;
+    if (starts(v, 0, "OggS", 4)) return OGG;
+    return -1;
 }
 
 /* The one int64 value of feature PREFIX + ``name`` (shown_as._one_int): 1 found, 0 not. */
@@ -365,10 +371,8 @@ static int file_of(const feature *fs, size_t n, const feature *f, int decode_raw
         if (decode_raw && raw_pixels(fs, n, f))
             return 0;
         span v = f->one_bytes;
-        const char *m = media(v);
-        *suffix = m ? PyUnicode_InternFromString(m) : Py_NewRef(is_text(v.p, v.n) ? TXT : BIN);
-        if (!*suffix)
-            return -1;
+        int m = media(v);
+        *suffix = Py_NewRef(m >= 0 ? MEDIA[m] : is_text(v.p, v.n) ? TXT : BIN);
         *body = PyBytes_FromStringAndSize((const char *)v.p, (Py_ssize_t)v.n);
         if (!*body) {
             Py_CLEAR(*suffix);
@@ -510,6 +514,9 @@ PyMODINIT_FUNC PyInit__example(void) {
     static const char *kinds[] = {"none", "bytes_list", "float_list", "int64_list"};
     for (int i = 0; i < 4; i++)
         if (!(KIND[i] = PyUnicode_InternFromString(kinds[i])))
+            return NULL;
+    for (int i = 0; i < N_MEDIA; i++)
+        if (!(MEDIA[i] = PyUnicode_InternFromString(MEDIA_NAMES[i])))
             return NULL;
     if (!(JSON = PyUnicode_InternFromString(".json")) || !(TXT = PyUnicode_InternFromString(".txt")) ||
         !(BIN = PyUnicode_InternFromString(".bin")) || !(NULL_TEXT = PyBytes_FromString("null\n")) ||
