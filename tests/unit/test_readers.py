@@ -151,7 +151,7 @@ def test_borrow_and_serve_in_order_and_out_of_order(readers: Readers, shard) -> 
                     if lent.prepared is not None:
                         assert lent.prepared == (n,)
                 finally:
-                    lent.done(True)
+                    lent.done()
                 start = o + tfrecord.HEADER
                 assert as_bytes(r.serve(start + 7, 1000)) == RECORDS[i][7:1007]
                 assert as_bytes(r.serve(start, 0)) == b""

@@ -4,14 +4,12 @@
   from the shard's page cache into the reply in C (``read_buf``), without passing through Python.
 - ``borrow`` reads a large record into a reused buffer; when a shard's large records are read in
   order (from the second in a row on), the next ones are read and checked on worker threads
-  (``readahead``, past the page cache) while the current one is served, and their images are then
-  served from those buffers while they are among the last ``KEPT`` taken.
+  (``readahead``) while the current one is served. Either way the record goes through the page
+  cache, so its images, served from the shard, come from memory.
 
 Readers are used by several threads at once (a read-only mount's FUSE workers): reads are
-``os.pread``s (no shared file position), the records kept are guarded by a lock, and the buffer
-a large record is read into is each thread's own. A record's buffer that ``serve`` handed out is
-never read into again: the adapter copies from it after ``serve`` returned, while other threads
-go on (see ``LocalReaders.keep``).
+``os.pread``s (no shared file position), and the buffer a large record is read into is each
+thread's own, or the read-ahead's until the record is rendered.
 
 A mount reads each shard through the descriptor it opened at start, so a shard file that another
 process replaces never mixes this mount's offsets with the new file's bytes.
@@ -21,13 +19,11 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import OrderedDict
 
 from tfrfs.format import tfrecord
 from tfrfs.storage.readahead import MAX_AHEAD, ReadAhead, Record
 from tfrfs.storage.readers import Borrowed, Prepare, Served, ShardReader, Spans
 
-KEPT = 2                      # records read ahead kept in memory to serve their images from
 _SCRATCH_MAX = 64 << 20       # the buffer large records are read into is kept up to this size
 
 
@@ -38,38 +34,13 @@ class LocalReaders:
 
     def __init__(self) -> None:
         self.ahead = ReadAhead()
-        self._lock = threading.Lock()
-        # Records read ahead whose images are served from memory: reader, header offset -> record,
-        # the last KEPT taken, in the order taken.
-        self._kept: OrderedDict[tuple[LocalReader, int], Record] = OrderedDict()
         self._scratch = threading.local()   # .buf: the buffer a large record is read into
 
     def open(self, path: str) -> "LocalReader":
         return LocalReader(path, self)
 
     def close(self) -> None:
-        with self._lock:
-            self._kept.clear()
         self.ahead.close()
-
-    def keep(self, reader: "LocalReader", offset: int, record: Record) -> None:
-        with self._lock:
-            self._kept[(reader, offset)] = record
-            while len(self._kept) > KEPT:
-                # Its buffer is not given back to be read into again: a view of it that ``kept``
-                # handed out may still be being copied from, by a thread that ``serve`` returned
-                # to. The buffer is unmapped once the last such view is gone.
-                self._kept.popitem(last=False)
-
-    def kept(self, reader: "LocalReader", pos: int, size: int) -> memoryview | None:
-        """``size`` bytes at ``pos`` of ``reader``'s stream, if they lie in a record kept in memory."""
-        with self._lock:
-            for (owner, offset), record in self._kept.items():
-                start = offset + tfrecord.HEADER
-                if owner is reader and start <= pos < start + record.length:
-                    at = record.start + pos - start
-                    return memoryview(record.buf)[at:at + size]
-        return None
 
     def scratch(self, size: int) -> bytearray:
         """A buffer of at least ``size`` bytes, the calling thread's own (reused by its next call)."""
@@ -101,9 +72,6 @@ class LocalReader(ShardReader):
 
     def close(self) -> None:
         if self.fd >= 0:
-            # The read-ahead's second descriptor of this file goes too: the number of this one may
-            # be given to another file next.
-            self._shared.ahead.forget(self.fd)
             os.close(self.fd)
             self.fd = -1
 
@@ -111,12 +79,7 @@ class LocalReader(ShardReader):
         return tfrecord.read_record(self.fd, offset, length, verify=verify)
 
     def serve(self, offset: int, size: int) -> Served:
-        if size <= 0:
-            return b""
-        held = self._shared.kept(self, offset, size)
-        if held is not None:
-            return held   # read past the page cache: from the shard it would come from the disk again
-        return self.fd, offset, size
+        return (self.fd, offset, size) if size > 0 else b""
 
     def borrow(self, index: int, offset: int, length: int, *, following: Spans | None = None,
                prepare: Prepare | None = None) -> Borrowed:
@@ -125,16 +88,9 @@ class LocalReader(ShardReader):
             buf = self._shared.scratch(length + tfrecord.FOOTER)
             data = tfrecord.read_record_into(self.fd, offset, length, buf)
             self._read_ahead(index, False, following, prepare)
-            return Borrowed(data, None, lambda keep: data.release())
+            return Borrowed(data, None, data.release)
         self._read_ahead(index, True, following, prepare)
-        record = ahead
-
-        def done(keep: bool) -> None:
-            if keep:
-                self._shared.keep(self, offset, record)
-            else:
-                self._shared.ahead.give_back(record)
-        return Borrowed(record.data(), record.prepared, done)
+        return Borrowed(ahead.data(), ahead.prepared, lambda: self._shared.ahead.give_back(ahead))
 
     def _read_ahead(self, index: int, was_ahead: bool, following: Spans | None, prepare: Prepare | None) -> None:
         """Start reading the records after ``index`` (as many as ``MAX_AHEAD``) when the shard's

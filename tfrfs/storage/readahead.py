@@ -1,4 +1,4 @@
-"""Large records read and checked ahead of use, on worker threads, past the page cache.
+"""Large records read and checked ahead of use, on worker threads.
 
 Reading a 2 MB record and checking its checksum takes longer than handing its image to
 the kernel, and a reader that goes through a shard's records in order waits for that read
@@ -8,12 +8,12 @@ transfer to the reader overlap. There are as many workers as records read ahead,
 disk reads the one while the other's checksum is checked. The caller says which records come
 next; this module only reads.
 
-The read bypasses the page cache (``O_DIRECT``) where the file system allows it: the disk
-writes the record straight into the buffer, and the caller serves the record's images from
-that buffer. Read through the page cache, each byte would be copied into the cache and out of
-it again, and the cache filled with a second copy of what the mount's own files will hold;
-on a virtual machine those fresh pages cost more than the copies. Where ``O_DIRECT`` is
-refused, the record is read the usual way into the same buffer.
+The read goes through the page cache, like every other read of the shard: the record's images
+are then served from the shard (``LocalReader.serve``), and their bytes are in the cache by then.
+(Read past the cache, with ``O_DIRECT``, each large record came from the disk twice: once here,
+and again when its images were served, once the buffer it was read into had been let go.)
+Buffers are handed back once the record is rendered and reused for the next reads, so that
+reading ahead maps no new memory per record.
 
 At most ``MAX_AHEAD`` records are under way or waiting, each in its own buffer; a result
 nobody takes is dropped when the next one is asked for. A record that fails its check is
@@ -23,7 +23,6 @@ which reports what is wrong with it.
 
 from __future__ import annotations
 
-import errno
 import logging
 import mmap
 import os
@@ -41,21 +40,19 @@ MAX_AHEAD = 2               # records read ahead and not yet taken (and worker t
 MAX_RECORD = 16 << 20       # larger records are not read ahead (the caller reads them itself)
 _SPARE_BUFFERS = 2          # buffers kept for the next reads once their records are given back
 _GRAIN = 1 << 20            # buffer sizes are rounded up to this
-_ALIGN = 4096               # O_DIRECT: file offsets, lengths and memory aligned to this
 
 
 @dataclass(frozen=True, eq=False)
 class Record:
-    """A record read ahead and checked: its data is ``buf[start:start + length]``; ``prepared``
-    is what the caller's ``prepare`` made of it (None if it was given none, or it failed)."""
+    """A record read ahead and checked: its data is ``buf[:length]``; ``prepared`` is what the
+    caller's ``prepare`` made of it (None if it was given none, or it failed)."""
 
     buf: mmap.mmap
-    start: int
     length: int
     prepared: Any = None
 
     def data(self) -> memoryview:
-        return memoryview(self.buf)[self.start:self.start + self.length]
+        return memoryview(self.buf)[:self.length]
 
 
 class ReadAhead:
@@ -65,9 +62,6 @@ class ReadAhead:
         self._lock = threading.Lock()
         self._jobs: OrderedDict[Hashable, Future[Record | None]] = OrderedDict()
         self._spare: list[mmap.mmap] = []
-        self._direct: dict[int, int] = {}   # descriptor -> one on the same file, opened O_DIRECT (-1: refused)
-        self._refused: list[int] = []       # O_DIRECT descriptors whose reads were refused after all
-        self._direct_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
         self.taken = 0   # records handed over by take()
@@ -88,7 +82,7 @@ class ReadAhead:
                 dropped.append(self._jobs.popitem(last=False)[1])
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=MAX_AHEAD, thread_name_prefix="tfrfs-readahead")
-            buf = self._buffer(tfrecord.OVERHEAD + length + 2 * _ALIGN)
+            buf = self._buffer(length + tfrecord.FOOTER)
             self._jobs[key] = self._pool.submit(self._read, fd, offset, length, buf, prepare)
         for job in dropped:   # outside the lock: a finished job's callback runs at once
             job.add_done_callback(self._recycle)
@@ -111,15 +105,6 @@ class ReadAhead:
         """Done with a record ``take`` returned (nothing refers to its data any more)."""
         self._keep(record.buf)
 
-    def forget(self, fd: int) -> None:
-        """Descriptor ``fd`` is being closed: so is the O_DIRECT one opened on its file (else a
-        file opened next under the same number would be read ahead from the old file). A read
-        under way through it fails, or reads for a key nobody takes any more."""
-        with self._direct_lock:
-            direct = self._direct.pop(fd, -1)
-        if direct >= 0:
-            os.close(direct)
-
     def close(self) -> None:
         """Stop reading ahead; returns once no read is under way (the descriptors may go)."""
         with self._lock:
@@ -128,19 +113,13 @@ class ReadAhead:
             self._jobs.clear()
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
-        for fd in [*self._direct.values(), *self._refused]:
-            if fd >= 0:
-                os.close(fd)
-        self._direct.clear()
-        self._refused.clear()
 
     def _buffer(self, size: int) -> mmap.mmap:
         for n, buf in enumerate(self._spare):
             if len(buf) >= size:
                 return self._spare.pop(n)
         # Whole MiBs, so that the next record, a little larger, fits too (a new buffer costs
-        # more than the read: its pages are zeroed and mapped). Anonymous memory is page
-        # aligned, as O_DIRECT wants.
+        # more than the read: its pages are zeroed and mapped).
         return mmap.mmap(-1, -(-size // _GRAIN) * _GRAIN)
 
     def _keep(self, buf: mmap.mmap) -> None:
@@ -154,59 +133,24 @@ class ReadAhead:
         if record is not None:
             self._keep(record.buf)
 
-    def _direct_fd(self, fd: int) -> int:
-        """A descriptor on the same file as ``fd``, opened O_DIRECT; ``fd`` itself if refused.
-        (Worker threads only.)"""
-        with self._direct_lock:
-            direct = self._direct.get(fd)
-            if direct is None:
-                try:   # a new open file, not a dup: O_DIRECT is a property of the open file
-                    direct = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | getattr(os, "O_DIRECT", 0))
-                except OSError as exc:   # a file system without O_DIRECT (EINVAL), or no /proc
-                    log.info("reading ahead through the page cache: %s", exc)
-                    direct = -1
-                self._direct[fd] = direct
-        return fd if direct < 0 else direct
-
-    def _pread(self, fd: int, view: memoryview, pos: int) -> int:
-        """``os.preadv`` of ``fd`` into ``view`` at ``pos``, past the page cache where the file
-        system allows it. (Worker threads only.)"""
-        direct = self._direct_fd(fd)
-        if direct != fd:
-            try:
-                return os.preadv(direct, [view], pos)
-            except OSError as exc:
-                if exc.errno != errno.EINVAL:   # EINVAL: it wants another alignment after all
-                    raise
-                log.info("reading ahead through the page cache: %s", exc)
-                with self._direct_lock:   # closed in close(): the other worker may be reading it
-                    if self._direct.get(fd) == direct:   # (else ``forget`` closed it already)
-                        self._direct[fd] = -1
-                        self._refused.append(direct)
-        return os.preadv(fd, [view], pos)
-
     def _read(self, fd: int, offset: int, length: int, buf: mmap.mmap,
               prepare: Callable[[Record], Any] | None) -> Record | None:
         """The record's bytes read into ``buf`` and checked, and ``prepare``'s result; None if it
         does not read whole (the caller's own read will say why)."""
         start = offset + tfrecord.HEADER
-        end = start + length + tfrecord.FOOTER
-        lo = start - start % _ALIGN
-        hi = -(-end // _ALIGN) * _ALIGN
-        view = memoryview(buf)[:hi - lo]
+        view = memoryview(buf)[:length + tfrecord.FOOTER]
         try:
-            got = self._pread(fd, view, lo)
+            got = os.preadv(fd, [view], start)
         except OSError as exc:
             log.debug("read ahead of the record at offset %d: %s", offset, exc)
             return None
         finally:
             view.release()
-        if got < end - lo:
+        if got < length + tfrecord.FOOTER:
             return None
-        record = Record(buf, start - lo, length)
+        record = Record(buf, length)
         data = record.data()
-        footer = record.start + length
-        good = tfrecord.check_data(buf[footer:footer + tfrecord.FOOTER], data)
+        good = tfrecord.check_data(buf[length:length + tfrecord.FOOTER], data)
         data.release()
         if not good:
             return None

@@ -7,7 +7,7 @@ can be faster where it can:
 
 - ``record``: one record's data, its checksum checked;
 - ``borrow``: a large record's data for rendering, which a backend may read ahead (the local one
-  does, on worker threads, past the page cache, when records are read in order);
+  does, on worker threads, when records are read in order);
 - ``serve``: bytes of a large image left in the shard, answered as bytes, as memory the reader
   holds, or as a (descriptor, position, count) from which libfuse copies without Python.
 
@@ -40,13 +40,12 @@ Prepare = Callable[[int, int, memoryview], Any]
 @dataclass(eq=False)
 class Borrowed:
     """A record's data lent by ``borrow``. ``prepared`` is a 1-tuple of what ``prepare`` made of it
-    on a worker (None when it was not read ahead, or preparing failed). Call ``done`` once: with
-    True when the caller's view still refers to the record's place in the shard (its images are
-    then served, by ``serve``, from this memory while the reader keeps it)."""
+    on a worker (None when it was not read ahead, or preparing failed). Call ``done`` once the
+    data is no longer used (its memory may be read into again)."""
 
     data: memoryview
     prepared: tuple[Any] | None
-    done: Callable[[bool], None]
+    done: Callable[[], None]
 
 
 class ShardReader(ABC):
@@ -82,7 +81,7 @@ class ShardReader(ABC):
         """Record ``index``'s data (checked: ``DataLoss`` otherwise), lent for rendering. A backend
         may use ``following`` to read the next records ahead and ``prepare`` them on a worker."""
         data = memoryview(self.record(offset, length))
-        return Borrowed(data, None, lambda keep: None)
+        return Borrowed(data, None, lambda: None)
 
     def serve(self, offset: int, size: int) -> Served:
         """``size`` bytes at ``offset``, which lie in a record already read and checked."""

@@ -267,16 +267,12 @@ class RecordStore:
             raise
         except DataLoss:
             return None
-        view = None
         try:
             if lent.prepared is not None:
-                view = lent.prepared[0]   # rendered on a read-ahead worker
-            else:
-                view = render_in_shard(lent.data, self.options(shard), shard=shard,
-                                       data_offset=offset + tfrecord.HEADER)
+                return lent.prepared[0]   # rendered on a read-ahead worker
+            return render_in_shard(lent.data, self.options(shard), shard=shard, data_offset=offset + tfrecord.HEADER)
         finally:
-            lent.done(view is not None)
-        return view
+            lent.done()
 
     def _large_span(self, shard: int, index: int) -> tuple[int, int] | None:
         """Where record ``index`` is, if it is one to read ahead for ``_view_in_shard``."""
