@@ -25,6 +25,10 @@ from tfrfs.dataset.sources import Source
 # one a program must know of raises.
 logging.getLogger("tfrfs").addHandler(logging.NullHandler())
 
+# An Example in the usual encoding straight to plain values, in C, where it was built (else, and
+# for anything unusual, protobuf's parse and ``codec.plain_values``: the same values).
+_VALUES = codec.compiled_values()
+
 
 @dataclass(frozen=True)
 class Shard:
@@ -129,6 +133,10 @@ class Dataset:
         if kind == "raw":
             raise Invalid(f"{self.shards[n].path}: its records are not Examples (raw records): read them with "
                           "record()")
+        if kind == "example" and _VALUES is not None:
+            values = _VALUES(data)
+            if values is not None:
+                return values
         try:
             message = decode(data, kind)
         except Unparsable as exc:

@@ -4,8 +4,9 @@ Where the extension was built, ``render`` shows an Example in the usual encoding
 falls back to protobuf and ``codec`` for anything else; with ``TFRFS_PURE=1``, or where it was not
 built, every record takes the Python path. Both must give the same folder, name for name and byte
 for byte: on records made here in every form the encoding allows, on Hypothesis's records, and on
-every record of ../shared/realdata. Skipped where the extension was not built, unless
-TFRFS_REQUIRE_COMPILED is set (scripts/test sets it)."""
+every record of ../shared/realdata. The extension's plain values (``tfrfs.open(...).example``)
+are checked on the same records against protobuf's parse and ``codec.plain_values``. Skipped
+where the extension was not built, unless TFRFS_REQUIRE_COMPILED is set (scripts/test sets it)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from tfrfs.view.nodes import DataFile, Dir
 from tfrfs.view.render import Options, render
 
 files = compiled_or_skip(codec.compiled_files(), "tfrfs.format._example")
+values = codec.compiled_values()
 
 RAW = Options("example", True, 7)
 NO_RAW = Options("example", False, 7)
@@ -50,8 +52,32 @@ def _python(data: bytes, options: Options, damaged: str | None = None) -> Any:
         render_module._FILES = saved
 
 
+def _exactly(plain: Any) -> Any:
+    """Plain values compared type for type, a float by its bits (NaN equals NaN)."""
+    if isinstance(plain, dict):
+        return {key: _exactly(v) for key, v in plain.items()}
+    if isinstance(plain, list):
+        return [(type(v).__name__, struct.pack("<d", v) if isinstance(v, float) else v) for v in plain]
+    return plain
+
+
+def same_values(data: bytes) -> None:
+    """Asserts the compiled plain values of ``data`` are protobuf's, or that it left them to it."""
+    assert values is not None
+    got = values(data)
+    try:
+        want = codec.plain_values(proto.Example.FromString(data))
+    except Exception:   # (protobuf refuses it: the compiled path must have left it)
+        assert got is None
+        return
+    if got is not None:
+        assert _exactly(got) == _exactly(want)
+
+
 def same(data: bytes, options: Options = RAW, damaged: str | None = None) -> bool:
-    """Asserts both paths show ``data`` alike; True when the compiled one showed it."""
+    """Asserts both paths show ``data`` alike (files, and plain values); True when the compiled
+    one showed it."""
+    same_values(data)
     want = _python(data, options, damaged)
     got = render(data, options, damaged=damaged)
     assert _tree(got.root) == _tree(want.root)
@@ -125,6 +151,8 @@ def test_lists_not_packed_and_packed_in_pieces_read_as_protobuf_reads_them() -> 
     assert same(data)
     got = {key: body for key, _, _, body in files(data, True)}
     assert got == {"f": b"[1.5, 0.25, -2.0, Infinity]\n", "i": b"[-5, 7, 1099511627776, 0]\n", "e": b"null\n"}
+    assert values is not None and values(data) == {"f": [1.5, 0.25, -2.0, math.inf], "i": [-5, 7, 1 << 40, 0],
+                                                   "e": None}
 
 
 @pytest.mark.parametrize("data", [
@@ -146,6 +174,9 @@ def test_lists_not_packed_and_packed_in_pieces_read_as_protobuf_reads_them() -> 
 ])
 def test_anything_unusual_is_left_to_protobuf(data: bytes) -> None:
     assert files(data, True) is None
+    assert values is not None
+    if data != _record(_entry(b"a", _ld(0x0A, _ld(0x0A, b"x") + _ld(0x0A, b"\x00")))):   # (a .list: usual)
+        assert values(data) is None
     same(data)
 
 

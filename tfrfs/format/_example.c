@@ -13,6 +13,11 @@
  * Feature with more than one list, a varint past 64 bits, a packed float list of a length not a
  * multiple of four; a bytes feature of several values not all text (a ``.list`` folder); a raw
  * pixel array (a PNG, SPEC 3.3). So what a record shows never depends on which path read it.
+ *
+ * ``values(data)`` reads the same encoding and gives the Example as ``codec.plain_values`` does
+ * (``tfrfs.open(...).example``, SPEC 9): ``{key: list}``, the lists of int, float (the float32
+ * value) or bytes, None for a feature with no kind; None where protobuf must decide, as above
+ * (but any bytes values: no file is made of them).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -501,10 +506,111 @@ done:
     return result;
 }
 
+/* The values of list ``f`` as a Python list (None for a feature with no kind); NULL with an error. */
+static PyObject *plain_list(const feature *f) {
+    if (f->kind == NONE)
+        return Py_NewRef(Py_None);
+    PyObject *list = PyList_New((Py_ssize_t)f->count), *v;
+    if (!list)
+        return NULL;
+    const uint8_t *p = f->list.p;
+    size_t end = f->list.n, pos = 0, i = 0;
+    span s;
+    uint64_t u;
+    while (pos < end) {
+        if (f->kind == BYTES) {
+            field(p, end, &pos, 0x0A, &s);
+            if (!(v = PyBytes_FromStringAndSize((const char *)s.p, (Py_ssize_t)s.n)))
+                goto failed;
+            PyList_SET_ITEM(list, i++, v);
+        } else if (f->kind == FLOATS) {
+            if (p[pos] == 0x0D) {
+                s.p = p + pos + 1;
+                s.n = 4;
+                pos += 5;
+            } else {
+                field(p, end, &pos, 0x0A, &s);
+            }
+            for (size_t at = 0; at < s.n; at += 4) {
+                if (!(v = PyFloat_FromDouble(float_at(s.p + at))))
+                    goto failed;
+                PyList_SET_ITEM(list, i++, v);
+            }
+        } else {
+            if (p[pos] == 0x08) {
+                pos++;
+                varint(p, end, &pos, &u);
+                if (!(v = PyLong_FromLongLong((long long)(int64_t)u)))
+                    goto failed;
+                PyList_SET_ITEM(list, i++, v);
+                continue;
+            }
+            field(p, end, &pos, 0x0A, &s);
+            for (size_t at = 0; at < s.n;) {
+                varint(s.p, s.n, &at, &u);
+                if (!(v = PyLong_FromLongLong((long long)(int64_t)u)))
+                    goto failed;
+                PyList_SET_ITEM(list, i++, v);
+            }
+        }
+    }
+    return list;
+failed:
+    Py_DECREF(list);
+    return NULL;
+}
+
+static PyObject *values(PyObject *Py_UNUSED(self), PyObject *arg) {
+    Py_buffer data;
+    if (PyObject_GetBuffer(arg, &data, PyBUF_SIMPLE) < 0)
+        return NULL;
+    feature *fs;
+    Py_ssize_t n = read_example(data.buf, (size_t)data.len, &fs);
+    PyObject *result = NULL, *dict = NULL;
+    if (n == -2) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (n == -1) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (!(dict = PyDict_New()))
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = PyUnicode_DecodeUTF8((const char *)fs[i].key.p, (Py_ssize_t)fs[i].key.n, "strict");
+        if (!key) {   /* protobuf refuses such a key: it says why */
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                PyErr_Clear();
+                result = Py_NewRef(Py_None);
+            }
+            goto done;
+        }
+        int twice = PyDict_Contains(dict, key);
+        PyObject *list = twice == 0 ? plain_list(&fs[i]) : NULL;
+        int stored = list ? PyDict_SetItem(dict, key, list) : -1;
+        Py_DECREF(key);
+        Py_XDECREF(list);
+        if (twice == 1)   /* protobuf keeps the last: left to it */
+            result = Py_NewRef(Py_None);
+        if (stored < 0)
+            goto done;
+    }
+    result = Py_NewRef(dict);
+done:
+    Py_XDECREF(dict);
+    PyMem_Free(fs);
+    PyBuffer_Release(&data);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"files", files, METH_VARARGS,
      "files(data, decode_raw) -> [(key, kind, suffix, bytes), ...] or None: each feature of the Example in "
      "data as the one file codec.render shows it as; None where the Python path must decide (see the module)."},
+    {"values", values, METH_O,
+     "values(data) -> {key: list or None} or None: the Example in data as codec.plain_values gives it; None "
+     "where protobuf must decide (see the module)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -323,6 +323,14 @@ def compiled_files() -> Callable[[bytes, bool], list[tuple[str, str, str, bytes]
     return None if compiled is None else compiled.files
 
 
+def compiled_values() -> Callable[[bytes], dict | None] | None:
+    """``values(data)`` of ``_example.c``: the Example ``data`` as ``plain_values`` gives it, or
+    None where protobuf must decide (an unusual encoding); None where it was not built, or with
+    ``TFRFS_PURE=1``."""
+    compiled = optional("tfrfs.format._example")
+    return None if compiled is None else compiled.values
+
+
 # --------------------------------------------------------------------------------------------
 # Parse (SPEC 7)
 
