@@ -445,35 +445,46 @@ unusual:
     return -1;
 }
 
+/* ``read_example`` of ``data``: the count of features to go on with, or below 0 with the answer
+ * in ``*answer`` (None: an unusual encoding, left to protobuf) or an error set. */
+static Py_ssize_t features_of(Py_buffer *data, feature **fs, PyObject **answer) {
+    Py_ssize_t n = read_example(data->buf, (size_t)data->len, fs);
+    if (n == -2)
+        PyErr_NoMemory();
+    else if (n == -1)
+        *answer = Py_NewRef(Py_None);
+    return n;
+}
+
+/* Feature ``f``'s key as text; NULL when it is not UTF-8 (``*answer`` None: protobuf refuses such
+ * a key, and says why) or with an error set. */
+static PyObject *key_of(const feature *f, PyObject **answer) {
+    PyObject *key = PyUnicode_DecodeUTF8((const char *)f->key.p, (Py_ssize_t)f->key.n, "strict");
+    if (!key && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+        PyErr_Clear();
+        *answer = Py_NewRef(Py_None);
+    }
+    return key;
+}
+
 static PyObject *files(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer data;
     int decode_raw;
     if (!PyArg_ParseTuple(args, "y*p:files", &data, &decode_raw))
         return NULL;
     feature *fs;
-    Py_ssize_t n = read_example(data.buf, (size_t)data.len, &fs);
     PyObject *result = NULL, *seen = NULL, *list = NULL;
-    if (n == -2) {
-        PyErr_NoMemory();
+    Py_ssize_t n = features_of(&data, &fs, &result);
+    if (n < 0)
         goto done;
-    }
-    if (n == -1) {
-        result = Py_NewRef(Py_None);
-        goto done;
-    }
     seen = PySet_New(NULL);
     list = PyList_New(n);
     if (!seen || !list)
         goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *key = PyUnicode_DecodeUTF8((const char *)fs[i].key.p, (Py_ssize_t)fs[i].key.n, "strict");
-        if (!key) {   /* protobuf refuses such a key: it says why */
-            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
-                goto done;
-            PyErr_Clear();
-            result = Py_NewRef(Py_None);
+        PyObject *key = key_of(&fs[i], &result);
+        if (!key)
             goto done;
-        }
         int twice = PySet_Contains(seen, key);
         if (twice != 0 || PySet_Add(seen, key) < 0) {
             Py_DECREF(key);
@@ -565,27 +576,14 @@ static PyObject *values(PyObject *Py_UNUSED(self), PyObject *arg) {
     if (PyObject_GetBuffer(arg, &data, PyBUF_SIMPLE) < 0)
         return NULL;
     feature *fs;
-    Py_ssize_t n = read_example(data.buf, (size_t)data.len, &fs);
     PyObject *result = NULL, *dict = NULL;
-    if (n == -2) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    if (n == -1) {
-        result = Py_NewRef(Py_None);
-        goto done;
-    }
-    if (!(dict = PyDict_New()))
+    Py_ssize_t n = features_of(&data, &fs, &result);
+    if (n < 0 || !(dict = PyDict_New()))
         goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *key = PyUnicode_DecodeUTF8((const char *)fs[i].key.p, (Py_ssize_t)fs[i].key.n, "strict");
-        if (!key) {   /* protobuf refuses such a key: it says why */
-            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
-                PyErr_Clear();
-                result = Py_NewRef(Py_None);
-            }
+        PyObject *key = key_of(&fs[i], &result);
+        if (!key)
             goto done;
-        }
         int twice = PyDict_Contains(dict, key);
         PyObject *list = twice == 0 ? plain_list(&fs[i]) : NULL;
         int stored = list ? PyDict_SetItem(dict, key, list) : -1;
