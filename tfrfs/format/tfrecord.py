@@ -9,6 +9,7 @@ plain stream first; offsets always refer to that uncompressed stream.
 from __future__ import annotations
 
 import functools
+import mmap
 import os
 import struct
 import zlib
@@ -157,7 +158,7 @@ def check_record_at(fd: int, offset: int, length: int) -> None:
         raise DataLoss(f"data checksum failed for the record at offset {offset}")
 
 
-def read_record_into(fd: int, offset: int, length: int, buf: bytearray) -> memoryview:
+def read_record_into(fd: int, offset: int, length: int, buf: bytearray | mmap.mmap) -> memoryview:
     """``read_record`` into ``buf`` (at least ``length + FOOTER`` bytes long), which is reused:
     the data as a view of ``buf``, valid until ``buf`` is read into again."""
     view = memoryview(buf)[:length + FOOTER]

@@ -32,6 +32,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Hashable
 
+from tfrfs.errors import DataLoss
 from tfrfs.format import tfrecord
 
 log = logging.getLogger("tfrfs")
@@ -137,23 +138,12 @@ class ReadAhead:
               prepare: Callable[[Record], Any] | None) -> Record | None:
         """The record's bytes read into ``buf`` and checked, and ``prepare``'s result; None if it
         does not read whole (the caller's own read will say why)."""
-        start = offset + tfrecord.HEADER
-        view = memoryview(buf)[:length + tfrecord.FOOTER]
         try:
-            got = os.preadv(fd, [view], start)
-        except OSError as exc:
+            tfrecord.read_record_into(fd, offset, length, buf).release()
+        except (OSError, DataLoss) as exc:
             log.debug("read ahead of the record at offset %d: %s", offset, exc)
             return None
-        finally:
-            view.release()
-        if got < length + tfrecord.FOOTER:
-            return None
         record = Record(buf, length)
-        data = record.data()
-        good = tfrecord.check_data(buf[length:length + tfrecord.FOOTER], data)
-        data.release()
-        if not good:
-            return None
         if prepare is not None:
             try:
                 record = replace(record, prepared=prepare(record))
