@@ -1,5 +1,5 @@
-"""The optional compiled parts (setup.py): ``tfrfs.fuse._answer``, ``tfrfs.format._floats`` and
-``tfrfs.format._example``. Each has a Python path with the same results; a part is used where it
+"""The optional compiled parts (setup.py): ``tfrfs.fuse._answer``, ``tfrfs.format._floats``,
+``tfrfs.format._example`` and ``tfrfs.format._records``. Each has a Python path with the same results; a part is used where it
 was built, unless ``TFRFS_PURE=1`` keeps a process on the Python paths."""
 
 from __future__ import annotations

@@ -14,14 +14,15 @@ that run of zero bytes occurs (``bytes.find``, in C), and a long run of zeros is
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 import zlib
 from dataclasses import dataclass, field
 from array import array
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
-from tfrfs.format import tfrecord
+from tfrfs.format import bulk, tfrecord
 from tfrfs.errors import DataLoss
 from tfrfs.format.tfrecord import HEADER, OVERHEAD, Problem, PRead
 
@@ -169,6 +170,40 @@ class Walk:
             self.end = pos
             ahead = CHUNK if length < _SMALL else 4096
 
+    def runs(self, kind: str) -> Iterator[tuple[bulk.Checked, Callable[[int], bytes]]]:
+        """What iterating with data gives, in runs taken in C (``bulk.checked_run``, which must be
+        ``available``) a block at a time, each with a function that gives a record's data by its
+        number in the run. A record that a block does not hold whole is read alone, and damage is
+        judged by the walk's own step, so ``problems``, ``ends``, ``count``, ``end`` and ``cut``
+        are what iterating gives; so are the records whose checksum fails (``failed``). Their
+        parse as ``kind`` is left to the caller for the records in ``unsure``."""
+        assert self.with_data
+        pos, size = self.start, self.size
+        while pos < size:
+            block = self.pread(min(BLOCK, size - pos), pos)
+            run = bulk.checked_run(block, pos, size, kind)
+            assert run is not None, "runs() needs the compiled walker"
+            if run.offsets:
+                yield run, functools.partial(_data_in, block, pos, run.offsets)
+                self.count += len(run.offsets)
+                self.end = pos = run.next
+                continue
+            length, resume = self._judge(block[:HEADER], pos)
+            if length is None:
+                if resume is None:
+                    return
+                pos = resume
+                continue
+            body = self.pread(length + tfrecord.FOOTER, pos + HEADER)   # a record larger than a block
+            data = body[:length]
+            ok = tfrecord.check_data(body[length:], data)
+            failed = [] if ok else [0]
+            yield (bulk.Checked(array("Q", [pos]), pos + OVERHEAD + length, failed,
+                                bulk.parse_unsure(kind, 1, failed, [0] if ok else []), length),
+                   functools.partial(_whole, data))
+            self.count += 1
+            self.end = pos = pos + OVERHEAD + length
+
     def offsets(self) -> array:
         """The header offsets a header walk gives (``__iter__`` without data), as an array, with
         the same ``problems``, ``ends``, ``count``, ``end`` and ``cut``.
@@ -232,12 +267,27 @@ class Walk:
         return True
 
 
+def _whole(data: bytes, i: int) -> bytes:
+    return data
+
+
+def _data_in(block: bytes, base: int, offsets: array, i: int) -> bytes:
+    """The data of record ``i`` of a run whose headers are at ``offsets`` in ``block`` (from ``base``)."""
+    at = offsets[i] - base
+    (length,) = _U64.unpack_from(block, at)
+    return block[at + HEADER:at + HEADER + length]
+
+
 def _sound_run(block: bytes, base: int, size: int, out: array) -> tuple[int, int]:
     """Take the run of sound headers at the start of ``block`` (the stream's bytes from offset
     ``base``; the stream is ``size`` bytes): each whole in the block, its length checksum holding
     and its record fitting in the stream, as ``tfrecord.header_problem`` judges. Their offsets go
     to ``out``; returns (how many, the offset after the last). A header's checksum is a function
-    of its length alone, so it is computed once per length seen (records of a shard share few)."""
+    of its length alone, so it is computed once per length seen (records of a shard share few).
+    In C (``bulk.sound_run``) where it was built."""
+    fast = bulk.sound_run(block, base, size, out)
+    if fast is not None:
+        return fast
     unpack, crcs, append = _HDR.unpack_from, _LENGTH_CRCS, out.append
     room = size - base - OVERHEAD      # a record at p fits when p + length <= room
     limit = len(block) - HEADER

@@ -17,6 +17,7 @@ split in parts), or here.
 
 from __future__ import annotations
 
+import bisect
 import os
 import struct
 import threading
@@ -26,7 +27,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import crc32c
 
-from tfrfs.format import codec
+from tfrfs.format import bulk, codec
 from tfrfs.index import idxfile
 from tfrfs.index.running import Runner
 from tfrfs.format import proto
@@ -362,6 +363,13 @@ def _ends_in_newline(value: codec.Value) -> bool:
 # --- scanning shards ----------------------------------------------------------------------
 
 
+def _block_end(offsets: idxfile.Offsets, i: int, stop: int, start: int) -> int:
+    """The last record (past ``i``, at most ``stop``) whose header lies within ``_CHUNK`` bytes
+    of ``start``, record ``i``'s: the records ``i``..j-1 are read as one block (found by a
+    binary search: no Python step per record)."""
+    return max(i + 1, bisect.bisect_right(offsets, start + _CHUNK, i + 1, stop + 1) - 1)
+
+
 def records_in(read: Callable[[int, int], bytes], offsets: idxfile.Offsets, first: int, stop: int,
                skip: Iterable[int] = ()) -> Iterator[bytes]:
     """The data of records ``first``..``stop-1`` whose header offsets (and the end of the last)
@@ -370,9 +378,7 @@ def records_in(read: Callable[[int, int], bytes], offsets: idxfile.Offsets, firs
     i = first
     while i < stop:
         start = offsets[i]
-        j = i + 1
-        while j < stop and offsets[j + 1] - start <= _CHUNK:
-            j += 1
+        j = _block_end(offsets, i, stop, start)
         block = read(offsets[j] - start, start)
         unpack = _LENGTH.unpack_from
         for k in range(i, j):
@@ -426,15 +432,14 @@ def scan_read(scanner: Scanner, pread: Callable[[int, int], bytes], offsets: idx
     i = 0
     while i < stop:
         start = offsets[i]
-        j = i + 1
-        while j < stop and offsets[j + 1] - start <= _CHUNK:
-            j += 1
+        j = _block_end(offsets, i, stop, start)
         block = pread(offsets[j] - start, start)
-        for k in range(i, j):
+        fast = _tally_in_c(scanner, block, start, offsets, i, j, skipped, failed)
+        for k in (range(i, j) if fast is None else fast):
             head = offsets[k] - start + 12
             (length,) = unpack(block, head - 12)
             data = block[head:head + length]
-            if failed is not None:
+            if failed is not None and fast is None:
                 c = crc(data)
                 if len(block) < head + length + 4 or \
                         footer(block, head + length)[0] != ((((c >> 15) | (c << 17)) + _MASK_DELTA) & 0xFFFFFFFF):
@@ -446,6 +451,26 @@ def scan_read(scanner: Scanner, pread: Callable[[int, int], bytes], offsets: idx
             else:
                 scanner.add_large(data)
         i = j
+
+
+def _tally_in_c(scanner: Scanner, block: bytes, start: int, offsets: idxfile.Offsets, i: int, j: int,
+                skipped: set[int], failed: list[int] | None) -> list[int] | None:
+    """``scan_read``'s records ``i``..``j-1`` (in ``block``, from ``start``) tallied in C
+    (``bulk.tally``): the numbers of the records left to the Python scanner, their checksums
+    already checked; None without C, or for a kind it does not read."""
+    if scanner.tally.kind != "example" or not bulk.available():
+        return None
+    mine = {k - i for k in skipped if i <= k < j} if skipped else None
+    got = bulk.tally(block, start, offsets[i:j + 1], failed is not None, mine)
+    assert got is not None
+    records = scanner._records
+    for gives, n in got.gives.items():
+        records[gives] = records.get(gives, 0) + n
+    if len(records) > 8192:
+        scanner.flush()
+    if failed is not None:
+        failed += [i + k for k in got.failed]
+    return [i + k for k in got.unsure if not mine or k not in mine]
 
 
 class Part:

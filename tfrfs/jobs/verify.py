@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable, ContextManager, Iterator
 
 from tfrfs.jobs import runner as jobs
-from tfrfs.format import salvage
+from tfrfs.format import bulk, salvage
 from tfrfs.jobs import shard_work as shardjobs
 from tfrfs.format import tfrecord
 from tfrfs.format.record_kinds import choose_kind, parse_problem
@@ -68,20 +68,45 @@ def verify_shard(shard: ShardFile, stream: Stream, records: str | None = None,
         walk = salvage.Walk(pread, part.stop if part is not None else size, with_data=True, count=first,
                             start=part.start if part is not None else 0)
         found: list[Problem] = []
-        for index, (offset, length, data) in enumerate(walk, first):
-            assert data is not None
-            if not walk.ok:
-                found.append(Problem(offset, f"data checksum failed for the record at offset {offset}", index))
-            elif why := parse_problem(data, records):
-                found.append(Problem(offset, why, index))
-                report.unparsable.add(index)
-            report.data_bytes += length
-            if done is not None and index % 1024 == 0:
-                done(offset)
+        if bulk.available():
+            _check_runs(walk, records, report, found, done)
+        else:
+            for index, (offset, length, data) in enumerate(walk, first):
+                assert data is not None
+                if not walk.ok:
+                    found.append(Problem(offset, _checksum_failed(offset), index))
+                elif why := parse_problem(data, records):
+                    found.append(Problem(offset, why, index))
+                    report.unparsable.add(index)
+                report.data_bytes += length
+                if done is not None and index % 1024 == 0:
+                    done(offset)
         report.records = walk.count - first
         report.problems = sorted(salvage.merge_stream_problem(stream_problem, walk) + found,
                                  key=lambda p: p.offset)
     return report
+
+
+def _checksum_failed(offset: int) -> str:
+    return f"data checksum failed for the record at offset {offset}"
+
+
+def _check_runs(walk: salvage.Walk, kind: str, report: ShardReport, found: list[Problem],
+                done: BytesDone | None) -> None:
+    """The loop of ``verify_shard`` over runs of records checked in C (``salvage.Walk.runs``): the
+    same problems, the records C cannot vouch for parsed here."""
+    for run, data_of in walk.runs(kind):
+        first = walk.count
+        offsets = run.offsets
+        for i in run.failed:
+            found.append(Problem(offsets[i], _checksum_failed(offsets[i]), first + i))
+        for i in run.unsure:
+            if why := parse_problem(data_of(i), kind):
+                found.append(Problem(offsets[i], why, first + i))
+                report.unparsable.add(first + i)
+        report.data_bytes += run.data_bytes
+        if done is not None:
+            done(offsets[-1])
 
 
 def merge(parts: list[ShardReport]) -> ShardReport:
