@@ -1,7 +1,7 @@
 """Which path a test of a compiled part (tfrfs/fuse/_answer.c, tfrfs/format/_floats.c,
 tfrfs/format/_example.c, tfrfs/format/_records.c) runs on: the compiled one where it was built,
-else the test module is skipped; scripts/test sets TFRFS_REQUIRE_COMPILED, and there a part that was not built fails the
-module instead (a machine with a compiler must test what it built). Under TFRFS_PURE=1 the
+else the test module is skipped; scripts/test sets TFRFS_REQUIRE_COMPILED, and there a part that
+was not built fails the module instead (a machine with a compiler must test what it built). Under TFRFS_PURE=1 the
 compiled path is off, and such modules skip."""
 
 from __future__ import annotations
