@@ -50,7 +50,7 @@ class Checked:
     data_bytes: int = 0
 
 
-def checked_run(block: bytes, base: int, size: int, kind: str) -> Checked | None:
+def checked_run(block: bytes | memoryview, base: int, size: int, kind: str) -> Checked | None:
     """The sound records wholly in ``block`` (the plain stream's bytes from ``base``; the stream
     is ``size`` bytes), taken as ``sound_run`` takes them, with each data checksum checked and,
     for Examples, each record's parse where C can vouch for it. None without C."""
@@ -89,7 +89,7 @@ class Tallied:
 _SIGNATURES: dict[bytes, Gives] = {}
 
 
-def tally(block: bytes, start: int, offsets: Any, check: bool, skipped: Sized | None) -> Tallied | None:
+def tally(block: bytes | memoryview, start: int, offsets: Any, check: bool, skipped: Sized | None) -> Tallied | None:
     """The Examples whose header offsets are ``offsets`` (an array or a view of one; the last is
     the end of the last record) in ``block`` (the stream from ``start``), counted by the rows
     ``shardschema.Scanner`` gives them; ``check``: data checksums checked; ``skipped``: record

@@ -168,6 +168,14 @@ class Scanner:
         gives = (tuple(rows), ())
         self._records[gives] = self._records.get(gives, 0) + weight
 
+    def add_counted(self, gives: dict[tuple, int]) -> None:
+        """Records counted elsewhere (``bulk.tally``), by what they give."""
+        records = self._records
+        for key, n in gives.items():
+            records[key] = records.get(key, 0) + n
+        if len(records) > 8192:
+            self.flush()
+
     def flush(self) -> Tally:
         """The tally, with every record counted so far spread over its keys."""
         tally = self.tally
@@ -463,14 +471,29 @@ def _tally_in_c(scanner: Scanner, block: bytes, start: int, offsets: idxfile.Off
     mine = {k - i for k in skipped if i <= k < j} if skipped else None
     got = bulk.tally(block, start, offsets[i:j + 1], failed is not None, mine)
     assert got is not None
-    records = scanner._records
-    for gives, n in got.gives.items():
-        records[gives] = records.get(gives, 0) + n
-    if len(records) > 8192:
-        scanner.flush()
+    scanner.add_counted(got.gives)
     if failed is not None:
         failed += [i + k for k in got.failed]
     return [i + k for k in got.unsure if not mine or k not in mine]
+
+
+def tally_block(scanner: Scanner, block: bytes | memoryview, start: int, offsets: array) -> list[int]:
+    """Count the records of ``block`` (the stream from ``start``) whose headers are at ``offsets``
+    (the last: the end of the last record) into ``scanner``, in C where it can: the numbers of
+    those that do not parse (as ``Scanner.add_large`` leaves them out)."""
+    got = bulk.tally(block, start, offsets, False, None) if scanner.tally.kind == "example" else None
+    todo = range(len(offsets) - 1) if got is None else got.unsure
+    if got is not None:
+        scanner.add_counted(got.gives)
+    bad = []
+    for k in todo:
+        at = offsets[k] - start
+        (length,) = _LENGTH.unpack_from(block, at)
+        skipped = scanner.tally.skipped
+        scanner.add_large(block[at + 12:at + 12 + length])
+        if scanner.tally.skipped != skipped:
+            bad.append(k)
+    return bad
 
 
 class Part:

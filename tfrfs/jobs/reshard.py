@@ -32,7 +32,7 @@ import crc32c
 from tfrfs.index import idxfile
 from tfrfs.jobs import reshardplan
 from tfrfs.index import tfds_info as tfds
-from tfrfs.format import tfrecord
+from tfrfs.format import bulk, tfrecord
 from tfrfs.errors import DataLoss, UsageError
 from tfrfs.index.shard_index import ShardIndex
 from tfrfs.index.discovery import INDEX_SUFFIXES
@@ -209,6 +209,11 @@ def _copy_run(stream: _Stream, start: int, end: int, w: ShardWriter, dropped: li
         n = stream.read_into(view[:min(len(buf), end - pos)], pos)
         if n <= 0:
             raise DataLoss(f"{rel}: ends at byte {pos}, before {end} as indexed")
+        took = _copy_checked(view[:n], pos, end, w, stream.fd)
+        if took is not None:
+            pos += took[0]
+            found += took[1]
+            continue
         p = seg = 0
         at, data_bytes = w.stream, 0
         while p + HEADER <= n:
@@ -238,6 +243,22 @@ def _copy_run(stream: _Stream, start: int, end: int, w: ShardWriter, dropped: li
             found += 1
         pos += p
     return found
+
+
+def _copy_checked(block: memoryview, pos: int, end: int, w: ShardWriter, fd: int | None) -> tuple[int, int] | None:
+    """``_copy_run``'s step for one block in C (``bulk.checked_run``): the sound records wholly in
+    ``block`` (read at ``pos``), headers and data checksums checked, written as they are, their
+    offsets and tally given to ``w`` in bulk. (bytes taken, records), or None where the Python
+    loop must take the block: no compiled walker, a record whose checksum fails, or a first record
+    the block does not hold (large, or not where the index says)."""
+    # Read with the new shard's stream offsets: the headers' offsets are then the new index's.
+    run = bulk.checked_run(block, w.stream, w.stream + end - pos, "raw")
+    if run is None or not run.offsets or run.failed:
+        return None
+    taken = run.next - w.stream
+    w.emit_from(block[:taken], fd, pos)
+    w.take_block(block, run.offsets, run.next)
+    return taken, len(run.offsets)
 
 
 def _copy_large(stream: _Stream, pos: int, w: ShardWriter, dropped: list[dict], rel: str, head: bytes) -> int:

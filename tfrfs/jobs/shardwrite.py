@@ -63,6 +63,21 @@ class ShardWriter:
             if self.scanner.tally.skipped != skipped:
                 self.bad.append(self.count - 1)
 
+    def take_block(self, block: bytes | memoryview, headers: array, end: int) -> None:
+        """``record`` for each record of ``block``, the stream's next bytes, whose headers (in the
+        new stream) are at ``headers`` and the last of which ends at ``end``: their offsets taken
+        and their tally counted in bulk (``shardschema.tally_block``), not a Python step each."""
+        base = self.stream
+        first = self.count
+        self.offsets.extend(headers[1:])
+        self.offsets.append(end)
+        self.stream = end
+        self.data_bytes += end - base - tfrecord.OVERHEAD * len(headers)
+        if self.scanner is not None:
+            bounds = array("Q", headers)
+            bounds.append(end)
+            self.bad += [first + k for k in shardschema.tally_block(self.scanner, block, base, bounds)]
+
     def emit(self, framed: bytes | bytearray | memoryview) -> None:
         """Framed bytes of the stream, in order (copied when they must outlive the caller's buffer)."""
         if not len(framed):
