@@ -1,7 +1,7 @@
 """The commands that walk every record give the same output on the compiled walker
 (tfrfs/format/_records.c) and on the Python path (``TFRFS_PURE=1``): ``verify --json``, the index
-files of ``index --beside`` (offsets, problems, checked records and schema) and ``reshard``'s
-shards, index files and manifest, on a SOURCE with damage, records of unusual encodings, records
+files of ``index --beside`` (offsets, problems, checked records and schema), ``reshard``'s
+shards, index files and manifest, and the shards ``repair`` writes, on a SOURCE with damage, records of unusual encodings, records
 that do not parse, text, images and raw pixels."""
 
 from __future__ import annotations
@@ -108,7 +108,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
         index = _tfrfs("index", str(root / "beside"), "--beside", "--cache-dir", str(root / "cache2"), pure=pure)
         reshard = _tfrfs("reshard", str(root / "src"), str(root / "dest"), "--shards", "4", "--cache-dir",
                          str(root / "cache3"), pure=pure)
-        out[path] = {"verify": (verify.returncode, json.loads(verify.stdout)), "index": index.returncode,
+        shutil.copytree(root / "src", root / "repaired")
+        repair = _tfrfs("repair", str(root / "repaired"), "--cache-dir", str(root / "cache4"), pure=pure)
+        out[path] = {"repair": (repair.returncode, _said(repair.stdout, root)),
+                     "repaired": {p.name: p.read_bytes() for p in sorted((root / "repaired").glob("*.tfrecord"))},
+                     "verify": (verify.returncode, json.loads(verify.stdout)), "index": index.returncode,
                      "beside": _index_files(root / "beside"), "reshard": (reshard.returncode, _said(reshard.stdout, root)),
                      "dest": {p.name: p.read_bytes() for p in sorted((root / "dest").glob("*.tfrecord"))},
                      "dest_index": _index_files(root / "dest"),
@@ -140,3 +144,11 @@ def test_reshard_writes_the_same_dataset(runs: dict[str, dict]) -> None:
     assert fast["dest"] == slow["dest"] and len(fast["dest"]) == 4
     assert fast["dest_index"] == slow["dest_index"]
     assert fast["schema"] == slow["schema"] and fast["schema"] is not None
+
+
+def test_repair_writes_the_same_shards(runs: dict[str, dict]) -> None:
+    fast, slow = runs["compiled"], runs["python"]
+    assert fast["repair"] == slow["repair"] and fast["repair"][0] == 0, fast["repair"]
+    assert fast["repaired"] == slow["repaired"]
+    whole = [tfrecord.frame(_record(i)) for i in range(60, 120) if i not in (67, 90)]   # the lost ones
+    assert fast["repaired"]["src-00001-of-00003.tfrecord"] == b"".join(whole)

@@ -22,6 +22,7 @@ KINDS = ("none", "bytes_list", "float_list", "int64_list")   # ``_example_wire.h
 SUFFIXES = (".jpg", ".png", ".gif", ".bmp", ".webp", ".tif", ".wav", ".flac", ".mp3", ".ogg",
             ".txt", ".bin", shown_as.JSON, ".list")          # ``_records.c``'s TALLY suffixes
 _PARSE_KIND = {"example": 1}                                 # record kinds whose parse C checks
+_U64 = struct.Struct("<Q")
 _FEATURE = struct.Struct("=BQBBB")   # kind, count, suffix, newline, raw (as C wrote them: native order)
 
 
@@ -41,13 +42,29 @@ def sound_run(block: bytes, base: int, size: int, out: array) -> tuple[int, int]
 
 @dataclass
 class Checked:
-    """The run of whole sound records at the start of a block, every data checksum checked."""
+    """The run of whole sound records at the start of a block, every data checksum checked: they
+    lie back to back in ``block`` (the stream's bytes from ``base``)."""
 
     offsets: array                                      # their header offsets
     next: int                                           # where the record after them starts
     failed: list[int] = field(default_factory=list)     # their numbers in the run: checksum failed
     unsure: list[int] = field(default_factory=list)     # ... parse left to protobuf
     data_bytes: int = 0
+    block: bytes | memoryview = b""
+    base: int = 0
+
+    def data(self, i: int) -> bytes | memoryview:
+        """Record ``i``'s data."""
+        at = self.offsets[i] - self.base
+        (length,) = _U64.unpack_from(self.block, at)
+        return self.block[at + 12:at + 12 + length]
+
+    def framed(self, start: int, stop: int) -> bytes | memoryview:
+        """Records ``start``..``stop-1`` as framed in the stream."""
+        if start >= stop:
+            return b""
+        end = self.offsets[stop] if stop < len(self.offsets) else self.next
+        return self.block[self.offsets[start] - self.base:end - self.base]
 
 
 def checked_run(block: bytes | memoryview, base: int, size: int, kind: str) -> Checked | None:
@@ -59,7 +76,7 @@ def checked_run(block: bytes | memoryview, base: int, size: int, kind: str) -> C
     packed, nxt, failed, unsure, data_bytes = _C.run(block, base, size, True, _PARSE_KIND.get(kind, 0))
     offsets = array("Q")
     offsets.frombytes(packed)
-    return Checked(offsets, nxt, failed, parse_unsure(kind, len(offsets), failed, unsure), data_bytes)
+    return Checked(offsets, nxt, failed, parse_unsure(kind, len(offsets), failed, unsure), data_bytes, block, base)
 
 
 def parse_unsure(kind: str, records: int, failed: list[int], unsure: list[int]) -> list[int]:

@@ -14,13 +14,14 @@ that run of zero bytes occurs (``bytes.find``, in C), and a long run of zeros is
 
 from __future__ import annotations
 
-import functools
 import re
 import struct
 import zlib
 from dataclasses import dataclass, field
 from array import array
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO, Iterator
+
+import crc32c as _crc32c
 
 from tfrfs.format import bulk, tfrecord
 from tfrfs.errors import DataLoss
@@ -170,13 +171,14 @@ class Walk:
             self.end = pos
             ahead = CHUNK if length < _SMALL else 4096
 
-    def runs(self, kind: str) -> Iterator[tuple[bulk.Checked, Callable[[int], bytes]]]:
+    def runs(self, kind: str, *, read_large: bool = True) -> Iterator[bulk.Checked]:
         """What iterating with data gives, in runs taken in C (``bulk.checked_run``, which must be
-        ``available``) a block at a time, each with a function that gives a record's data by its
-        number in the run. A record that a block does not hold whole is read alone, and damage is
-        judged by the walk's own step, so ``problems``, ``ends``, ``count``, ``end`` and ``cut``
-        are what iterating gives; so are the records whose checksum fails (``failed``). Their
-        parse as ``kind`` is left to the caller for the records in ``unsure``."""
+        ``available``) a block at a time. A record that a block does not hold whole is read
+        alone (a run of one; without ``read_large``, a piece at a time for its checksum, and the
+        run holds its header only), and damage is judged by the walk's own step, so
+        ``problems``, ``ends``, ``count``, ``end`` and ``cut`` are what iterating gives; so are
+        the records whose checksum fails (``failed``). Their parse as ``kind`` is left to the
+        caller for the records in ``unsure``."""
         assert self.with_data
         pos, size = self.start, self.size
         while pos < size:
@@ -184,23 +186,26 @@ class Walk:
             run = bulk.checked_run(block, pos, size, kind)
             assert run is not None, "runs() needs the compiled walker"
             if run.offsets:
-                yield run, functools.partial(_data_in, block, pos, run.offsets)
+                yield run
                 self.count += len(run.offsets)
                 self.end = pos = run.next
                 continue
-            length, resume = self._judge(block[:HEADER], pos)
+            head = block[:HEADER]
+            length, resume = self._judge(head, pos)
             if length is None:
                 if resume is None:
                     return
                 pos = resume
                 continue
-            body = self.pread(length + tfrecord.FOOTER, pos + HEADER)   # a record larger than a block
-            data = body[:length]
-            ok = tfrecord.check_data(body[length:], data)
+            if read_large:   # a record larger than a block
+                body = self.pread(length + tfrecord.FOOTER, pos + HEADER)
+                ok = tfrecord.check_data(body[length:], body[:length])
+            else:
+                body = b""
+                ok = _check_by_pieces(self.pread, pos, length)
             failed = [] if ok else [0]
-            yield (bulk.Checked(array("Q", [pos]), pos + OVERHEAD + length, failed,
-                                bulk.parse_unsure(kind, 1, failed, [0] if ok else []), length),
-                   functools.partial(_whole, data))
+            yield bulk.Checked(array("Q", [pos]), pos + OVERHEAD + length, failed,
+                               bulk.parse_unsure(kind, 1, failed, [0] if ok else []), length, head + body, pos)
             self.count += 1
             self.end = pos = pos + OVERHEAD + length
 
@@ -267,15 +272,17 @@ class Walk:
         return True
 
 
-def _whole(data: bytes, i: int) -> bytes:
-    return data
-
-
-def _data_in(block: bytes, base: int, offsets: array, i: int) -> bytes:
-    """The data of record ``i`` of a run whose headers are at ``offsets`` in ``block`` (from ``base``)."""
-    at = offsets[i] - base
-    (length,) = _U64.unpack_from(block, at)
-    return block[at + HEADER:at + HEADER + length]
+def _check_by_pieces(pread: PRead, pos: int, length: int) -> bool:
+    """Whether the data checksum of the record at ``pos`` (``length`` bytes of data) holds, read
+    ``CHUNK`` bytes at a time."""
+    crc, at, end = 0, pos + HEADER, pos + HEADER + length
+    while at < end:
+        piece = pread(min(CHUNK, end - at), at)
+        if not piece:
+            return False
+        crc = _crc32c.crc32c(piece, crc)
+        at += len(piece)
+    return pread(tfrecord.FOOTER, end) == tfrecord.footer(tfrecord.mask(crc))
 
 
 def _sound_run(block: bytes, base: int, size: int, out: array) -> tuple[int, int]:

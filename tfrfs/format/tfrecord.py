@@ -37,6 +37,11 @@ def masked_crc(data: bytes | bytearray | memoryview) -> int:
     return _mask(_crc32c.crc32c(data))
 
 
+def mask(crc: int) -> int:
+    """TFRecord's masking of a CRC-32C (what a header or footer holds)."""
+    return _mask(crc)
+
+
 def _mask(crc: int) -> int:
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 

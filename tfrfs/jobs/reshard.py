@@ -39,6 +39,7 @@ from tfrfs.index.discovery import INDEX_SUFFIXES
 from tfrfs.index.where import Where
 from tfrfs.jobs.publish import Dest
 from tfrfs.jobs.shardwrite import ShardWriter
+from tfrfs.storage.local_reader import advise
 from tfrfs.format.tfrecord import FOOTER, HEADER, OVERHEAD, Problem
 
 BLOCK = 8 << 20          # bytes of source read at once (a worker's buffer)
@@ -120,6 +121,8 @@ class _Stream:
 
     def read_into(self, view: memoryview, pos: int) -> int:
         if self.fd is not None:
+            if len(view) >= BLOCK // 2:   # a run read in order: the next blocks asked for meanwhile
+                advise(self.fd, pos + len(view), 2 * len(view))
             return os.preadv(self.fd, [view], pos)
         data = self.pread(len(view), pos)
         view[:len(data)] = data

@@ -95,13 +95,13 @@ def _check_runs(walk: salvage.Walk, kind: str, report: ShardReport, found: list[
                 done: BytesDone | None) -> None:
     """The loop of ``verify_shard`` over runs of records checked in C (``salvage.Walk.runs``): the
     same problems, the records C cannot vouch for parsed here."""
-    for run, data_of in walk.runs(kind):
+    for run in walk.runs(kind):
         first = walk.count
         offsets = run.offsets
         for i in run.failed:
             found.append(Problem(offsets[i], _checksum_failed(offsets[i]), first + i))
         for i in run.unsure:
-            if why := parse_problem(data_of(i), kind):
+            if why := parse_problem(bytes(run.data(i)), kind):
                 found.append(Problem(offsets[i], why, first + i))
                 report.unparsable.add(first + i)
         report.data_bytes += run.data_bytes

@@ -24,7 +24,18 @@ from tfrfs.format import tfrecord
 from tfrfs.storage.readahead import MAX_AHEAD, ReadAhead, Record
 from tfrfs.storage.readers import Borrowed, Prepare, Served, ShardReader, Spans
 
+_SEQUENTIAL_BLOCK = 1 << 20   # reads this large, in order, have the next ones asked for ...
+_AHEAD_BLOCKS = 4             # ... this many reads ahead
 _SCRATCH_MAX = 64 << 20       # the buffer large records are read into is kept up to this size
+
+
+def advise(fd: int, offset: int, length: int) -> None:
+    """Ask the kernel to read bytes [offset, offset + length) of ``fd`` into the page cache in
+    the background (``POSIX_FADV_WILLNEED``); nothing where the call is missing or refused."""
+    try:
+        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_WILLNEED)
+    except (AttributeError, OSError):
+        pass
 
 
 class LocalReaders:
@@ -63,9 +74,19 @@ class LocalReader(ShardReader):
         self.identity = f"{st.st_size}:{st.st_mtime_ns}"
         self._shared = shared or LocalReaders()
         self._last_borrowed: int | None = None
+        self._sequential = 0       # where a large read in order would start next
 
     def pread(self, size: int, offset: int) -> bytes:
+        if size >= _SEQUENTIAL_BLOCK:
+            self._ahead_of(size, offset)
         return os.pread(self.fd, size, offset)
+
+    def _ahead_of(self, size: int, offset: int) -> None:
+        """Large reads in order (a walk of the shard: index, verify, repair) ask the kernel for
+        the next blocks while this one is read and looked at, so the disk and the walk overlap."""
+        if offset == self._sequential:
+            advise(self.fd, offset + size, _AHEAD_BLOCKS * size)
+        self._sequential = offset + size
 
     def fileno(self) -> int | None:
         return self.fd
