@@ -216,8 +216,10 @@ static void row_of(const feature *fs, size_t n, const feature *f, uint8_t *suffi
     }
 }
 
-/* The signature of a record's features into ``s`` (emptied first). */
-static int signature(sigbuf *s, const feature *fs, size_t n) {
+typedef uint8_t row3[3];   /* suffix, newline, raw */
+
+/* The signature of a record's features (``rows``: theirs) into ``s`` (emptied first). */
+static int signature(sigbuf *s, const feature *fs, const row3 *rows, size_t n) {
     size_t need = 0;
     for (size_t i = 0; i < n; i++)
         need += 4 + fs[i].key.n + 12;
@@ -234,11 +236,20 @@ static int signature(sigbuf *s, const feature *fs, size_t n) {
         out += 4 + klen;
         out[0] = (uint8_t)f->kind;
         memcpy(out + 1, &count, 8);
-        row_of(fs, n, f, out + 9, out + 10, out + 11);
+        memcpy(out + 9, rows[i], 3);
         out += 12;
     }
     s->n = need;
     return 0;
+}
+
+/* Whether two records' features give the same rows (their signatures would be equal). */
+static int same_rows(const feature *a, const row3 *ra, const feature *b, const row3 *rb, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (a[i].key.n != b[i].key.n || a[i].kind != b[i].kind || a[i].count != b[i].count ||
+            memcmp(ra[i], rb[i], 3) != 0 || memcmp(a[i].key.p, b[i].key.p, a[i].key.n) != 0)
+            return 0;
+    return 1;
 }
 
 /* Adds ``weight`` records of signature ``s`` to ``counts``. */
@@ -266,16 +277,18 @@ static PyObject *tally(PyObject *Py_UNUSED(self), PyObject *args) {
     long long start;
     int check;
     PyObject *skipped;
-    if (!PyArg_ParseTuple(args, "y*Ly*pO", &block, &start, &offsets, &check, &skipped)) {
+    if (!PyArg_ParseTuple(args, "y*Ly*pO", &block, &start, &offsets, &check, &skipped))
         return NULL;
-    }
     PyObject *counts = PyDict_New(), *failed = PyList_New(0), *unsure = PyList_New(0), *result = NULL;
-    feature *fs = PyMem_Malloc(MAX_FEATURES * sizeof(feature));
-    sigbuf cur = {0}, last = {0};
-    Py_ssize_t run_n = 0;   /* records of signature ``last`` not yet in ``counts`` */
+    /* This record's features and rows, and those of the run of records before it that give the same. */
+    feature *fs = PyMem_Malloc(2 * MAX_FEATURES * sizeof(feature)), *prev = fs ? fs + MAX_FEATURES : NULL;
+    row3 *rows = PyMem_Malloc(2 * MAX_FEATURES * sizeof(row3)), *prev_rows = rows ? rows + MAX_FEATURES : NULL;
+    size_t prev_n = 0;
+    Py_ssize_t run_n = 0;   /* records of the run, not yet in ``counts`` */
+    sigbuf sig = {0};
     if (!counts || !failed || !unsure)
         goto done;
-    if (!fs) {
+    if (!fs || !rows) {
         PyErr_NoMemory();
         goto done;
     }
@@ -320,31 +333,36 @@ static PyObject *tally(PyObject *Py_UNUSED(self), PyObject *args) {
         Py_ssize_t n = -1;
         if (whole && length < LARGE)
             n = example_features(data, (size_t)length, fs);
+        if (n >= 0)
+            for (Py_ssize_t i = 0; i < n; i++)
+                row_of(fs, (size_t)n, &fs[i], &rows[i][0], &rows[i][1], &rows[i][2]);
+        if (n >= 0 && run_n && (size_t)n == prev_n && same_rows(fs, rows, prev, prev_rows, (size_t)n)) {
+            run_n++;   /* (the same keys as the run's, so no key twice) */
+            continue;
+        }
         if (n < 0 || key_twice(fs, (size_t)n)) {
             if (append_index(unsure, k) < 0)
                 goto done;
             continue;
         }
-        if (signature(&cur, fs, (size_t)n) < 0)
+        if (run_n && (signature(&sig, prev, prev_rows, prev_n) < 0 || count_sig(counts, &sig, run_n) < 0))
             goto done;
-        if (run_n && cur.n == last.n && memcmp(cur.p, last.p, cur.n) == 0) {
-            run_n++;
-            continue;
-        }
-        if (count_sig(counts, &last, run_n) < 0)
-            goto done;
-        sigbuf t = last;
-        last = cur;
-        cur = t;
+        feature *tf = prev;
+        prev = fs;
+        fs = tf;
+        row3 *tr = prev_rows;
+        prev_rows = rows;
+        rows = tr;
+        prev_n = (size_t)n;
         run_n = 1;
     }
-    if (count_sig(counts, &last, run_n) < 0)
+    if (run_n && (signature(&sig, prev, prev_rows, prev_n) < 0 || count_sig(counts, &sig, run_n) < 0))
         goto done;
     result = PyTuple_Pack(3, counts, failed, unsure);
 done:
-    PyMem_Free(fs);
-    PyMem_Free(cur.p);
-    PyMem_Free(last.p);
+    PyMem_Free(fs < prev ? fs : prev);
+    PyMem_Free(rows < prev_rows ? rows : prev_rows);
+    PyMem_Free(sig.p);
     Py_XDECREF(counts);
     Py_XDECREF(failed);
     Py_XDECREF(unsure);
