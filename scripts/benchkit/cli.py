@@ -170,6 +170,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="with --scale: the 'before' column from the --json FILE of an earlier --scale run")
     p.add_argument("--scale-no-after", action="store_true",
                    help="with --scale --code DIR: measure DIR only (no run of this checkout)")
+    p.add_argument("--scale-parts", type=lambda v: v.split(","), default=["tree", "text", "tiny", "walks"],
+                   metavar="PART,...",
+                   help="with --scale: which parts to measure, of tree (the billion-record mount), text (2 KB "
+                        "records: cat, verify, index), tiny (the 50-byte records: the same), walks (10 M tiny "
+                        "records: index against verify, reshard against cp -r; repair of a damaged 1 GiB shard "
+                        "against cat: see scripts/benchkit/walks.py); default all")
+    p.add_argument("--scale-repeat", type=int, default=2, metavar="N",
+                   help="with --scale: runs of each walks step, the best shown (default 2)")
     p.add_argument("--scale-edits", action="store_true",
                    help="with --scale: also the first edits of a key new to the dataset in a --rw mount, and inspect")
     p.add_argument("--code", type=Path, metavar="DIR",
@@ -229,6 +237,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if min(a.scale_records, a.scale_shards, a.scale_copies, a.scale_text_records, a.scale_text_shards) < 1 \
             or a.tfd_records < 0 or a.scale_timeout <= 0:
         p.error("--scale-* sizes must be at least 1, --tfd-records not negative and --scale-timeout positive")
+    if not set(a.scale_parts) <= {"tree", "text", "tiny", "walks"} or a.scale_repeat < 1:
+        p.error("--scale-parts: a list of tree, text, tiny, walks; --scale-repeat at least 1")
     if a.scale_no_after and a.code is None:
         p.error("--scale-no-after measures --code DIR only: give --code DIR")
     if a.code is not None and a.scale_before is not None:
