@@ -275,3 +275,16 @@ def test_every_plain_shard_of_realdata_walks_verifies_and_tallies_the_same() -> 
 def test_signatures_read_back_as_rows() -> None:
     sig = struct.pack("=I", 2) + b"id" + struct.pack("=BQBBB", 3, 1, bulk.SUFFIXES.index(".json"), 0, 0)
     assert list(bulk._rows(sig)) == [("id", ("int64_list", 1, ".json", False, False))]
+
+
+def test_offsets_convert_as_the_python_path() -> None:
+    from tfrfs.index import idxfile
+    wide = array("Q", [0, 1, 16, 5000, (1 << 32) - 1])
+    narrow = array("I", [0, 3, 4096, (1 << 32) - 1])
+    for delta in (0, 7):
+        fast = (idxfile._narrow(wide), idxfile.as_u64(narrow), list(idxfile.shifted(wide.tobytes(), delta)))
+        with python_path():
+            slow = (idxfile._narrow(wide), idxfile.as_u64(narrow), list(idxfile.shifted(wide.tobytes(), delta)))
+        assert fast == slow
+    assert list(idxfile.shifted(array("Q", [20, 30]).tobytes(), -20)) == [0, 10]
+    assert bulk.offsets_as(memoryview(narrow), 4, 8, 1) == array("Q", [1, 4, 4097, 1 << 32]).tobytes()

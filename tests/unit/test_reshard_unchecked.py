@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO, run_tfrfs
 from support import reference
 from tfrfs.format import proto
@@ -90,3 +92,56 @@ def test_unchecked_refuses_what_needs_each_record(tmp_path: Path) -> None:
     for extra in (("--shuffle", "1"), ("--compression", "gzip")):
         code, _ = _reshard(tmp_path / "src", tmp_path / "x", "--no-check", *extra)
         assert code == 2
+
+
+# --- the header walk of an unchecked copy (offsets found in the job, not sent with it) ---------
+
+class _Sink:
+    """What ``_copy_unchecked`` gives a shard writer: the bytes emitted and the offsets taken."""
+
+    def __init__(self) -> None:
+        from array import array
+        self.offsets, self.stream, self.data_bytes, self.out = array("Q", [0]), 0, 0, bytearray()
+
+    def emit_from(self, view: memoryview, fd: int | None, offset: int) -> None:
+        self.out += view
+
+
+def _unchecked(data: bytes, start: int, end: int, starts: bytes | None, count: int) -> _Sink:
+    from tfrfs.jobs import reshard
+    sink = _Sink()
+    stream = reshard._Stream(None, lambda n, off: data[off:off + n], lambda: None)
+    reshard._copy_unchecked(stream, start, end, starts, sink, count, "s.tfrecord")  # type: ignore[arg-type]
+    return sink
+
+
+def test_an_unchecked_copy_finds_the_offsets_its_index_has(monkeypatch: pytest.MonkeyPatch) -> None:
+    import struct
+    from tfrfs.jobs import reshard
+    records = [bytes([i]) * (i * 7 % 50) for i in range(40)]
+    frames = [tfrecord.frame(r) for r in records]
+    data = b"".join(frames)
+    heads = [sum(map(len, frames[:i])) for i in range(len(frames))]
+    for block in (16, 23, 50, 64, 1000, 1 << 20):   # headers cut by a block's end, and none
+        monkeypatch.setattr(reshard, "BLOCK", block)
+        for first, last in ((0, 40), (3, 17), (39, 40)):
+            start, end = heads[first], heads[last] if last < 40 else len(data)
+            starts = struct.pack(f"<{last - first}Q", *heads[first:last])
+            walked = _unchecked(data, start, end, None, last - first)
+            sent = _unchecked(data, start, end, starts, last - first)
+            assert bytes(walked.out) == bytes(sent.out) == data[start:end]
+            assert walked.offsets == sent.offsets and walked.data_bytes == sent.data_bytes, (block, first)
+            assert list(walked.offsets) == [0] + [h - start for h in heads[first + 1:last]] + [end - start]
+
+
+def test_an_unchecked_copy_of_a_changed_shard_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tfrfs.errors import DataLoss
+    from tfrfs.jobs import reshard
+    frames = [tfrecord.frame(bytes(20)) for _ in range(10)]
+    data = bytearray(b"".join(frames))
+    data[len(frames[0]) * 4 + 2] ^= 1                    # record 4's header
+    monkeypatch.setattr(reshard, "BLOCK", 64)
+    with pytest.raises(DataLoss, match="changed since it was indexed"):
+        _unchecked(bytes(data), 0, len(data), None, 10)
+    with pytest.raises(DataLoss, match="its index says 11"):
+        _unchecked(b"".join(frames), 0, len(data), None, 11)

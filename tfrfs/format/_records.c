@@ -23,6 +23,7 @@
  * Python scanner, so a tally never depends on which path read it. ``skipped`` (a set or None) are
  * record numbers (from 0) checked but not counted.
  *
+ * ``offsets_as(data, from, to, delta)`` converts offsets between u32 and u64 (index files, reshard).
  * ``crc32c(data, value=0)`` is the checksum itself (as the crc32c package's), for the tests.
  */
 #define PY_SSIZE_T_CLEAN
@@ -371,6 +372,46 @@ done:
     return result;
 }
 
+/* Offsets converted between u32 and u64 (native order), each plus ``delta``. */
+static PyObject *offsets_as(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer data;
+    int from, to;
+    long long delta = 0;
+    if (!PyArg_ParseTuple(args, "y*ii|L", &data, &from, &to, &delta))
+        return NULL;
+    PyObject *out = NULL;
+    if ((from != 4 && from != 8) || (to != 4 && to != 8) || data.len % from) {
+        PyErr_SetString(PyExc_ValueError, "offsets of 4 or 8 bytes each");
+        goto done;
+    }
+    Py_ssize_t n = data.len / from;
+    out = PyBytes_FromStringAndSize(NULL, n * to);
+    if (!out)
+        goto done;
+    const uint8_t *src = data.buf;
+    uint8_t *dst = (uint8_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t v;
+        if (from == 8) {
+            memcpy(&v, src + 8 * i, 8);
+        } else {
+            uint32_t w;
+            memcpy(&w, src + 4 * i, 4);
+            v = w;
+        }
+        v += (uint64_t)delta;
+        if (to == 8) {
+            memcpy(dst + 8 * i, &v, 8);
+        } else {
+            uint32_t w = (uint32_t)v;
+            memcpy(dst + 4 * i, &w, 4);
+        }
+    }
+done:
+    PyBuffer_Release(&data);
+    return out;
+}
+
 static PyObject *crc(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer data;
     unsigned int value = 0;
@@ -391,6 +432,9 @@ static PyMethodDef methods[] = {
     {"tally", tally, METH_VARARGS,
      "tally(block, start, offsets, check, skipped) -> ({signature: records}, failed, unsure): the Examples at "
      "offsets counted by their rows (see the module)."},
+    {"offsets_as", offsets_as, METH_VARARGS,
+     "offsets_as(data, from, to, delta=0) -> bytes: offsets of from bytes each (4 or 8, native order) as "
+     "offsets of to bytes each, each plus delta."},
     {"crc32c", crc, METH_VARARGS, "crc32c(data, value=0) -> int: CRC-32C of data, carried on from value."},
     {NULL, NULL, 0, NULL},
 };

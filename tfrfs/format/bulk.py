@@ -30,8 +30,8 @@ def available() -> bool:
     return _C is not None
 
 
-def sound_run(block: bytes, base: int, size: int, out: array) -> tuple[int, int] | None:
-    """``salvage._sound_run`` in C: the run of sound headers at the start of ``block`` appended
+def sound_run(block: bytes | memoryview, base: int, size: int, out: array) -> tuple[int, int] | None:
+    """``salvage.sound_run`` in C: the run of sound headers at the start of ``block`` appended
     to ``out`` (an array of "Q"); (how many, the offset after the last). None without C."""
     if _C is None:
         return None
@@ -135,6 +135,12 @@ def _rows(sig: bytes) -> Iterable[tuple[str, tuple]]:
         kind, count, suffix, newline, raw = _FEATURE.unpack_from(sig, pos)
         pos += _FEATURE.size
         yield key, (KINDS[kind], count, SUFFIXES[suffix], bool(newline), bool(raw))
+
+
+def offsets_as(data: Any, width: int, to: int, delta: int = 0) -> bytes | None:
+    """Packed offsets of ``width`` bytes each as offsets of ``to`` bytes (4 or 8, native order),
+    each plus ``delta``; None without C."""
+    return None if _C is None else _C.offsets_as(data, width, to, delta)
 
 
 def crc32c(data: bytes, value: int = 0) -> int | None:

@@ -213,7 +213,7 @@ class Walk:
         """The header offsets a header walk gives (``__iter__`` without data), as an array, with
         the same ``problems``, ``ends``, ``count``, ``end`` and ``cut``.
 
-        Sound headers are taken a block at a time by ``_sound_run`` (no read, no generator step
+        Sound headers are taken a block at a time by ``sound_run`` (no read, no generator step
         per record); at the first header it does not take, this falls back to the walk's own
         step for that one header, so damage is judged and reported exactly as ``__iter__`` does."""
         assert not self.with_data
@@ -222,7 +222,7 @@ class Walk:
         ahead = BLOCK
         while pos < size:
             block = self.pread(min(ahead, size - pos), pos)
-            taken, nxt = _sound_run(block, pos, size, out)
+            taken, nxt = sound_run(block, pos, size, out)
             if taken:
                 self.count += taken
                 self.end = pos = nxt
@@ -235,7 +235,7 @@ class Walk:
                     break
                 pos = resume
                 continue
-            out.append(pos)        # (``_sound_run`` takes every header this takes)
+            out.append(pos)        # (``sound_run`` takes every header this takes)
             self.count += 1
             self.end = pos = pos + OVERHEAD + length
         return out
@@ -285,7 +285,7 @@ def _check_by_pieces(pread: PRead, pos: int, length: int) -> bool:
     return pread(tfrecord.FOOTER, end) == tfrecord.footer(tfrecord.mask(crc))
 
 
-def _sound_run(block: bytes, base: int, size: int, out: array) -> tuple[int, int]:
+def sound_run(block: bytes | memoryview, base: int, size: int, out: array) -> tuple[int, int]:
     """Take the run of sound headers at the start of ``block`` (the stream's bytes from offset
     ``base``; the stream is ``size`` bytes): each whole in the block, its length checksum holding
     and its record fitting in the stream, as ``tfrecord.header_problem`` judges. Their offsets go

@@ -19,6 +19,8 @@ from typing import Any, Union
 
 import crc32c
 
+from tfrfs.format import bulk
+
 MAGIC = b"TFRFSIDX"
 VERSION = 4   # 4: damaged shards' gaps ("gaps") and problems' resync and compressed offsets
 SUFFIX = ".tfrfs-idx"
@@ -58,6 +60,9 @@ def as_u64(offsets: Offsets) -> bytes:
     """``offsets`` (u32 or u64) as packed little-endian u64."""
     if typecode(offsets) == "Q":
         return offsets.tobytes()
+    fast = bulk.offsets_as(offsets, 4, 8)
+    if fast is not None:
+        return fast
     _np = _numpy() if len(offsets) > 4096 else None
     if _np is not None:
         return _np.asarray(offsets, dtype=_np.uint32).astype(_np.uint64).tobytes()
@@ -67,8 +72,11 @@ def as_u64(offsets: Offsets) -> bytes:
 def shifted(u64: bytes, delta: int) -> array:
     """Packed u64 offsets, each plus ``delta`` (which keeps them non-negative), as an array."""
     out = array("Q")
-    _np = _numpy() if len(u64) > 32768 else None
-    if _np is not None:
+    fast = bulk.offsets_as(u64, 8, 8, delta)
+    _np = _numpy() if fast is None and len(u64) > 32768 else None
+    if fast is not None:
+        out.frombytes(fast)
+    elif _np is not None:
         got = _np.frombuffer(u64, dtype=_np.uint64)
         out.frombytes((got + _np.uint64(delta) if delta >= 0 else got - _np.uint64(-delta)).tobytes())
     else:
@@ -79,6 +87,9 @@ def shifted(u64: bytes, delta: int) -> array:
 
 def _narrow(offsets: Offsets) -> bytes:
     """u64 offsets (all under 4 GiB) as packed u32."""
+    fast = bulk.offsets_as(offsets, 8, 4)
+    if fast is not None:
+        return fast
     _np = _numpy() if len(offsets) > 4096 else None
     if _np is not None:
         return _np.asarray(offsets, dtype=_np.uint64).astype(_np.uint32).tobytes()

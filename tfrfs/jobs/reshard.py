@@ -16,6 +16,7 @@ each, and the command exits 1 once DEST is published.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import math
@@ -23,6 +24,7 @@ import mmap
 import os
 import struct
 import tempfile
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -32,7 +34,7 @@ import crc32c
 from tfrfs.index import idxfile
 from tfrfs.jobs import reshardplan
 from tfrfs.index import tfds_info as tfds
-from tfrfs.format import bulk, tfrecord
+from tfrfs.format import bulk, salvage, tfrecord
 from tfrfs.errors import DataLoss, UsageError
 from tfrfs.index.shard_index import ShardIndex
 from tfrfs.index.discovery import INDEX_SUFFIXES
@@ -90,8 +92,9 @@ def copy_shard(where: Where, dest: Dest, task: Task, compression: str, kind: str
     try:
         if task.unchecked:
             dropped.extend(task.dropped)
-            for (src, start, end, count), starts in zip(task.runs, task.starts):
-                _copy_unchecked(opened.get(src), start, end, starts, w)
+            for k, (src, start, end, count) in enumerate(task.runs):
+                starts = task.starts[k] if task.starts else None
+                _copy_unchecked(opened.get(src), start, end, starts, w, count, task.sources[src].relpath)
         elif task.picks is None:
             for src, start, end, count in task.runs:
                 got = _copy_run(opened.get(src), start, end, w, dropped, task.sources[src].relpath)
@@ -173,26 +176,44 @@ def _masked(crc: int) -> int:
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
-def _copy_unchecked(stream: _Stream, start: int, end: int, starts: bytes, w: ShardWriter) -> None:
+def _copy_unchecked(stream: _Stream, start: int, end: int, starts: bytes | None, w: ShardWriter, count: int,
+                    rel: str) -> None:
     """``--no-check``: the bytes between ``start`` and ``end`` copied as they are, within the kernel
-    where it can; the new shard's offsets from SOURCE's index (``starts``: the records' header
-    offsets there), so no record is looked at. Headers were checked when SOURCE was indexed, and
-    a run never spans a gap."""
-    records = len(starts) // 8
-    w.offsets.extend(idxfile.shifted(starts[8:], w.stream - start))
-    w.offsets.append(w.stream + end - start)
-    w.stream += end - start
-    w.data_bytes += end - start - OVERHEAD * records
+    where it can, no record's data looked at. The new shard's offsets are SOURCE's index's: sent
+    with the job (``starts``: the records' header offsets there), or, without them, found by
+    walking the headers of the blocks read anyway (``salvage.sound_run``, in C: a few ns a
+    record), checked to be the ``count`` the index holds. Headers were checked when SOURCE was
+    indexed, and a run never spans a gap."""
     buf = bytearray(min(BLOCK, max(end - start, 1)))
     view = memoryview(buf)
+    heads = array("Q")
+    head = start            # the next header to take (without ``starts``)
     pos = start
     while pos < end:
         # Read, for the new file's checksum (which it is read back against), then copied in the kernel.
         n = stream.read_into(view[:min(len(buf), end - pos)], pos)
         if n <= 0:
-            raise DataLoss(f"ends at byte {pos}, before {end} as indexed")
+            raise DataLoss(f"{rel}: ends at byte {pos}, before {end} as indexed")
+        if starts is None and head < pos + n:
+            taken, after = salvage.sound_run(view[head - pos:n], head, end, heads)
+            head = after if taken else head
+            if head < pos + n:   # a header not taken: cut by the block's end (read again from it), or not one
+                if head + HEADER <= pos + n or head == pos:
+                    raise DataLoss(f"{rel}: no record header at byte {head}: the shard changed since it was indexed")
+                w.emit_from(view[:head - pos], stream.fd, pos)
+                pos = head
+                continue
         w.emit_from(view[:n], stream.fd, pos)
         pos += n
+    if starts is None:
+        if len(heads) != count or head != end:
+            raise DataLoss(f"{rel}: {len(heads)} records between bytes {start} and {end}, its index says {count}: "
+                           "the shard changed since it was indexed")
+        starts = heads.tobytes()
+    w.offsets.extend(idxfile.shifted(starts[8:], w.stream - start))
+    w.offsets.append(w.stream + end - start)
+    w.stream += end - start
+    w.data_bytes += end - start - OVERHEAD * count
 
 
 def _copy_run(stream: _Stream, start: int, end: int, w: ShardWriter, dropped: list[dict], rel: str) -> int:
@@ -387,9 +408,9 @@ def _group_cuts(g: Group, shards: int | None, shard_size: int | None, shuffled: 
 
 
 def _runs(g: Group, order: reshardplan.Order, lo: int, hi: int, starts: list[bytes] | None = None,
-          drops: list[dict] | None = None) -> list[tuple[int, int, int, int]]:
+          drops: list[dict] | None = None, *, pack: bool = True) -> list[tuple[int, int, int, int]]:
     """Contiguous byte ranges holding global records [lo, hi) of a group, split at gaps; with
-    ``starts``, each run's record offsets (packed u64) are appended to it, and the records whose
+    ``starts``, each run's record offsets (packed u64; unless not ``pack``) are appended to it, and the records whose
     data checksums indexing found failing (``ShardIndex.checked``) are left out, each one a
     problem appended to ``drops`` as a job that read it would report it."""
     out: list[tuple[int, int, int, int]] = []
@@ -398,9 +419,13 @@ def _runs(g: Group, order: reshardplan.Order, lo: int, hi: int, starts: list[byt
         if count <= 0:
             return
         out.append((g.numbers[k], start, end, count))
-        if starts is not None:
+        if starts is not None and pack:
             starts.append(idxfile.as_u64(g.indexes[k].offsets[first:first + count]))
-    for k, idx in enumerate(g.indexes):
+    # Only the shards holding records [lo, hi): a shard's first record at most hi - 1, its end past lo.
+    first_shard = bisect.bisect_right(order.starts, lo) - 1
+    last_shard = bisect.bisect_left(order.starts, hi, lo=first_shard)
+    for k in range(max(0, first_shard), min(len(g.indexes), last_shard)):
+        idx = g.indexes[k]
         a, b = max(lo, order.starts[k]) - order.starts[k], min(hi, order.starts[k + 1]) - order.starts[k]
         if a >= b:
             continue
@@ -462,9 +487,15 @@ class Tasks(Sequence):
         if self.plan.shuffle is None:
             starts: list[bytes] | None = [] if self.plan.unchecked else None
             drops: list[dict] = []
-            runs = tuple(_runs(g, order, lo, hi, starts, drops))
-            return Task(n, g.names[c], hi - lo, self.plan.sources, runs=runs, unchecked=self.plan.unchecked,
-                        starts=tuple(starts or ()), dropped=tuple(drops))
+            # The offsets of an unchecked copy go with the job only where its headers cannot be
+            # walked in C (sending them costs more than finding them again).
+            runs = _runs(g, order, lo, hi, starts, drops, pack=not bulk.available())
+            # The job gets the source shards it reads, numbered in its runs.
+            used = sorted({run[0] for run in runs})
+            mine = {src: k for k, src in enumerate(used)}
+            return Task(n, g.names[c], hi - lo, tuple(self.plan.sources[k] for k in used),
+                        runs=tuple((mine[src], a, b, count) for src, a, b, count in runs),
+                        unchecked=self.plan.unchecked, starts=tuple(starts or ()), dropped=tuple(drops))
         return Task(n, g.names[c], hi - lo, self.plan.sources, picks=_picks(g, order, self._perms[id(g)], lo, hi))
 
     def __getitem__(self, k: Any) -> Any:
