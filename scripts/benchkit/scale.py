@@ -602,6 +602,8 @@ def print_scale(res: dict[str, Any]) -> None:
     head = ["metric", "unit", *cols, "goal", "met"]
     body = []
     for i, (label, unit, _f, goal, _m) in enumerate(per_run[-1]):
+        if all(rows[i][2][0] is None for rows in per_run):
+            continue   # a part not measured (--scale-parts)
         met = per_run[-1][i][4]
         body.append([label, unit, *(_cell(rows[i][2]) for rows in per_run), goal,
                      "" if not goal else "n/a" if met is None else "yes" if met else "NO"])
@@ -610,10 +612,17 @@ def print_scale(res: dict[str, Any]) -> None:
         for row in body:
             row.insert(3, "")
     last = runs[-1]
-    print(f"\nscale: {_get(last, 'tree', 'records') or 0:,} records in the tree "
-          f"({_get(last, 'tree', 'shards') or 0:,} shards); 50-byte dataset {_get(last, 'tiny', 'mb') or 0:,.0f} MB, "
-          f"2 KB dataset {_get(last, 'text', 'mb') or 0:,.0f} MB; "
-          + "; ".join(f"{c}: tfrfs of {r['code']}" for c, r in zip(cols, runs)))
+    sizes = []
+    if _get(last, "tree", "records"):
+        sizes.append(f"{_get(last, 'tree', 'records'):,} records in the tree ({_get(last, 'tree', 'shards'):,} shards)")
+    if _get(last, "tiny", "mb"):
+        sizes.append(f"50-byte dataset {_get(last, 'tiny', 'mb'):,.0f} MB")
+    if _get(last, "text", "mb"):
+        sizes.append(f"2 KB dataset {_get(last, 'text', 'mb'):,.0f} MB")
+    if _get(last, "walks", "mb"):
+        sizes.append(f"walks: {_get(last, 'walks', 'mb'):,.0f} MB of tiny records, a {_get(last, 'walks', 'repair_mb'):,.0f} MB "
+                     "damaged shard")
+    print("\nscale: " + "; ".join(sizes + [f"{c}: tfrfs of {r['code']}" for c, r in zip(cols, runs)]))
     print_columns(head, body)
     for c, r in zip(cols, runs):
         loads = {f"{part} {k}": v for part in ("tiny", "text", "tree") for k, v in r.get(part, {}).get("load", {}).items()}
