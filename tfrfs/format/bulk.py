@@ -53,11 +53,14 @@ class Checked:
     block: bytes | memoryview = b""
     base: int = 0
 
+    def length(self, i: int) -> int:
+        """Record ``i``'s data length (its header's)."""
+        return _U64.unpack_from(self.block, self.offsets[i] - self.base)[0]
+
     def data(self, i: int) -> bytes | memoryview:
         """Record ``i``'s data."""
         at = self.offsets[i] - self.base
-        (length,) = _U64.unpack_from(self.block, at)
-        return self.block[at + 12:at + 12 + length]
+        return self.block[at + 12:at + 12 + self.length(i)]
 
     def framed(self, start: int, stop: int) -> bytes | memoryview:
         """Records ``start``..``stop-1`` as framed in the stream."""

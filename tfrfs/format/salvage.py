@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 from array import array
 from typing import BinaryIO, Iterator
 
-import crc32c as _crc32c
-
 from tfrfs.format import bulk, tfrecord
 from tfrfs.errors import DataLoss
 from tfrfs.format.tfrecord import HEADER, OVERHEAD, Problem, PRead
@@ -174,8 +172,8 @@ class Walk:
     def runs(self, kind: str, *, read_large: bool = True) -> Iterator[bulk.Checked]:
         """What iterating with data gives, in runs taken in C (``bulk.checked_run``, which must be
         ``available``) a block at a time. A record that a block does not hold whole is read
-        alone (a run of one; without ``read_large``, a piece at a time for its checksum, and the
-        run holds its header only), and damage is judged by the walk's own step, so
+        alone (a run of one; without ``read_large``, checked a piece at a time, and the run holds
+        its header only), and damage is judged by the walk's own step, so
         ``problems``, ``ends``, ``count``, ``end`` and ``cut`` are what iterating gives; so are
         the records whose checksum fails (``failed``). Their parse as ``kind`` is left to the
         caller for the records in ``unsure``."""
@@ -190,22 +188,26 @@ class Walk:
                 self.count += len(run.offsets)
                 self.end = pos = run.next
                 continue
-            head = block[:HEADER]
-            length, resume = self._judge(head, pos)
+            framed = block[:HEADER]
+            length, resume = self._judge(framed, pos)
             if length is None:
                 if resume is None:
                     return
                 pos = resume
                 continue
-            if read_large:   # a record larger than a block
-                body = self.pread(length + tfrecord.FOOTER, pos + HEADER)
-                ok = tfrecord.check_data(body[length:], body[:length])
+            # A record larger than a block: read whole, or checked a piece at a time.
+            if read_large:
+                framed = self.pread(OVERHEAD + length, pos)
+                ok = tfrecord.check_data(framed[HEADER + length:], memoryview(framed)[HEADER:HEADER + length])
             else:
-                body = b""
-                ok = _check_by_pieces(self.pread, pos, length)
+                try:
+                    tfrecord.check_record_at(self.pread, pos, length)
+                    ok = True
+                except DataLoss:
+                    ok = False
             failed = [] if ok else [0]
             yield bulk.Checked(array("Q", [pos]), pos + OVERHEAD + length, failed,
-                               bulk.parse_unsure(kind, 1, failed, [0] if ok else []), length, head + body, pos)
+                               bulk.parse_unsure(kind, 1, failed, [0] if ok else []), length, framed, pos)
             self.count += 1
             self.end = pos = pos + OVERHEAD + length
 
@@ -270,19 +272,6 @@ class Walk:
                                           f"at offset {found}", self.count, resync_offset=found,
                                      skipped=found - pos))
         return True
-
-
-def _check_by_pieces(pread: PRead, pos: int, length: int) -> bool:
-    """Whether the data checksum of the record at ``pos`` (``length`` bytes of data) holds, read
-    ``CHUNK`` bytes at a time."""
-    crc, at, end = 0, pos + HEADER, pos + HEADER + length
-    while at < end:
-        piece = pread(min(CHUNK, end - at), at)
-        if not piece:
-            return False
-        crc = _crc32c.crc32c(piece, crc)
-        at += len(piece)
-    return pread(tfrecord.FOOTER, end) == tfrecord.footer(tfrecord.mask(crc))
 
 
 def sound_run(block: bytes | memoryview, base: int, size: int, out: array) -> tuple[int, int]:

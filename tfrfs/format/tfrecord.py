@@ -37,11 +37,6 @@ def masked_crc(data: bytes | bytearray | memoryview) -> int:
     return _mask(_crc32c.crc32c(data))
 
 
-def mask(crc: int) -> int:
-    """TFRecord's masking of a CRC-32C (what a header or footer holds)."""
-    return _mask(crc)
-
-
 def _mask(crc: int) -> int:
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
@@ -49,19 +44,35 @@ def _mask(crc: int) -> int:
 _CRC_CHUNK = 1 << 20
 
 
-def masked_crc_at(fd: int, offset: int, length: int) -> int:
-    """``masked_crc`` of ``length`` bytes of file ``fd`` at ``offset``, read a piece at a time (a
-    record of any size, never whole in memory)."""
-    buf = bytearray(min(_CRC_CHUNK, length) or 1)
-    view = memoryview(buf)
+PRead = Callable[[int, int], bytes]   # (size, offset) -> bytes, as os.pread without its descriptor
+
+
+def _pread_of(src: int | PRead) -> PRead:
+    return functools.partial(os.pread, src) if isinstance(src, int) else src
+
+
+def masked_crc_at(src: int | PRead, offset: int, length: int) -> int:
+    """``masked_crc`` of ``length`` bytes at ``offset`` of a file (a descriptor, or a ``pread``
+    function: a shard reader's), read a piece at a time (a record of any size, never whole in
+    memory)."""
     crc = 0
     pos, end = offset, offset + length
+    if isinstance(src, int):
+        buf = bytearray(min(_CRC_CHUNK, length) or 1)
+        view = memoryview(buf)
+        while pos < end:
+            n = os.preadv(src, [view[:min(len(buf), end - pos)]], pos)
+            if n == 0:
+                raise DataLoss(f"file ends inside the {length} bytes at offset {offset}")
+            crc = _crc32c.crc32c(view[:n], crc)
+            pos += n
+        return _mask(crc)
     while pos < end:
-        n = os.preadv(fd, [view[:min(len(buf), end - pos)]], pos)
-        if n == 0:
+        piece = src(min(_CRC_CHUNK, end - pos), pos)
+        if not piece:
             raise DataLoss(f"file ends inside the {length} bytes at offset {offset}")
-        crc = _crc32c.crc32c(view[:n], crc)
-        pos += n
+        crc = _crc32c.crc32c(piece, crc)
+        pos += len(piece)
     return _mask(crc)
 
 
@@ -123,13 +134,6 @@ class Problem:
 _SPLIT_READ = 64 << 10
 
 
-PRead = Callable[[int, int], bytes]   # (size, offset) -> bytes, as os.pread without its descriptor
-
-
-def _pread_of(src: int | PRead) -> PRead:
-    return functools.partial(os.pread, src) if isinstance(src, int) else src
-
-
 def read_record(src: int | PRead, offset: int, length: int, *, verify: bool = True) -> bytes:
     """The data of the record whose header is at ``offset`` (length already known), read from a
     descriptor or through a ``pread`` function (a shard reader's).
@@ -154,12 +158,13 @@ def read_record(src: int | PRead, offset: int, length: int, *, verify: bool = Tr
     return data
 
 
-def check_record_at(fd: int, offset: int, length: int) -> None:
-    """``read_record``'s checks, the data read a piece at a time: for a record of any size."""
-    footer_bytes = os.pread(fd, FOOTER, offset + HEADER + length)
+def check_record_at(src: int | PRead, offset: int, length: int) -> None:
+    """``read_record``'s checks, the data read a piece at a time: for a record of any size (of a
+    descriptor, or through a ``pread`` function)."""
+    footer_bytes = _pread_of(src)(FOOTER, offset + HEADER + length)
     if len(footer_bytes) < FOOTER:
         raise DataLoss(f"record at offset {offset} is cut short")
-    if _U32.unpack(footer_bytes)[0] != masked_crc_at(fd, offset + HEADER, length):
+    if _U32.unpack(footer_bytes)[0] != masked_crc_at(src, offset + HEADER, length):
         raise DataLoss(f"data checksum failed for the record at offset {offset}")
 
 

@@ -233,7 +233,7 @@ def _copy_runs(walk: salvage.Walk, writer: tfrecord.StreamWriter, result: Repair
         kept_from = 0
         for i in run.failed:
             writer.write_framed(run.framed(kept_from, i))
-            length = len(run.data(i))
+            length = run.length(i)
             result.dropped_records.append((first + i, run.offsets[i], length))
             result.kept_bytes -= length
             kept_from = i + 1
