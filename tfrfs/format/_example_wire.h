@@ -145,8 +145,9 @@ static int read_feature(span m, feature *f) {
     return 0;
 }
 
-/* Valid UTF-8 (as Python's strict decoder has it) with no NUL byte. */
-static int is_text(const uint8_t *s, size_t n) {
+/* Valid UTF-8 (as Python's strict decoder has it), with no NUL byte unless ``nul_ok`` (protobuf's
+ * check of a string field allows one; a text file is not one with it). */
+static int utf8_valid(const uint8_t *s, size_t n, int nul_ok) {
     size_t i = 0;
     while (i < n) {
 #ifdef __SSE2__
@@ -170,7 +171,7 @@ static int is_text(const uint8_t *s, size_t n) {
             break;
         uint8_t b = s[i];
         if (b < 0x80) {
-            if (b == 0)
+            if (b == 0 && !nul_ok)
                 return 0;
             i++;
             continue;
@@ -204,6 +205,11 @@ static int is_text(const uint8_t *s, size_t n) {
         i += more + 1;
     }
     return 1;
+}
+
+/* Text as a file shows it (SPEC 3.2): valid UTF-8 with no NUL byte. */
+static int is_text(const uint8_t *s, size_t n) {
+    return utf8_valid(s, n, 0);
 }
 
 static int starts(span v, size_t at, const char *want, size_t len) {

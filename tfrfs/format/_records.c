@@ -52,14 +52,6 @@ static uint32_t le32u(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* Valid UTF-8, NUL allowed (protobuf's check of a string field). */
-static int utf8_ok(const uint8_t *s, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (s[i] == 0)
-            return is_text(s, i) && (i + 1 >= n || utf8_ok(s + i + 1, n - i - 1));
-    return is_text(s, n);
-}
-
 /* ``read_example`` into ``fs`` (room for MAX_FEATURES): the count, or -1 when the record is not
  * in the usual encoding, has more features than that, or a key that is not UTF-8. */
 static Py_ssize_t example_features(const uint8_t *data, size_t size, feature *fs) {
@@ -74,7 +66,7 @@ static Py_ssize_t example_features(const uint8_t *data, size_t size, feature *fs
         span value;
         if (n == MAX_FEATURES || !field(features.p, features.n, &pos, 0x0A, &entry) ||
             !field(entry.p, entry.n, &at, 0x0A, &fs[n].key) || !field(entry.p, entry.n, &at, 0x12, &value) ||
-            at != entry.n || !read_feature(value, &fs[n]) || !utf8_ok(fs[n].key.p, fs[n].key.n))
+            at != entry.n || !read_feature(value, &fs[n]) || !utf8_valid(fs[n].key.p, fs[n].key.n, 1))
             return -1;
     }
     return (Py_ssize_t)n;
