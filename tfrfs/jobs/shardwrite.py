@@ -73,9 +73,8 @@ class ShardWriter:
         self.offsets.append(end)
         self.stream = end
         self.data_bytes += end - base - tfrecord.OVERHEAD * len(headers)
-        if self.scanner is not None:
-            bounds = array("Q", headers)
-            bounds.append(end)
+        if self.scanner is not None:   # (the new offsets from this block's first: its headers and end)
+            bounds = self.offsets[first:]
             self.bad += [first + k for k in shardschema.tally_block(self.scanner, block, base, bounds)]
 
     def emit(self, framed: bytes | bytearray | memoryview) -> None:
