@@ -26,7 +26,7 @@ from conftest import REALDATA
 from support.compiled import compiled_or_skip
 from support.schema_reference import PNG, reference
 from tfrfs.format import bulk, codec, proto, salvage, tfrecord
-from tfrfs.index import shardschema
+from tfrfs.index import schema_summary, shardschema
 from tfrfs.index.discovery import ShardFile
 from tfrfs.jobs import verify
 
@@ -233,7 +233,7 @@ def test_a_compiled_tally_gives_what_whole_records_give(records: list[bytes], de
     data, offsets = _framed(records)
     tally = shardschema.Tally.from_json(_tally(data, offsets, set(), True)[0])
     assert tally is not None
-    assert shardschema.summarize([tally], decode_raw) == reference(records, "example", decode_raw)
+    assert schema_summary.summarize([tally], decode_raw) == reference(records, "example", decode_raw)
 
 
 def test_offsets_as_u32_and_as_a_view() -> None:

@@ -20,7 +20,7 @@ from support.reference import read_index_file   # the test suite's own reader of
 from support.schema_reference import PNG, reference
 from tfrfs.format import codec
 from tfrfs.format import proto
-from tfrfs.index import shardschema
+from tfrfs.index import schema_summary, shardschema
 from tfrfs.index.shard_index import IndexCache
 from tfrfs.index.discovery import discover
 from tfrfs.dataset.assembly import open_mount
@@ -74,7 +74,7 @@ def _unpacked_int64(key: str, values: list[int]) -> bytes:
 
 
 def tally_summary(records: list[bytes], kind: str = "example", decode_raw: bool = True) -> dict:
-    tables = shardschema.summarize([shardschema.scan_records(kind, records)], decode_raw)
+    tables = schema_summary.summarize([shardschema.scan_records(kind, records)], decode_raw)
     return {t: v for t, v in tables.items()}
 
 
@@ -338,5 +338,5 @@ def test_a_large_record_is_read_by_spans_as_a_small_one_is_read(values: dict, he
     assert len(record) > shardschema.LARGE
     scanner = shardschema.Scanner("example")
     scanner.add_large(memoryview(record))
-    got = shardschema.summarize([scanner.flush()], True)
+    got = schema_summary.summarize([scanner.flush()], True)
     assert got == reference([record], "example")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from tfrfs.index import shardschema
+from tfrfs.index.schema_summary import summarize
 from tfrfs.index import tfds_info as tfds
 from tfrfs.jobs.reshard import Plan
 
@@ -35,7 +36,7 @@ def schema_summary(done: list[dict], source_tallies: list | None = None) -> dict
         if source_tallies is None:
             return None
         tallies = source_tallies
-    tables = shardschema.summarize([t for t in tallies if t is not None], True)
+    tables = summarize([t for t in tallies if t is not None], True)
     out: dict = {"shards": [{"shard": d["name"], "records": d["count"], "kind": d["kind"],
                              "compression": d["compression"]} for d in done],
                  "features": tables["features"]}

@@ -24,7 +24,7 @@ import time
 from typing import Any, Callable, Iterable
 
 from tfrfs.format import codec
-from tfrfs.index import shardschema
+from tfrfs.index import schema_summary, shardschema
 from tfrfs.index.shard_index import ShardIndex
 from tfrfs.view.nodes import RecordId
 from tfrfs.view.records import RecordStore
@@ -214,7 +214,7 @@ class Schema:
         tallies = self.tallies()
         shards = [{"shard": idx.shard.relpath, "records": idx.count, "kind": store.kinds[n],
                    "compression": idx.shard.compression} for n, idx in enumerate(store.shards)]
-        tables = shardschema.summarize(tallies, store.decode_raw)
+        tables = schema_summary.summarize(tallies, store.decode_raw)
         out: dict = {"shards": shards, "features": tables["features"]}
         if tables["feature_lists"]:
             out["feature_lists"] = tables["feature_lists"]
@@ -345,7 +345,7 @@ class Schema:
         kind = store.kinds[shard]
         if not store.decode_raw or kind == "raw" or (kind == "sequence" and section != "context"):
             return 0, 0
-        return shardschema.raw_counts(self.tallies([shard])[0], key)
+        return schema_summary.raw_counts(self.tallies([shard])[0], key)
 
 
 class _Learned:
