@@ -9,7 +9,8 @@
   one header byte changed) against ``cat`` of it.
 
 Each step is the best of ``--scale-repeat`` runs (the disk image's cache on the host makes one
-sample swing); the reference commands are the best of as many.
+sample swing); ``cat`` is the best of as many, ``cp -r`` + ``sync`` the best of three (as
+``--cluster`` measures it).
 """
 
 from __future__ import annotations
@@ -21,18 +22,15 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from .cluster import _cp
 from .common import WORK, progress
+from .scale import _drop_caches
 from .scaledata import scale_dataset, shard_files, text_dataset
 
 WALK_RECORDS = 10_000_000
 WALK_SHARDS = 100
 RESHARD_TO = 1000
 REPAIR_BYTES = 1 << 30
-
-
-def _drop_caches() -> None:
-    if os.geteuid() == 0:
-        subprocess.run(["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"], check=False)
 
 
 def _best(n: int, step: Callable[[], float]) -> float:
@@ -105,16 +103,6 @@ def measure_walks(args: Any, cli: Any) -> dict[str, Any]:
     out["index_s"] = _best(repeat, lambda: cold("index", str(tiny)))
     out["index_offsets_s"] = _best(repeat, lambda: cold("index", "--no-schema", str(tiny)))
 
-    def cp() -> float:
-        shutil.rmtree(dest, ignore_errors=True)
-        _drop_caches()
-        t0 = time.perf_counter()
-        subprocess.run(["cp", "-r", str(tiny), str(dest)], check=True)
-        subprocess.run(["sync"], check=True)
-        took = time.perf_counter() - t0
-        shutil.rmtree(dest, ignore_errors=True)
-        return took
-
     def reshard(indexed: bool) -> float:
         def before() -> None:
             fresh_cache()
@@ -127,7 +115,7 @@ def measure_walks(args: Any, cli: Any) -> dict[str, Any]:
         return took
 
     progress(f"walks: cp -r + sync of {tiny.name}, and reshard {WALK_SHARDS} -> {RESHARD_TO} shards")
-    out["cp_s"] = _best(repeat, cp)
+    out["cp_s"] = _cp(tiny, WORK)["s"]
     out["reshard_unindexed_s"] = _best(repeat, lambda: reshard(False))
     out["reshard_indexed_s"] = _best(repeat, lambda: reshard(True))
 
