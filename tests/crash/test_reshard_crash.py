@@ -117,6 +117,62 @@ def _records_in_after(src: Path, dest: Path, cache: Path) -> list[bytes]:
     return got
 
 
+def test_a_rerun_keeps_the_shards_of_the_jobs_that_finished(tmp_path: Path) -> None:
+    # 16 small new shards on one worker: jobs of 4 shards each, one receipt per job
+    # (``FIRST-LAST.json``). Killed after the second job's receipt, and again in the middle of
+    # the third job: a rerun writes only the shards of the jobs that had not finished, all of them.
+    src = _source(tmp_path / "src")
+    cache = tmp_path / "cache"
+    args = ("--shards", "16", "--workers", "1", "--cache-dir", str(cache))
+    want = tmp_path / "want"
+    assert main(["reshard", str(src), str(want), *args]) == 0
+    receipts: list[str] = []
+    shards: list[str] = []
+
+    def seen(op: str, path: str) -> None:
+        name = os.path.basename(path)
+        if op != "write":
+            return
+        (receipts if "receipts" in path and name.endswith(".json") and name[0].isdigit() else shards).append(name)
+    durable.fault_hook = seen
+    try:
+        assert main(["reshard", str(src), str(tmp_path / "count"), *args]) == 0
+    finally:
+        durable.fault_hook = None
+    assert receipts == ["000000-000003.json", "000004-000007.json", "000008-000011.json", "000012-000015.json"]
+    new = [n for n in shards if n.endswith(".tfrecord")]
+    assert len(new) == 16
+    dest = tmp_path / "out"
+
+    def run(die_at: str | None) -> list[str]:
+        """The new shards a run writes; with ``die_at``, killed as it writes that file."""
+        pid = os.fork()
+        if pid == 0:
+            code = 3
+            try:
+                def hook(op: str, path: str) -> None:
+                    if os.path.basename(path) == die_at:
+                        os._exit(CRASHED)
+                    if path.endswith(".tfrecord"):
+                        with open(tmp_path / "written", "a") as f:
+                            f.write(os.path.basename(path) + "\n")
+                durable.fault_hook = hook
+                code = main(["reshard", str(src), str(dest), *args])
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == (CRASHED if die_at else 0), status
+        written = (tmp_path / "written").read_text().split()
+        (tmp_path / "written").unlink()
+        return written
+
+    assert run(receipts[2]) == new[:12]      # killed as the third job's receipt is written
+    assert run(new[9]) == new[8:9]           # ... again, as the third job begins its second shard
+    assert run(None) == new[8:]              # the third job whole, then the fourth
+    assert _records_in(dest) == _records_in(want)
+    assert sorted(p.name for p in dest.iterdir()) == sorted(p.name for p in want.iterdir())
+
+
 def test_dest_rules(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     src = _source(tmp_path / "src")
     cache = tmp_path / "cache"

@@ -77,20 +77,40 @@ def add_reshard(sub: Any, source_options: Any, size: Any) -> None:
     p.set_defaults(func=cmd_reshard)
 
 
-class _Jobs(Sequence):
-    """The runner's argument tuples, made from the plan's tasks when asked for."""
+# A job writes several small new shards (one receipt for them all, each source opened once):
+# about this many bytes of them, at most this many, and enough jobs for every worker to take a few.
+_JOB_BYTES = 64 << 20
+_JOB_SHARDS = 32
+_JOBS_PER_WORKER = 4
 
-    def __init__(self, where: Any, dest: Any, tasks: Any, compression: str, kind: str, tally: bool) -> None:
-        self.where, self.dest, self.tasks, self.compression, self.kind = where, dest, tasks, compression, kind
-        self.tally = tally
+
+class _Jobs(Sequence):
+    """The runner's argument tuples: runs of ``per`` consecutive tasks of the plan, each task made
+    when its job is asked for."""
+
+    def __init__(self, where: Any, dest: Any, tasks: Any, per: int, compression: str, kind: str,
+                 tally: bool) -> None:
+        self.where, self.dest, self.tasks, self.per = where, dest, tasks, per
+        self.compression, self.kind, self.tally = compression, kind, tally
+
+    @staticmethod
+    def per_job(plan: Any, todo: int, workers: int) -> int:
+        """How many new shards a job writes: as many as make ``_JOB_BYTES`` (new shards' average
+        size), at most ``_JOB_SHARDS``, and few enough that each worker gets several jobs."""
+        average = sum(s.stream_size for s in plan.sources) / max(1, len(plan.names))
+        return max(1, min(_JOB_SHARDS, int(_JOB_BYTES // max(average, 1)),
+                          todo // (_JOBS_PER_WORKER * max(1, workers))))
 
     def __len__(self) -> int:
-        return len(self.tasks)
+        return -(-len(self.tasks) // self.per)
 
     def __getitem__(self, k: Any) -> Any:
         if isinstance(k, slice):
             return [self[i] for i in range(*k.indices(len(self)))]
-        return (self.where, self.dest, self.tasks[k], self.compression, self.kind, self.tally)
+        if not 0 <= k < len(self):
+            raise IndexError(k)
+        tasks = tuple(self.tasks[i] for i in range(k * self.per, min(len(self.tasks), (k + 1) * self.per)))
+        return (self.where, self.dest, tasks, self.compression, self.kind, self.tally)
 
 
 def cmd_reshard(args: argparse.Namespace) -> int:
@@ -100,7 +120,8 @@ def cmd_reshard(args: argparse.Namespace) -> int:
     from tfrfs.jobs.publish import Dest
     from tfrfs.storage.factory import is_url
     from tfrfs.storage.fsspec_store import parse_options
-    from tfrfs.jobs.reshard import Tasks, copy_shard, make_plan
+    from tfrfs.jobs.reshard import copy_shards
+    from tfrfs.jobs.reshardplan import Tasks, make_plan
     from tfrfs.jobs.reshardresult import manifest_body, new_info, order_problems, sizes
     from tfrfs.jobs.reshardplan import check_template
     if args.name is not None:
@@ -146,9 +167,12 @@ def cmd_reshard(args: argparse.Namespace) -> int:
         progress = Progress("resharding")
         written = sum(b["size"] for b in earlier.values())
         with runner_of(args) as runner:
-            for _, body in runner.run(copy_shard, _Jobs(Where.of(src), dest, tasks, compression, plan.kind, plan.schema)):
-                done[body["n"]] = body
-                written += body["size"]
+            jobs = _Jobs(Where.of(src), dest, tasks, _Jobs.per_job(plan, len(tasks), runner.workers),
+                         compression, plan.kind, plan.schema)
+            for _, job_bodies in runner.run(copy_shards, jobs):
+                for body in job_bodies:
+                    done[body["n"]] = body
+                    written += body["size"]
                 rate = written / 1e6 / max(time.monotonic() - started, 1e-6)
                 progress.update(f"{len(done)}/{len(names)} shards, {written / 2**20:,.0f} MiB ({rate:,.0f} MB/s)",
                                 final=len(done) == len(names))

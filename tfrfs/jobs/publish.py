@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, BinaryIO
 
 import crc32c
@@ -60,7 +61,7 @@ class Dest(Location):
     def staged(self) -> bool:
         return self.storage().renames_atomically
 
-    @property
+    @cached_property
     def work(self) -> str:
         """Where the jobs write: the temporary folder beside a staged DEST, else DEST itself."""
         if not self.staged:
@@ -113,10 +114,13 @@ class Dest(Location):
         got = self.storage().stat(self.path(name), fresh=False)
         return (got.size, got.identity) if got is not None else None
 
-    def receipt(self, n: int, body: dict) -> None:
-        """A finished job's figures (after its files are written; staged, not yet durable: a
-        rerun after a crash checks the files' checksums before it trusts a receipt)."""
-        self.write_bytes(f"{RECEIPTS}/{n:06d}.json", json.dumps(body, sort_keys=True).encode(), sync=False)
+    def receipt(self, bodies: list[dict]) -> None:
+        """A finished job's figures, one body per new shard it wrote, numbered in order (``n``):
+        one file for them all, ``FIRST-LAST.json``, written after the shards' files (staged, not
+        yet durable: a rerun after a crash checks the files' checksums before it trusts one)."""
+        first, last = bodies[0]["n"], bodies[-1]["n"]
+        name = f"{first:06d}.json" if first == last else f"{first:06d}-{last:06d}.json"
+        self.write_bytes(f"{RECEIPTS}/{name}", json.dumps(bodies, sort_keys=True).encode(), sync=False)
 
 
 # --- the driver ---------------------------------------------------------------------------------
@@ -222,23 +226,34 @@ def _clear_strays(storage: Storage, work: str) -> None:
                 storage.delete(e.path)
 
 
+def _receipt_numbers(name: str) -> range | None:
+    """The new shards a receipt file is of (``FIRST.json`` or ``FIRST-LAST.json``), else None."""
+    stem = name[:-len(".json")] if name.endswith(".json") else ""
+    first, _, last = stem.partition("-")
+    if not first.isdigit() or not (last.isdigit() or not last):
+        return None
+    return range(int(first), int(last or first) + 1)
+
+
 def receipts(dest: Dest) -> dict[int, dict]:
-    """The receipts of jobs done by an earlier run of this plan, by job number, kept only when every
-    file they name is still there as written."""
+    """The receipts of new shards written by an earlier run of this plan, by shard number, kept
+    only when every file they name is still there as written."""
     names = [e.name for e in dest.storage().list(dest.path(RECEIPTS), recursive=True) or []]
     found: dict[int, dict] = {}
     for name in names:
-        stem = name[:-len(".json")] if name.endswith(".json") else ""
-        if not stem.isdigit():
+        numbers = _receipt_numbers(name)
+        if numbers is None:
             continue
         data = dest.read_bytes(f"{RECEIPTS}/{name}")
         try:
-            body = json.loads(data) if data is not None else None
+            bodies = json.loads(data) if data is not None else None
         except ValueError:
             continue
-        if isinstance(body, dict) and all(dest.stat(f) == (size, ident) for f, size, ident in body.get("files", [])) \
-                and (not dest.staged or _holds_what_it_says(dest, body)):
-            found[int(stem)] = body
+        for body in bodies if isinstance(bodies, list) else ():
+            if isinstance(body, dict) and body.get("n") in numbers and \
+                    all(dest.stat(f) == (size, ident) for f, size, ident in body.get("files", [])) and \
+                    (not dest.staged or _holds_what_it_says(dest, body)):
+                found[body["n"]] = body
     return found
 
 
@@ -255,9 +270,12 @@ def _holds_what_it_says(dest: Dest, body: dict) -> bool:
 
 
 def forget_receipts(dest: Dest, numbers: list[int]) -> None:
-    """Drop the receipts of jobs whose output does not check, so that the next run redoes them."""
-    for n in numbers:
-        dest.storage().delete(dest.path(f"{RECEIPTS}/{n:06d}.json"))
+    """Drop the receipts that name new shards whose output does not check, so that the next run
+    writes them again (with the others of their job)."""
+    for e in dest.storage().list(dest.path(RECEIPTS), recursive=True) or []:
+        held = _receipt_numbers(e.name)
+        if held is not None and any(n in held for n in numbers):
+            dest.storage().delete(dest.path(f"{RECEIPTS}/{e.name}"))
 
 
 def check(dest: Dest, done: list[dict]) -> None:

@@ -9,7 +9,7 @@ import json
 from tfrfs.index import shardschema
 from tfrfs.index.schema_summary import summarize
 from tfrfs.index import tfds_info as tfds
-from tfrfs.jobs.reshard import Plan
+from tfrfs.jobs.reshardplan import Plan
 
 
 def manifest_body(done: list[dict], extra_files: dict[str, tuple[int, int]], source_tallies: list | None = None) -> dict:

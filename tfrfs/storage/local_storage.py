@@ -142,13 +142,18 @@ class LocalStorage(Storage):
         return open(path, "rb")
 
     def write(self, path: str, data: bytes, *, sync: bool = True) -> None:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         if sync:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
             durable.write_file(path, data, prefix=TMP_PREFIX, mode=0o666 & ~_umask())
             return
         # Written in place: the caller checks what it wrote (a checksum) before trusting it.
+        # (The folder is made only when it is missing: jobs write many files into one.)
         durable.fault_point("write", path)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 & ~_umask())
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)   # less the umask
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         try:
             os.write(fd, data)
         finally:
@@ -156,7 +161,7 @@ class LocalStorage(Storage):
 
     def create(self, path: str) -> Writing:
         durable.fault_point("write", path)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 & ~_umask())
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)   # less the umask
         return Writing(os.fdopen(fd, "wb", buffering=0), fd)
 
     def finish(self, path: str, writing: Writing) -> Stat:
