@@ -55,8 +55,15 @@ static int varint_long(const uint8_t *p, size_t end, size_t *pos, uint64_t *out)
 /* The varint at ``*pos``: 0 when it runs past ``end`` or past 64 bits. (Most are one byte: that
  * case inline, the rest in ``varint_long``.) */
 static inline int varint(const uint8_t *p, size_t end, size_t *pos, uint64_t *out) {
-    if (*pos < end && p[*pos] < 0x80) {
-        *out = p[(*pos)++];
+    size_t at = *pos;
+    if (at < end && p[at] < 0x80) {
+        *out = p[at];
+        *pos = at + 1;
+        return 1;
+    }
+    if (end - at >= 2 && p[at + 1] < 0x80) {   /* (p[at] has its high bit, or at == end) */
+        *out = (uint64_t)(p[at] & 0x7F) | (uint64_t)p[at + 1] << 7;
+        *pos = at + 2;
         return 1;
     }
     return varint_long(p, end, pos, out);
@@ -205,6 +212,19 @@ static int utf8_valid(const uint8_t *s, size_t n, int nul_ok) {
         i += more + 1;
     }
     return 1;
+}
+
+/* A key as protobuf's parse checks it (``utf8_valid`` with NUL allowed): a short ASCII one, the
+ * usual case, at once. */
+static inline int key_valid(const uint8_t *s, size_t n) {
+    if (n <= 16) {
+        uint8_t any = 0;
+        for (size_t i = 0; i < n; i++)
+            any |= s[i];
+        if (!(any & 0x80))
+            return 1;
+    }
+    return utf8_valid(s, n, 1);
 }
 
 /* Text as a file shows it (SPEC 3.2): valid UTF-8 with no NUL byte. */

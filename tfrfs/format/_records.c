@@ -66,7 +66,7 @@ static Py_ssize_t example_features(const uint8_t *data, size_t size, feature *fs
         span value;
         if (n == MAX_FEATURES || !field(features.p, features.n, &pos, 0x0A, &entry) ||
             !field(entry.p, entry.n, &at, 0x0A, &fs[n].key) || !field(entry.p, entry.n, &at, 0x12, &value) ||
-            at != entry.n || !read_feature(value, &fs[n]) || !utf8_valid(fs[n].key.p, fs[n].key.n, 1))
+            at != entry.n || !read_feature(value, &fs[n]) || !key_valid(fs[n].key.p, fs[n].key.n))
             return -1;
     }
     return (Py_ssize_t)n;
@@ -238,10 +238,15 @@ static int signature(sigbuf *s, const feature *fs, const row3 *rows, size_t n) {
 
 /* Whether two records' features give the same rows (their signatures would be equal). */
 static int same_rows(const feature *a, const row3 *ra, const feature *b, const row3 *rb, size_t n) {
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         if (a[i].key.n != b[i].key.n || a[i].kind != b[i].kind || a[i].count != b[i].count ||
-            memcmp(ra[i], rb[i], 3) != 0 || memcmp(a[i].key.p, b[i].key.p, a[i].key.n) != 0)
+            ra[i][0] != rb[i][0] || ra[i][1] != rb[i][1] || ra[i][2] != rb[i][2])
             return 0;
+        const uint8_t *x = a[i].key.p, *y = b[i].key.p;
+        for (size_t k = 0; k < a[i].key.n; k++)   /* (keys are short: no call) */
+            if (x[k] != y[k])
+                return 0;
+    }
     return 1;
 }
 
