@@ -66,8 +66,14 @@ class Checked:
         """Records ``start``..``stop-1`` as framed in the stream."""
         if start >= stop:
             return b""
+        begin, end = self.span(start, stop)
+        return self.block[begin - self.base:end - self.base]
+
+    def span(self, start: int, stop: int) -> tuple[int, int]:
+        """Where records ``start``..``stop-1`` (``start < stop``) lie in the stream: [begin, end).
+        Also for a run that holds a large record's header only (``Walk.runs``)."""
         end = self.offsets[stop] if stop < len(self.offsets) else self.next
-        return self.block[self.offsets[start] - self.base:end - self.base]
+        return self.offsets[start], end
 
 
 def checked_run(block: bytes | memoryview, base: int, size: int, kind: str) -> Checked | None:

@@ -228,16 +228,26 @@ def _copy_runs(walk: salvage.Walk, writer: tfrecord.StreamWriter, result: Repair
     """``_copy_sound``'s loop over runs of records checked in C (``salvage.Walk.runs``): each run's
     sound records written as they lie (a sound record's bytes are the framing ``frame`` gives
     its data), around those whose data checksum fails."""
-    for run in walk.runs("raw"):
+    for run, start, stop in _sound_runs(walk, result):
+        writer.write_framed(run.framed(start, stop))
+
+
+def _sound_runs(walk: salvage.Walk, result: Repaired, *,
+                read_large: bool = True) -> Iterator[tuple[bulk.Checked, int, int]]:
+    """The runs of records checked in C (``salvage.Walk.runs``) cut around the records whose
+    data checksum fails: (run, start, stop) for its records ``start``..``stop-1``, each stretch
+    of sound records (maybe none) in order. What is kept and dropped is counted in ``result``
+    as they are given."""
+    for run in walk.runs("raw", read_large=read_large):
         first, records = walk.count, len(run.offsets)
         kept_from = 0
         for i in run.failed:
-            writer.write_framed(run.framed(kept_from, i))
+            yield run, kept_from, i
             length = run.length(i)
             result.dropped_records.append((first + i, run.offsets[i], length))
             result.kept_bytes -= length
             kept_from = i + 1
-        writer.write_framed(run.framed(kept_from, records))
+        yield run, kept_from, records
         result.kept += records - len(run.failed)
         result.kept_bytes += run.data_bytes
 
