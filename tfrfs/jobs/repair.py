@@ -3,15 +3,17 @@
 A shard is damaged when bytes of it are lost to a reader: a gap (a bad header, garbage, zeros),
 a record whose data checksum fails, a cut-short end, a damaged compressed stream. Its records
 whose checksums hold are written, in order and byte for byte (a sound record's framing is the
-one ``frame`` gives), into a new file beside it with the shard's compression, by the commit's
-crash-safe path: temporary file, fsync, read back and checked, then the original is linked into
-``.tfrfs-damaged/NAME`` and the new file renamed over it, and the folder fsynced. A crash at any
-point leaves the shard old or new, whole. Records that do not parse but whose checksums hold
-are the user's data and are kept. A TFDS ``dataset_info.json`` beside the shard follows.
+one ``frame`` gives; a local uncompressed shard's are copied within the kernel), into a new
+file beside it with the shard's compression, by the commit's crash-safe path: temporary file,
+fsync, read back and checked, then the original is linked into ``.tfrfs-damaged/NAME`` and the
+new file renamed over it, and the folder fsynced. A crash at any point leaves the shard old or
+new, whole. Records that do not parse but whose checksums hold are the user's data and are
+kept. A TFDS ``dataset_info.json`` beside the shard follows.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -31,13 +33,16 @@ from tfrfs.edit.repack import TMP_PREFIX, FaultedFile, check_new_shard
 from tfrfs.index.opened import OpenedSource
 from tfrfs.edit.journal import Staging
 from tfrfs.jobs.verify import Progress, ShardReport, verify_source
-from tfrfs.index.where import Where, plain_stream
+from tfrfs.index.where import Where, plain_stream, readers_of
 
 if TYPE_CHECKING:
     from tfrfs.storage.places import Place
 
 log = logging.getLogger("tfrfs")
 
+# What copy_file_range answers where it cannot copy between two files: another file system, an
+# older kernel, a file system that does not take the call.
+_NO_KERNEL_COPY = frozenset({errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL})
 
 
 @dataclass
@@ -252,6 +257,86 @@ def _sound_runs(walk: salvage.Walk, result: Repaired, *,
         result.kept_bytes += run.data_bytes
 
 
+def _copy_sound_in_kernel(where: Where, result: Repaired, out: int, tmp: str) -> bool:
+    """``_copy_sound`` of an uncompressed shard in a local file, into the new file ``out``
+    (``tmp``): the compiled walk finds the sound records, and each stretch of them between what
+    is dropped is copied from the shard's file within the kernel (``copy_file_range``) at once,
+    not read into this process and written back. The bytes are those a write of the records
+    gives (a sound record's bytes are the framing ``frame`` gives its data). Should the shard
+    change between the walk and the copy, the read-back (``check_new_shard``, every checksum)
+    finds it.
+
+    False, with nothing written or counted, where this cannot be done: no compiled walker, a
+    compressed shard, a reader without a descriptor, or copy_file_range missing or refused
+    between these two files (at its first call)."""
+    shard = result.shard
+    if shard.compression != tfrecord.NONE or not bulk.available() or not hasattr(os, "copy_file_range"):
+        return False
+    reader = readers_of(where, shard).open(shard.path)
+    try:
+        src = reader.fileno()
+        if src is None:
+            return False
+        copy = _KernelCopy(src, out, shard.path, tmp)
+        # Large records are checked a piece at a time: their bytes are not wanted here.
+        walk = salvage.Walk(reader.pread, reader.size, with_data=True)
+        try:
+            for run, start, stop in _sound_runs(walk, result, read_large=False):
+                if start < stop:
+                    copy.add(*run.span(start, stop))
+            copy.flush()
+        except _CannotCopy:
+            # Written from the start by ``_copy_sound``, whatever a refused copy may have left.
+            result.kept = result.kept_bytes = 0
+            result.dropped_records = []
+            os.ftruncate(out, 0)
+            os.lseek(out, 0, os.SEEK_SET)
+            return False
+        result.dropped_ranges = [(p.offset, p.offset + (p.skipped or 0)) for p in walk.problems]
+    finally:
+        reader.close()
+    return True
+
+
+class _CannotCopy(Exception):
+    """copy_file_range cannot copy between the two files (this platform, these file systems)."""
+
+
+class _KernelCopy:
+    """Byte ranges of the file ``src`` (``source``), in order, appended to the file ``dst``
+    (``path``) within the kernel; ranges that meet are one copy. Each call passes the durable
+    write seam, as a write does."""
+
+    def __init__(self, src: int, dst: int, source: str, path: str) -> None:
+        self.src, self.dst, self.source, self.path = src, dst, source, path
+        self.start = self.end = 0      # the range not copied yet
+        self.copied = 0
+
+    def add(self, start: int, end: int) -> None:
+        if start != self.end:
+            self.flush()
+            self.start = start
+        self.end = end
+
+    def flush(self) -> None:
+        """Copy the range held; _CannotCopy where the very first call is refused as unsupported."""
+        pos, end = self.start, self.end
+        while pos < end:
+            durable.fault_point("write", self.path)
+            try:
+                n = os.copy_file_range(self.src, self.dst, end - pos, pos)
+            except OSError as exc:
+                if not self.copied and exc.errno in _NO_KERNEL_COPY:
+                    raise _CannotCopy() from exc
+                raise
+            if n == 0:
+                raise OSError(errno.EIO, f"the shard ends at byte {pos}, before byte {end} it was to be "
+                                         "copied up to (it changed during the repair)", self.source)
+            pos += n
+            self.copied += n
+        self.start = self.end
+
+
 def _write_repaired(where: Where, result: Repaired) -> None:
     shard = result.shard
     tmp = _tmp_path(shard)
@@ -259,7 +344,8 @@ def _write_repaired(where: Where, result: Repaired) -> None:
     try:
         with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "wb") as out:
             os.fchmod(out.fileno(), mode)
-            _copy_sound(where, result, FaultedFile(out, tmp))  # type: ignore[arg-type]
+            if not _copy_sound_in_kernel(where, result, out.fileno(), tmp):
+                _copy_sound(where, result, FaultedFile(out, tmp))  # type: ignore[arg-type]
             out.flush()
             durable.fsync(out.fileno(), tmp)
             result.written_size = os.fstat(out.fileno()).st_size
