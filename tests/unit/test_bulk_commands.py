@@ -2,7 +2,8 @@
 (tfrfs/format/_records.c) and on the Python path (``TFRFS_PURE=1``): ``verify --json``, the index
 files of ``index --beside`` (offsets, problems, checked records and schema), ``reshard``'s
 shards, index files and manifest, and the shards ``repair`` writes, on a SOURCE with damage, records of unusual encodings, records
-that do not parse, text, images and raw pixels."""
+that do not parse, text, images and raw pixels; and ``repair`` of shards damaged in every way it
+mends (tests/support/damaged_shards.py), which the compiled path copies within the kernel."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from support import reference
+from support import damaged_shards, reference
 from support.compiled import compiled_or_skip
 from support.schema_reference import PNG
 from tfrfs.format import bulk, codec, proto, tfrecord
@@ -152,3 +153,31 @@ def test_repair_writes_the_same_shards(runs: dict[str, dict]) -> None:
     assert fast["repaired"] == slow["repaired"]
     whole = [tfrecord.frame(_record(i)) for i in range(60, 120) if i not in (67, 90)]   # the lost ones
     assert fast["repaired"]["src-00001-of-00003.tfrecord"] == b"".join(whole)
+
+
+@pytest.fixture(scope="module")
+def damaged(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, damaged_shards.Damaged], dict[str, dict]]:
+    """``repair`` of the shards of tests/support/damaged_shards.py on each path."""
+    base = tmp_path_factory.mktemp("damaged")
+    shapes = damaged_shards.shards()
+    out: dict[str, dict] = {}
+    for path in ("compiled", "python"):
+        root = base / path
+        root.mkdir()
+        for name, shard in shapes.items():
+            (root / name).write_bytes(shard.data)
+        repair = _tfrfs("repair", str(root), "--cache-dir", str(base / f"cache-{path}"), pure=path == "python")
+        out[path] = {"repair": (repair.returncode, _said(repair.stdout, root)),
+                     "repaired": {p.name: p.read_bytes() for p in sorted(root.glob("*.tfrecord"))},
+                     "kept": {p.name: p.read_bytes() for p in sorted((root / ".tfrfs-damaged").glob("*"))}}
+    return shapes, out
+
+
+def test_repair_of_every_damage_writes_the_same_shards(damaged: tuple[dict, dict[str, dict]]) -> None:
+    shapes, runs = damaged
+    fast, slow = runs["compiled"], runs["python"]
+    assert fast["repair"] == slow["repair"] and fast["repair"][0] == 0, fast["repair"]
+    assert fast["repaired"] == slow["repaired"] == {name: s.repaired for name, s in shapes.items()}
+    assert fast["kept"] == slow["kept"] == {name: s.data for name, s in shapes.items()}
+    for name, shard in shapes.items():
+        assert f"{name}: repaired: kept {shard.kept:,} records" in fast["repair"][1]
