@@ -19,7 +19,7 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 from array import array
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 from tfrfs.format import bulk, tfrecord
 from tfrfs.errors import DataLoss
@@ -211,13 +211,16 @@ class Walk:
             self.count += 1
             self.end = pos = pos + OVERHEAD + length
 
-    def offsets(self) -> array:
+    def offsets(self, seen: Seen | None = None) -> array:
         """The header offsets a header walk gives (``__iter__`` without data), as an array, with
         the same ``problems``, ``ends``, ``count``, ``end`` and ``cut``.
 
         Sound headers are taken a block at a time by ``sound_run`` (no read, no generator step
         per record); at the first header it does not take, this falls back to the walk's own
-        step for that one header, so damage is judged and reported exactly as ``__iter__`` does."""
+        step for that one header, so damage is judged and reported exactly as ``__iter__`` does.
+        ``seen(block, base, offsets, taken, end)`` is shown each block read (the stream's bytes
+        from ``base``) once the ``taken`` headers it gave are at the end of ``offsets``, the last
+        record ending at ``end``."""
         assert not self.with_data
         out = array("Q")
         pos, size = 0, self.size
@@ -225,6 +228,8 @@ class Walk:
         while pos < size:
             block = self.pread(min(ahead, size - pos), pos)
             taken, nxt = sound_run(block, pos, size, out)
+            if taken and seen is not None:
+                seen(block, pos, out, taken, nxt)
             if taken:
                 self.count += taken
                 self.end = pos = nxt
@@ -272,6 +277,10 @@ class Walk:
                                           f"at offset {found}", self.count, resync_offset=found,
                                      skipped=found - pos))
         return True
+
+
+Seen = Callable[[bytes, int, array, int, int], None]
+"""What ``Walk.offsets`` shows each block it reads: (block, base, offsets, taken, end)."""
 
 
 def sound_run(block: bytes | memoryview, base: int, size: int, out: array) -> tuple[int, int]:

@@ -521,8 +521,9 @@ class IndexCache:
             os.replace(tmp, raw_path)
         return str(raw_path), problem
 
-    def build(self, shard: ShardFile) -> ShardIndex:
-        """Index ``shard`` from its headers (decompressing it into the cache first if needed)."""
+    def build(self, shard: ShardFile, seen: salvage.Seen | None = None) -> ShardIndex:
+        """Index ``shard`` from its headers (decompressing it into the cache first if needed);
+        ``seen``: shown each block the walk reads (``Walk.offsets``)."""
         data_path = shard.path
         stream_problem = None
         with self._scans_lock:
@@ -532,7 +533,7 @@ class IndexCache:
         reader = self.readers.open(data_path)
         try:
             walk = salvage.Walk(reader.pread, reader.size)
-            offsets = walk.offsets()
+            offsets = walk.offsets(seen)
             offsets.append(walk.end if walk.count else 0)
             idx = ShardIndex(shard, data_path, offsets, "example",
                              salvage.merge_stream_problem(stream_problem, walk), ends=walk.ends)

@@ -455,7 +455,7 @@ def scan_read(scanner: Scanner, pread: Callable[[int, int], bytes], offsets: idx
             if skipped and k in skipped:
                 continue
             if length < LARGE:
-                add(data)
+                add(data if type(data) is bytes else bytes(data))   # (a view of a block read before)
             else:
                 scanner.add_large(data)
         i = j

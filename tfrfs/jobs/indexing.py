@@ -15,6 +15,7 @@ bytes that starting workers would cost more than it saves are indexed in the cal
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import logging
 import os
@@ -66,13 +67,19 @@ def index_job(where: Where, shard: ShardFile, schema: bool, local: bool = False)
     raises)."""
     try:
         cache = IndexCache(where.cache_dir, readers_of(where, shard), WhereFiles(where))
-        idx = cache.build(shard)
-        if schema and not shardjobs.large(shard, idx.count):
-            # Reading every record for the schema, the data checksums are checked on the way (for
-            # little more): a copy of the shard (``reshard``) then need not read them again.
-            failed: list[int] = []
-            idx.tally = _tally_of_index(cache, idx, failed)
-            idx.checked = tuple(failed)
+        walked = _WalkTally(cache, shard) if schema and _WalkTally.suits(shard) else None
+        try:
+            idx = cache.build(shard, walked.block if walked is not None else None)
+            if schema and not shardjobs.large(shard, idx.count):
+                # Reading every record for the schema, the data checksums are checked on the way
+                # (for little more): a copy of the shard (``reshard``) then need not read them again.
+                got = walked.finish(idx) if walked is not None else None
+                failed: list[int] = []
+                idx.tally, idx.checked = got if got is not None else (_tally_of_index(cache, idx, failed),
+                                                                       tuple(failed))
+        finally:
+            if walked is not None:
+                walked.close()
         data = cache.entry_bytes(idx)
         if local:
             cache.save_bytes(shard, data)
@@ -252,6 +259,105 @@ def _cold(shards: list[ShardFile], cache: IndexCache, done: Done,
         else:
             cold.append(n)
     return cold
+
+
+class _WalkTally:
+    """A shard's tally (its data checksums checked on the way) counted during its header walk
+    (``Walk.offsets``'s ``seen``), so that indexing reads the shard once, not twice: the records
+    a block of the walk holds whole are counted from that block, the others (cut by the block's
+    end, large ones the walk steps over, those after a gap) are read again on their own. The
+    tally is the one ``_tally_of_index`` reads after the walk, record for record.
+
+    The records' kind is the first block's: ``choose_kind`` of its first ``KIND_SAMPLE``
+    non-empty records, as ``IndexCache.build`` chooses it, when that block holds them whole with
+    their checksums holding (and then it is the kind ``build`` finds). Otherwise nothing is
+    counted (``finish`` gives None) and the caller reads the tally after the walk."""
+
+    @staticmethod
+    def suits(shard: ShardFile) -> bool:
+        """An uncompressed shard not read in parts (where the walk reads the stream itself)."""
+        return shard.compression == tfrecord.NONE and not shardjobs.large(shard, 0)
+
+    def __init__(self, cache: IndexCache, shard: ShardFile) -> None:
+        self.cache, self.shard = cache, shard
+        self.scanner: shardschema.Scanner | None = None
+        self.given_up = False
+        self.done = 0                  # records counted, in order
+        self.failed: list[int] = []    # ... whose data checksum fails
+        self._reader: Any = None
+
+    def block(self, block: bytes, base: int, out: array, taken: int, end: int) -> None:
+        if self.given_up:
+            return
+        first = len(out) - taken
+        if self.scanner is None:
+            kind = self._kind(block, base, out, first, end)
+            if kind is None:
+                self.given_up = True
+                return
+            self.scanner = shardschema.Scanner(kind)
+        if len(out) > shardjobs.SPLIT_RECORDS:
+            self.given_up = True   # read in parts after all
+            return
+        # Records not counted yet that this block does not hold (after a gap, cut by the end of
+        # the block before) are read on their own; then this block's records whose end it holds
+        # are counted from it. (Those its end cuts are read with the next block's first ones.)
+        self._count(first, out, out[first])
+        limit = base + len(block)
+        whole = len(out) if end <= limit else max(first, bisect.bisect_right(out, limit, first) - 1)
+        view = memoryview(block)
+        self._count(whole, out, out[whole] if whole < len(out) else end,
+                    lambda n, off: view[off - base:off - base + n])
+
+    def _count(self, stop: int, out: idxfile.Offsets, stop_at: int, pread: Any = None) -> None:
+        """Count records ``done``..``stop-1`` (the last ending at ``stop_at``), read through
+        ``pread`` (default: the shard's reader)."""
+        if stop <= self.done:
+            return
+        assert self.scanner is not None
+        offsets = array("Q", out[self.done:stop])
+        offsets.append(stop_at)
+        failed: list[int] = []
+        shardschema.scan_read(self.scanner, pread or self._pread, offsets, set(), failed)
+        self.failed += [self.done + k for k in failed]
+        self.done = stop
+
+    def _kind(self, block: bytes, base: int, out: array, first: int, end: int) -> str | None:
+        from tfrfs.format.record_kinds import KIND_SAMPLE, choose_kind
+        if first:
+            return None
+        sample: list[bytes] = []
+        for k in range(len(out)):
+            stop = out[k + 1] if k + 1 < len(out) else end
+            if stop > base + len(block):
+                return None   # the block does not hold it whole
+            framed = block[out[k] - base:stop - base]
+            data = framed[tfrecord.HEADER:-tfrecord.FOOTER]
+            if not tfrecord.check_data(framed[-tfrecord.FOOTER:], data):
+                return None   # a damaged record among them: ``build`` judges it
+            if data:
+                sample.append(bytes(data))
+                if len(sample) == KIND_SAMPLE:
+                    break
+        if len(sample) < KIND_SAMPLE and end < self.shard.size:
+            return None       # fewer in the block than the kind is chosen from
+        return choose_kind(sample)
+
+    def _pread(self, n: int, off: int) -> bytes:
+        if self._reader is None:
+            self._reader = self.cache.readers.open(self.shard.path)
+        return self._reader.pread(n, off)
+
+    def finish(self, idx: ShardIndex) -> tuple[shardschema.Tally, tuple[int, ...]] | None:
+        """The tally and the records whose data checksum fails, or None (given up)."""
+        if self.scanner is None or self.given_up or self.scanner.tally.kind != idx.detected_kind or idx.bad:
+            return None
+        self._count(idx.count, idx.offsets, idx.offsets[idx.count])   # records after the last block
+        return self.scanner.flush(), tuple(self.failed)
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
 
 
 def _tally_of_index(cache: IndexCache, idx: ShardIndex, failed: list[int] | None = None) -> shardschema.Tally:
