@@ -8,6 +8,10 @@
 * ``repair`` of a damaged 1 GiB shard (the 2 KB records of the C4-like dataset, one data byte and
   one header byte changed) against ``cat`` of it.
 
+Two floors show what the disk alone allows, with no record read: the files a reshard to 1,000
+shards writes (each new shard's bytes and an index file of its size, then one ``syncfs``), and
+``cp`` + ``sync`` of the damaged shard (a repair writes the shard again and makes it durable).
+
 Each step is the best of ``--scale-repeat`` runs (the disk image's cache on the host makes one
 sample swing); ``cat`` is the best of as many, ``cp -r`` + ``sync`` the best of three (as
 ``--cluster`` measures it).
@@ -35,6 +39,51 @@ REPAIR_BYTES = 1 << 30
 
 def _best(n: int, step: Callable[[], float]) -> float:
     return min(step() for _ in range(max(1, n)))
+
+
+def floor_reshard(tiny: Path, work: Path, shards: int) -> float:
+    """Seconds, cold, to write the files a reshard of ``tiny`` into ``shards`` writes, with no
+    record read: each new shard an equal byte range of a source shard (read, then written whole),
+    beside it an index file of its size (4 bytes a record), all in one new folder, then one
+    ``syncfs``. One process, as ``cp``."""
+    import ctypes
+    sources = shard_files(tiny)
+    per = shards // len(sources)
+    index_bytes = bytes(4 * (WALK_RECORDS // shards + 1) + 256)
+    libc = ctypes.CDLL(None, use_errno=True)
+    out = work / "floor"
+    shutil.rmtree(out, ignore_errors=True)
+    _drop_caches()
+    t0 = time.perf_counter()
+    out.mkdir(parents=True)
+    n = 0
+    for src in sources:
+        data = src.read_bytes()
+        step = -(-len(data) // per)
+        for k in range(per):
+            (out / f"s-{n:05d}").write_bytes(data[k * step:(k + 1) * step])
+            (out / f"s-{n:05d}.idx").write_bytes(index_bytes)
+            n += 1
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        libc.syncfs(fd)
+    finally:
+        os.close(fd)
+    took = time.perf_counter() - t0
+    shutil.rmtree(out, ignore_errors=True)
+    return took
+
+
+def cp_sync(path: Path, work: Path) -> float:
+    """Seconds, cold, of ``cp`` of one file and ``sync``."""
+    work.mkdir(parents=True, exist_ok=True)
+    _drop_caches()
+    t0 = time.perf_counter()
+    subprocess.run(["cp", str(path), str(work / path.name)], check=True)
+    subprocess.run(["sync"], check=True)
+    took = time.perf_counter() - t0
+    shutil.rmtree(work, ignore_errors=True)
+    return took
 
 
 def damaged_shard(base: Path, text: Path) -> Path:
@@ -116,6 +165,7 @@ def measure_walks(args: Any, cli: Any) -> dict[str, Any]:
 
     progress(f"walks: cp -r + sync of {tiny.name}, and reshard {WALK_SHARDS} -> {RESHARD_TO} shards")
     out["cp_s"] = _cp(tiny, WORK)["s"]
+    out["floor_reshard_s"] = _best(3, lambda: floor_reshard(tiny, WORK, RESHARD_TO))
     out["reshard_unindexed_s"] = _best(repeat, lambda: reshard(False))
     out["reshard_indexed_s"] = _best(repeat, lambda: reshard(True))
 
@@ -139,6 +189,7 @@ def measure_walks(args: Any, cli: Any) -> dict[str, Any]:
 
     progress(f"walks: cat and repair of a damaged shard of {out['repair_mb']:.0f} MB")
     out["cat_repair_s"] = _best(repeat, cat)
+    out["cp_repair_s"] = _best(repeat, lambda: cp_sync(shard, WORK / "walks-cp"))
     out["repair_s"] = _best(repeat, repair)
     shutil.rmtree(cache, ignore_errors=True)
     return out
@@ -165,11 +216,14 @@ def rows(r: dict[str, Any] | None) -> list[Row]:
         (f"{n} tiny records: index (offsets and schema), cold", "s", (r.get("index_s"), None), "<= verify",
          None if not r.get("index_s") else r["index_s"] <= r["verify_s"]),
         (f"{n} tiny records: cp -r + sync", "MB/s", rate("cp_s", mb), "", None),
+        (f"{RESHARD_TO} shards and index files written, nothing read (floor)", "MB/s", rate("floor_reshard_s", mb),
+         "", None),
         (f"reshard {r['shards']} -> {RESHARD_TO} shards, SOURCE not indexed", "MB/s", rate("reshard_unindexed_s", mb),
          ">= 50% of cp", share("reshard_unindexed_s", "cp_s", mb, 0.5)),
         (f"reshard {r['shards']} -> {RESHARD_TO} shards, SOURCE indexed", "MB/s", rate("reshard_indexed_s", mb),
          ">= 80% of cp", share("reshard_indexed_s", "cp_s", mb, 0.8)),
         (f"damaged {rmb:,.0f} MB shard: cat, cold", "MB/s", rate("cat_repair_s", rmb), "", None),
+        (f"damaged {rmb:,.0f} MB shard: cp + sync (floor)", "MB/s", rate("cp_repair_s", rmb), "", None),
         (f"damaged {rmb:,.0f} MB shard: repair, cold", "MB/s", rate("repair_s", rmb), ">= 50% of cat",
          share("repair_s", "cat_repair_s", rmb, 0.5)),
     ]
