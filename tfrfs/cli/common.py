@@ -243,8 +243,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                             "(host:port, ray://host:port); without it or with `auto`, $RAY_ADDRESS, else a "
                             "cluster started on this machine for the command. Needs pip install 'tfrfs[ray]'")
     where.add_argument("--workers", type=_processes, metavar="N",
-                       help=f"local worker processes, 1 to {MAX_WORKERS} (not with --ray; default: one per "
-                            "core; 1 runs the jobs in this process)")
+                       help=f"local worker processes, 1 to {MAX_WORKERS} (not with --ray; default: two per "
+                            "core, so that one computes while another waits on the disk; 1 runs the jobs "
+                            "in this process)")
 
 
 # A pool starts all its processes at once (forked): a slip of the keyboard (--workers 100000)
