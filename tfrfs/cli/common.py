@@ -243,9 +243,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                             "(host:port, ray://host:port); without it or with `auto`, $RAY_ADDRESS, else a "
                             "cluster started on this machine for the command. Needs pip install 'tfrfs[ray]'")
     where.add_argument("--workers", type=_processes, metavar="N",
-                       help=f"local worker processes, 1 to {MAX_WORKERS} (not with --ray; default: two per "
-                            "core, so that one computes while another waits on the disk; 1 runs the jobs "
-                            "in this process)")
+                       help=f"local worker processes, 1 to {MAX_WORKERS} (not with --ray; default: one per "
+                            "core, two for index, verify and inspect, so that one computes while another "
+                            "waits on the disk; 1 runs the jobs in this process)")
 
 
 # A pool starts all its processes at once (forked): a slip of the keyboard (--workers 100000)
@@ -263,7 +263,9 @@ def _processes(text: str) -> int:
     return n
 
 
-def runner_of(args: argparse.Namespace) -> "jobs.Runner":
-    """The runner the command's ``--ray`` / ``--workers`` ask for."""
+def runner_of(args: argparse.Namespace, *, walk: bool = False) -> "jobs.Runner":
+    """The runner the command's ``--ray`` / ``--workers`` ask for; ``walk``: a command that walks
+    every record (two local workers a core by default, ``jobs.WALK_WORKERS_PER_CORE``)."""
     from tfrfs.jobs import runner as jobs
-    return jobs.runner(getattr(args, "ray", None), getattr(args, "workers", None))
+    return jobs.runner(getattr(args, "ray", None), getattr(args, "workers", None),
+                       jobs.WALK_WORKERS_PER_CORE if walk else 1)

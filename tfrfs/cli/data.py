@@ -44,7 +44,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         shards = src.discovery.shards
         total = problems = 0
         reports = []
-        with runner_of(args) as runner:
+        with runner_of(args, walk=True) as runner:
             for report in verify_source(src, records=args.records, runner=runner,
                                         progress=_job_progress("verifying", len(shards))):
                 total += report.records
@@ -113,7 +113,7 @@ def _schema_progress(schema: Any) -> None:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    with runner_of(args) as runner:
+    with runner_of(args, walk=True) as runner:
         dataset = open_dataset(args, runner=runner, schema=True)
         try:
             dataset.store.note_problems()   # each logged as it is found, before the schema is read
@@ -179,7 +179,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         _check_beside(args.source)
     # The shards indexed by jobs have their schema read there too, while their bytes are in the
     # page cache; ``_read_schema`` reads what is left (large shards in parts, cached indexes).
-    runner = runner_of(args)
+    runner = runner_of(args, walk=True)
     try:
         dataset = open_dataset(args, runner=runner, schema=not args.no_schema)
     except BaseException:

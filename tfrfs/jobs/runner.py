@@ -303,17 +303,18 @@ def _call(fn: Callable[..., Any], job: Job) -> Any:
     return fn(*job)
 
 
-# A command's jobs read shards as much as they compute: while one worker waits on the disk,
-# another uses the core (index of 100 M tiny records here: 16.7 s with one worker a core, 10.2 s
-# with two; verify 13.0 s and 9.2 s).
-WORKERS_PER_CORE = 2
+# The jobs of a walk of every record (index, verify, inspect) read shards as much as they
+# compute: while one worker waits on the disk, another uses the core (index of 100 M tiny records
+# here: 16.7 s with one worker a core, 10.2 s with two; verify 13.0 s and 9.2 s). Jobs that write
+# (repair, reshard, commit) gained nothing from a second worker a core.
+WALK_WORKERS_PER_CORE = 2
 
 
-def runner(ray: str | None = None, workers: int | None = None) -> Runner:
+def runner(ray: str | None = None, workers: int | None = None, per_core: int = 1) -> Runner:
     """The runner a command's options ask for: ``ray`` (``--ray [ADDRESS]``) on Ray, else a local
-    pool of ``workers`` processes (default: ``WORKERS_PER_CORE`` a core), or this process for
-    one worker."""
+    pool of ``workers`` processes (default: ``per_core`` a core), or this process for one
+    worker."""
     if ray is not None:
         return RayRunner(ray or "auto")
-    n = workers or WORKERS_PER_CORE * cores()
+    n = workers or per_core * cores()
     return InProcess() if n <= 1 else LocalPool(n)
