@@ -122,19 +122,9 @@ class Spliced:
         except (AttributeError, io.UnsupportedOperation):
             return False
         f.flush()
-        pos = 0
-        while pos < self.length:
-            durable.fault_point("write", path)
-            try:
-                n = os.copy_file_range(self.fd, out, min(_COPY_CHUNK, self.length - pos), pos)
-            except OSError as exc:
-                if pos == 0 and exc.errno in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
-                    return False
-                raise
-            if n == 0:
-                raise OSError(errno.EIO, "the written content ended early while it was staged")
-            pos += n
-        return True
+        return durable.copy_range(self.fd, out, 0, self.length, path,
+                                  lambda pos: OSError(errno.EIO, "the written content ended early while it was staged"),
+                                  chunk=_COPY_CHUNK)
 
     def chunks(self) -> Iterator[memoryview]:
         """The value's bytes, a piece at a time, read into one reused buffer (each piece is valid

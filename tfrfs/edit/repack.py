@@ -98,13 +98,9 @@ def _copy_range(src: _Source, dst: BinaryIO, start: int, end: int, writer: tfrec
     if writer.compression == tfrecord.NONE and src_fd is not None:
         dst.flush()
         out_fd = dst.fileno()
-        pos = start
-        while pos < end:
-            durable.fault_point("write", path)
-            n = os.copy_file_range(src_fd, out_fd, min(COPY_CHUNK, end - pos), pos)
-            if n == 0:
-                raise DataLoss(f"shard ended while copying bytes {pos}..{end}")
-            pos += n
+        durable.copy_range(src_fd, out_fd, start, end, path,
+                           lambda pos: DataLoss(f"shard ended while copying bytes {pos}..{end}"),
+                           chunk=COPY_CHUNK, may_refuse=False)
         writer.raw_bytes += end - start
         return
     pos = start

@@ -40,9 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tfrfs")
 
-# What copy_file_range answers where it cannot copy between two files: another file system, an
-# older kernel, a file system that does not take the call.
-_NO_KERNEL_COPY = frozenset({errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL})
 
 
 @dataclass
@@ -320,21 +317,15 @@ class _KernelCopy:
 
     def flush(self) -> None:
         """Copy the range held; _CannotCopy where the very first call is refused as unsupported."""
-        pos, end = self.start, self.end
-        while pos < end:
-            durable.fault_point("write", self.path)
-            try:
-                n = os.copy_file_range(self.src, self.dst, end - pos, pos)
-            except OSError as exc:
-                if not self.copied and exc.errno in _NO_KERNEL_COPY:
-                    raise _CannotCopy() from exc
-                raise
-            if n == 0:
-                raise OSError(errno.EIO, f"the shard ends at byte {pos}, before byte {end} it was to be "
-                                         "copied up to (it changed during the repair)", self.source)
-            pos += n
-            self.copied += n
-        self.start = self.end
+        end = self.end
+
+        def ended(pos: int) -> OSError:
+            return OSError(errno.EIO, f"the shard ends at byte {pos}, before byte {end} it was to be "
+                                      "copied up to (it changed during the repair)", self.source)
+        if not durable.copy_range(self.src, self.dst, self.start, end, self.path, ended, may_refuse=not self.copied):
+            raise _CannotCopy()
+        self.copied += end - self.start
+        self.start = end
 
 
 def _write_repaired(where: Where, result: Repaired) -> None:

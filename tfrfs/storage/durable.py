@@ -8,6 +8,7 @@ new and every staged change still staged.
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -76,6 +77,37 @@ def write(f: BinaryIO, data: bytes | memoryview, path: PathLike = "") -> None:
 def pwrite(fd: int, data: bytes, offset: int, path: PathLike = "") -> int:
     fault_point("write", path)
     return os.pwrite(fd, data, offset)
+
+
+# What copy_file_range answers where it cannot copy between two files: another file system, an
+# older kernel, a file system that does not take the call.
+KERNEL_COPY_REFUSED = frozenset({errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL})
+
+
+def copy_range(src: int, dst: int, start: int, end: int, path: PathLike | None,
+               ended: Callable[[int], Exception], *, chunk: int | None = None, may_refuse: bool = True) -> bool:
+    """Bytes [start, end) of file ``src`` appended to file ``dst`` (at its position) within the
+    kernel (``copy_file_range``), at most ``chunk`` bytes a call, each call passing the write
+    seam for ``path`` (None: none, a file made durable later as a whole). False, with nothing
+    copied, where ``may_refuse`` and the first call is refused as unsupported between these two
+    files (``KERNEL_COPY_REFUSED``, or no copy_file_range at all): the caller then writes the
+    bytes itself. ``ended(pos)`` is raised where ``src`` ends at ``pos``, before ``end``."""
+    if may_refuse and not hasattr(os, "copy_file_range"):
+        return False
+    pos = start
+    while pos < end:
+        if path is not None:
+            fault_point("write", path)
+        try:
+            n = os.copy_file_range(src, dst, min(chunk or end - pos, end - pos), pos)
+        except OSError as exc:
+            if may_refuse and pos == start and exc.errno in KERNEL_COPY_REFUSED:
+                return False
+            raise
+        if n == 0:
+            raise ended(pos)
+        pos += n
+    return True
 
 
 def rename(src: PathLike, dst: PathLike) -> None:
