@@ -5,7 +5,6 @@ the way, so nothing is read again. Used by ``tfrfs reshard`` and ``tfrfs.ray.wri
 
 from __future__ import annotations
 
-import os
 import zlib
 from array import array
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import crc32c
 
 from tfrfs.index import idxfile
+from tfrfs.storage import durable
 from tfrfs.index import shardschema
 from tfrfs.format import tfrecord
 from tfrfs.jobs.publish import Dest, file_crc
@@ -89,18 +89,15 @@ class ShardWriter:
 
     def emit_from(self, framed: memoryview, fd: int | None, offset: int) -> None:
         """``emit(framed)``, where ``framed`` was read from file ``fd`` at ``offset``: copied from
-        there within the kernel when the shard is local and uncompressed."""
+        there within the kernel when the shard is local and uncompressed, and the two files'
+        file systems allow it (else written)."""
         n = len(framed)
-        if fd is None or self.fd is None or self._z is not None or not n:
+        if fd is None or self.fd is None or self._z is not None or not n or \
+                not durable.copy_range(fd, self.fd, offset, offset + n, None, lambda pos: OSError(
+                    f"{self.name}: the copy stopped after {pos - offset} of {n} bytes")):
             self.emit(framed)
             return
         self.crc = crc32c.crc32c(framed, self.crc)
-        done = 0
-        while done < n:
-            got = os.copy_file_range(fd, self.fd, n - done, offset + done)
-            if got <= 0:
-                raise OSError(f"{self.name}: the copy stopped after {done} of {n} bytes")
-            done += got
         self.size += n
 
     def _write(self, data: bytes | bytearray | memoryview) -> None:
