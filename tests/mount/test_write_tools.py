@@ -290,11 +290,15 @@ def errors_of(mnt: Path) -> list[dict]:
     return [json.loads(line) for line in (mnt / ".tfrfs" / "errors").read_text().splitlines()]
 
 
-def wait_for_log(mounts: Any, mnt: Path, text: str, timeout: float = 20) -> None:
+def wait_for_log(mounts: Any, mnt: Path, text: str, timeout: float = 60) -> None:
+    """Wait for the daemon to log ``text``: a wait for work done in the background (a commit at
+    unmount, which fsyncs), generous because CI runs two suites at once on two cores; on failure
+    the log's end says how far the daemon got."""
     import time
     deadline = time.monotonic() + timeout
-    while text not in mounts.log_text(mnt):
-        assert time.monotonic() < deadline, f"the daemon log never showed {text!r}"
+    while text not in (log := mounts.log_text(mnt)):
+        tail = "\n".join(log.splitlines()[-25:])
+        assert time.monotonic() < deadline, f"the daemon log never showed {text!r}; it ends:\n{tail}"
         time.sleep(0.05)
 
 
