@@ -167,6 +167,7 @@ class LocalStorage(Storage):
     def finish(self, path: str, writing: Writing) -> Stat:
         assert writing.fd is not None
         st = os.fstat(writing.fd)
+        durable.start_writeback(writing.fd)   # made durable later, with the rest (one syncfs)
         writing.file.close()
         return stat_of(st)
 
