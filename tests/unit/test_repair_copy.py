@@ -147,6 +147,32 @@ def test_without_copy_file_range_the_shards_are_the_same(tmp_path: Path, monkeyp
     assert got[:2] == plain
 
 
+def test_a_long_stretch_is_copied_as_the_walk_goes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str], plain: tuple[int, str]) -> None:
+    """A stretch of sound records longer than what is held back before a copy (64 MiB; here a
+    few bytes) is copied in pieces as the walk reads on, the pieces end to end, the shards and the
+    report the same."""
+    from tfrfs.jobs import repair
+    monkeypatch.setattr(repair, "_COPY_AHEAD", 1)
+    copies = Copies()
+    monkeypatch.setattr(os, "copy_file_range", copies)
+    root = _source(tmp_path / "src")
+    assert _repair(root, capsys)[:2] == plain
+    _check_repaired(root)
+    pieces = 0
+    for name, shard in SHAPES.items():
+        joined: list[tuple[int, int]] = []
+        for offset, count, got in copies.of(name):
+            assert got == count, name
+            if joined and joined[-1][1] == offset:
+                joined[-1] = (joined[-1][0], offset + got)
+            else:
+                joined.append((offset, offset + got))
+        assert tuple(joined) == shard.spans, name
+        pieces += len(copies.of(name)) - len(shard.spans)
+    assert pieces > 0   # some stretch was cut
+
+
 def test_short_copies_are_taken_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                    capsys: pytest.CaptureFixture[str]) -> None:
     def short(src: int, dst: int, count: int, offset: int) -> int:

@@ -299,6 +299,11 @@ class _CannotCopy(Exception):
     """copy_file_range cannot copy between the two files (this platform, these file systems)."""
 
 
+# Sound bytes held back before they are copied: the copy, and the disk's writing of it, keep up
+# with the walk instead of all waiting for its end.
+_COPY_AHEAD = 64 << 20
+
+
 class _KernelCopy:
     """Byte ranges of the file ``src`` (``source``), in order, appended to the file ``dst``
     (``path``) within the kernel; ranges that meet are one copy. Each call passes the durable
@@ -310,7 +315,7 @@ class _KernelCopy:
         self.copied = 0
 
     def add(self, start: int, end: int) -> None:
-        if start != self.end:
+        if start != self.end or self.end - self.start >= _COPY_AHEAD:
             self.flush()
             self.start = start
         self.end = end
@@ -326,6 +331,7 @@ class _KernelCopy:
             raise _CannotCopy()
         self.copied += end - self.start
         self.start = end
+        durable.start_writeback(self.dst)   # the disk writes it while the walk reads on
 
 
 def _write_repaired(where: Where, result: Repaired) -> None:
