@@ -150,10 +150,12 @@ def test_without_copy_file_range_the_shards_are_the_same(tmp_path: Path, monkeyp
 def test_a_long_stretch_is_copied_as_the_walk_goes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                   capsys: pytest.CaptureFixture[str], plain: tuple[int, str]) -> None:
     """A stretch of sound records longer than what is held back before a copy (64 MiB; here a
-    few bytes) is copied in pieces as the walk reads on, the pieces end to end, the shards and the
-    report the same."""
+    few bytes) is copied in pieces as the walk reads on (a block of 4 MiB at a time; here 4 KiB),
+    the pieces end to end, the shards and the report the same."""
+    from tfrfs.format import salvage
     from tfrfs.jobs import repair
     monkeypatch.setattr(repair, "_COPY_AHEAD", 1)
+    monkeypatch.setattr(salvage, "BLOCK", 4096)
     copies = Copies()
     monkeypatch.setattr(os, "copy_file_range", copies)
     root = _source(tmp_path / "src")
