@@ -29,6 +29,7 @@ import select
 import signal
 import sys
 import threading
+import time
 from typing import Any, Callable
 
 from tfrfs.fuse import direct, turns
@@ -152,6 +153,9 @@ _OPS: list[tuple[str, tuple[Any, ...]]] = [   # struct fuse_lowlevel_ops, in ord
     ("readdirplus", (req_t, ino_t, ctypes.c_size_t, i64, fi_p)),
 ]
 _CALLBACK = {name: ctypes.CFUNCTYPE(None, *args) for name, args in _OPS}
+# How long the session's end waits, once a worker ended without saying why ("exited"), for the
+# others to say (see Session._wait): workers end within a request once the session is exited.
+_END_GRACE_S = 2.0
 
 
 class _LowlevelOps(ctypes.Structure):
@@ -446,16 +450,25 @@ class Session:
         watch.register(self._done_r, select.POLLIN)
         if wakeup is not None:
             watch.register(wakeup, select.POLLIN)
+        since: float | None = None   # when the first worker ended without saying why
         while True:
-            for fd, _ in watch.poll():
+            timeout = None if since is None else max(0.0, since + _END_GRACE_S - time.monotonic()) * 1000
+            for fd, _ in watch.poll(timeout):
                 if fd == wakeup:
                     return End("signal", signal_name(read_signal(fd)))
                 with contextlib.suppress(BlockingIOError):
                     os.read(self._done_r, 64)
-                if self._ends:
-                    return self._ends[0]
-                if _session_exited(self.se):
-                    return End("exited")
+            # The worker that reads the kernel's ENODEV (an unmount) ends "unmounted"; libfuse
+            # marks the session exited as it does, so the others may end "exited" first: an
+            # end that says why wins, and one that does not waits (briefly) for the others.
+            ends = list(self._ends)
+            decisive = next((e for e in ends if e.how != "exited"), None)
+            if decisive is not None:
+                return decisive
+            if ends or _session_exited(self.se):
+                since = since if since is not None else time.monotonic()
+                if len(ends) >= self.workers or time.monotonic() >= since + _END_GRACE_S:
+                    return ends[0] if ends else End("exited")
 
     def _work(self, k: int) -> None:
         """Worker ``k``: the reader (0), or a helper (see ``_help``); over the compiled table,
