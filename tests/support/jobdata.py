@@ -145,7 +145,9 @@ def fail(message: str) -> None:
 def slow_square(x: int, folder: str, seconds: float) -> int:
     """``x * x`` after ``seconds``; the worker's pid is left in ``folder`` meanwhile (to be killed)."""
     mark = Path(folder) / f"{os.getpid()}-{x}"
-    mark.write_text(str(os.getpid()))
+    tmp = Path(folder).parent / f".{mark.name}"   # renamed in whole: a reader never sees it empty
+    tmp.write_text(str(os.getpid()))
+    os.replace(tmp, mark)
     time.sleep(seconds)
     return x * x
 
