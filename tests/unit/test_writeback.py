@@ -22,8 +22,7 @@ class Started:
     """Stands in for the C call and notes which file each call was for; the real call follows."""
 
     def __init__(self) -> None:
-        durable.start_writeback(-1)   # looked up now (and an error ignored)
-        self.real = durable._sync_file_range
+        self.real = durable._sync_file_range()
         self.files: list[str] = []
 
     def __call__(self, fd: int, offset: int, nbytes: int, flags: int) -> int:
@@ -37,7 +36,7 @@ def started(monkeypatch: pytest.MonkeyPatch) -> Started:
     if not os.path.exists("/proc/self/fd"):
         pytest.skip("no /proc/self/fd here to name a descriptor's file")
     s = Started()
-    monkeypatch.setattr(durable, "_sync_file_range", s)
+    monkeypatch.setattr(durable, "_sync_file_range", lambda: s)
     return s
 
 

@@ -9,6 +9,7 @@ new and every staged change still staged.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import tempfile
 from pathlib import Path
@@ -61,7 +62,19 @@ def syncfs(path: PathLike) -> None:
 
 
 _SYNC_FILE_RANGE_WRITE = 2
-_sync_file_range: Callable[..., int] | None | bool = False   # False: not looked up yet
+
+
+@functools.cache
+def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    """libc's ``sync_file_range``, or None where there is none (not Linux); looked up once."""
+    try:
+        import ctypes
+        f = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (AttributeError, OSError):
+        return None
+    f.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    f.restype = ctypes.c_int
+    return f
 
 
 def start_writeback(fd: int) -> None:
@@ -70,19 +83,9 @@ def start_writeback(fd: int) -> None:
     durable at the end (one ``syncfs``) lets the disk write each while the next is made, so the
     final sync finds little left. Not durability: nothing waits. A no-op where the call is
     missing (not Linux); an error is ignored (the final sync reports it)."""
-    global _sync_file_range
-    if _sync_file_range is False:
-        _sync_file_range = None
-        try:
-            import ctypes
-            f = ctypes.CDLL(None, use_errno=True).sync_file_range
-            f.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
-            f.restype = ctypes.c_int
-            _sync_file_range = f
-        except (AttributeError, OSError):
-            pass
-    if callable(_sync_file_range):
-        _sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
+    call = _sync_file_range()
+    if call is not None:
+        call(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
 
 
 def fsync_dir(path: PathLike) -> None:
@@ -106,7 +109,7 @@ def pwrite(fd: int, data: bytes, offset: int, path: PathLike = "") -> int:
 
 # What copy_file_range answers where it cannot copy between two files: another file system, an
 # older kernel, a file system that does not take the call.
-KERNEL_COPY_REFUSED = frozenset({errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL})
+_KERNEL_COPY_REFUSED = frozenset({errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL})
 
 
 def copy_range(src: int, dst: int, start: int, end: int, path: PathLike | None,
@@ -115,7 +118,7 @@ def copy_range(src: int, dst: int, start: int, end: int, path: PathLike | None,
     kernel (``copy_file_range``), at most ``chunk`` bytes a call, each call passing the write
     seam for ``path`` (None: none, a file made durable later as a whole). False, with nothing
     copied, where ``may_refuse`` and the first call is refused as unsupported between these two
-    files (``KERNEL_COPY_REFUSED``, or no copy_file_range at all): the caller then writes the
+    files (``_KERNEL_COPY_REFUSED``, or no copy_file_range at all): the caller then writes the
     bytes itself. ``ended(pos)`` is raised where ``src`` ends at ``pos``, before ``end``."""
     if may_refuse and not hasattr(os, "copy_file_range"):
         return False
@@ -126,7 +129,7 @@ def copy_range(src: int, dst: int, start: int, end: int, path: PathLike | None,
         try:
             n = os.copy_file_range(src, dst, min(chunk or end - pos, end - pos), pos)
         except OSError as exc:
-            if may_refuse and pos == start and exc.errno in KERNEL_COPY_REFUSED:
+            if may_refuse and pos == start and exc.errno in _KERNEL_COPY_REFUSED:
                 return False
             raise
         if n == 0:
