@@ -27,6 +27,26 @@ def open_storage(url_or_path: str, options: dict[str, Any] | None = None) -> Sto
     return LocalStorage(options)
 
 
+def chained_source(fo: str, protocol: str | None, options: dict[str, Any] | None) -> tuple[str, dict[str, Any] | None]:
+    """SOURCE and its store options from what fsspec hands a filesystem chained before another
+    (``tfrfs://...::s3://bucket/ds``): the inner path ``fo`` without its protocol, the protocol,
+    its options. No protocol: ``fo`` as a user names SOURCE (a path or a URL). Raises UsageError
+    for a protocol tfrfs does not read through."""
+    from tfrfs.errors import UsageError
+    if not protocol:
+        return fo, options or None
+    proto = protocol[0] if isinstance(protocol, (list, tuple)) else protocol
+    proto = proto.lower()
+    if proto in ("file", "local"):
+        path = fo[len("file://"):] if fo.startswith("file://") else fo
+        return path, None
+    url = fo if fo.startswith(proto + "://") else f"{proto}://{fo}"
+    if not is_url(url):
+        known = ", ".join(sorted(set(SCHEMES) | set(BUILTIN_SCHEMES)))
+        raise UsageError(f"{url}: tfrfs reads datasets through {known}, not {proto}://")
+    return url, options or None
+
+
 def locate(url_or_path: str, options: dict[str, Any] | None = None) -> Location:
     """A ``Location`` for a folder or prefix as a user names it: a local path made absolute, a
     URL without its trailing "/"."""
