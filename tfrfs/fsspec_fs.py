@@ -60,10 +60,9 @@ class TfrfsFileSystem(fsspec.AbstractFileSystem):
     def _strip_protocol(cls, path: Any) -> str:
         if isinstance(path, list):
             return [cls._strip_protocol(p) for p in path]  # type: ignore[return-value]
-        path = str(path).split("::", 1)[0]
-        if path.startswith("tfrfs://"):
-            path = path[len("tfrfs://"):]
-        return path.strip("/")
+        # The part before a chain's "::", without this filesystem's own protocol (fsspec's strip).
+        path = super()._strip_protocol(str(path).split("::", 1)[0])
+        return str(path).strip("/")
 
     def _node(self, path: str) -> tuple[str, Node]:
         rel = self._strip_protocol(path)

@@ -150,7 +150,7 @@ LAYERS = ("faces", "dataset", "jobs", "edit", "view", "index", "storage", "forma
 # The faces stand side by side at the top; one uses another only where ``FACE_USES`` says: the
 # command line mounts through the FUSE face and reads the package's version, the Ray source
 # opens datasets as the library does. ``tfrfs`` is the package itself (``tfrfs.open``).
-FACES = ("cli", "fuse", "ray", "library", "sample", "tfrfs")
+FACES = ("cli", "fuse", "ray", "library", "fsspec_fs", "sample", "tfrfs")
 FACE_USES = {"cli": ("fuse", "tfrfs"), "ray": ("library",), "tfrfs": ("library", "ray")}
 # The sample dataset writes shards: it may use the bytes on disk, and nothing of the runtime.
 SAMPLE_USES = ("format", "errors")
