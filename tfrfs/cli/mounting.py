@@ -65,6 +65,8 @@ def _check_log(path: Path, what: str) -> None:
 
 def _default_log(cache_dir: str | None, mnt: str) -> Path:
     base = Path(cache_dir) if cache_dir else default_cache_dir()
+    if canmount.passed_fd(mnt) is not None:   # (its real path is /dev/fuse, the same for every such mount)
+        return base / "logs" / f"fd-{os.getpid()}.log"
     real = os.path.realpath(mnt)
     tag = hashlib.sha256(real.encode()).hexdigest()[:8]
     return base / "logs" / f"{os.path.basename(real) or 'root'}-{tag}.log"
@@ -89,11 +91,20 @@ def cmd_mount(args: argparse.Namespace) -> int:
     if args.rw and is_url(args.source):
         raise UsageError(f"{args.source}: a remote source is read-only (SPEC 1.1); mount it without --rw "
                          "(in fstab: with ro)")
-    _check_mountpoint(args.mountpoint)
-    for problem in (canmount.fuse_device_problem(), canmount.mountpoint_problem(args.mountpoint),
-                    canmount.allow_other_problem(opts.fuse)):
+    fd = canmount.passed_fd(args.mountpoint)
+    if fd is not None:
+        # Mounted already, by the parent that opened /dev/fuse (SPEC 10): served here, in the
+        # foreground, by this process, which holds the descriptor.
+        problem = canmount.passed_fd_problem(fd)
         if problem:
             raise UsageError(problem)
+        args.foreground = True
+    else:
+        _check_mountpoint(args.mountpoint)
+        for problem in (canmount.fuse_device_problem(), canmount.mountpoint_problem(args.mountpoint),
+                        canmount.allow_other_problem(opts.fuse)):
+            if problem:
+                raise UsageError(problem)
     # libfuse changes the daemon's working folder to /: every path it keeps must be absolute.
     args.mountpoint = os.path.abspath(args.mountpoint)
     if args.cache_dir:

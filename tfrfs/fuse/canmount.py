@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import pwd
+import re
 
 FUSE_DEVICE = "/dev/fuse"
 FUSE_CONF = "/etc/fuse.conf"   # where Debian's, Fedora's and libfuse's own builds read it
@@ -39,6 +40,29 @@ def fuse_device_problem(device: str = FUSE_DEVICE) -> str | None:
                     "ship it), or mount as root")
         return f"{device}: cannot be opened: {exc.strerror}"
     os.close(fd)   # opened and closed unmounted: the kernel drops the connection it made
+    return None
+
+
+_FUSE_DEVICE_NUMBER = (10, 229)   # the misc device /dev/fuse is, in every namespace
+
+
+def passed_fd(mountpoint: str) -> int | None:
+    """The descriptor of ``/dev/fd/N`` given as the mount point: a ``/dev/fuse`` connection
+    opened, and mounted, by a privileged parent (libfuse >= 3.3 serves it as it is); else None."""
+    m = re.fullmatch(r"/dev/fd/(\d+)", mountpoint)
+    return int(m.group(1)) if m else None
+
+
+def passed_fd_problem(fd: int) -> str | None:
+    """Why descriptor ``fd`` is not a /dev/fuse connection this process can serve, or None."""
+    import stat
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return (f"/dev/fd/{fd}: no such open descriptor in this process (the parent that opened "
+                "/dev/fuse and mounted it must pass the descriptor on, not close it or mark it close-on-exec)")
+    if not stat.S_ISCHR(st.st_mode) or (os.major(st.st_rdev), os.minor(st.st_rdev)) != _FUSE_DEVICE_NUMBER:
+        return f"/dev/fd/{fd}: not a /dev/fuse descriptor (the mount point /dev/fd/N names an open /dev/fuse)"
     return None
 
 

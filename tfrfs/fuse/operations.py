@@ -19,7 +19,7 @@ import stat as _stat
 import threading
 from typing import Any, Callable, Iterator, Mapping
 
-from tfrfs.fuse import libfuse, loop, mountrecord
+from tfrfs.fuse import canmount, libfuse, loop, mountrecord
 from tfrfs.fuse.notices import Notifier
 from tfrfs.fuse.edge import Edge, Refused, errno_of  # noqa: F401 - errno_of: the map, here too
 from tfrfs.fuse.inodes import ROOT, RecordRun, path_ino, record_ino
@@ -526,7 +526,8 @@ def mount(m: Mount, mountpoint: str, *, poll_us: int = 0, options: Mapping[str, 
         # Nothing changes under a read-only mount: let the kernel keep attributes, names, data
         # and listings.
         opts["ro"] = True
-        ops = Operations(m.tree, mountpoint, owner)
+        # (a passed /dev/fuse descriptor has no mount point here to widen the read-ahead of)
+        ops = Operations(m.tree, "" if canmount.passed_fd(mountpoint) is not None else mountpoint, owner)
         requests = Requests(ops, writable=False, entry_timeout=86400.0, attr_timeout=86400.0,
                             negative_timeout=60.0, record_path=ops._record_path)
         requests.local = m.source.local_root is not None   # (records' files answered in C: fuse/answers.py)
@@ -534,7 +535,8 @@ def mount(m: Mount, mountpoint: str, *, poll_us: int = 0, options: Mapping[str, 
     ops.end_session = session.end
     ops.notifier = session.notifier()
     m.attach(mountpoint)
-    ops.watch = RequestWatch(note=lambda doc: mountrecord.write_busy(mountpoint, doc))
+    passed = canmount.passed_fd(mountpoint) is not None
+    ops.watch = RequestWatch(note=(lambda doc: None) if passed else (lambda doc: mountrecord.write_busy(mountpoint, doc)))
     ops.watch.start()
     end: loop.End | None = None
     try:
@@ -553,6 +555,9 @@ def mount(m: Mount, mountpoint: str, *, poll_us: int = 0, options: Mapping[str, 
 def _recorded(m: Mount, mountpoint: str) -> Iterator[None]:
     """This daemon's record of the mount at ``mountpoint`` (``mountrecord``: what ``tfrfs status``
     names once the daemon is gone), kept while it serves and removed when it ends."""
+    if canmount.passed_fd(mountpoint) is not None:   # no mount point here: the parent knows it
+        yield
+        return
     mountrecord.write(mountrecord.MountRecord(mountpoint, m.source_name, m.discovery.root, m.writable, os.getpid()))
     try:
         yield

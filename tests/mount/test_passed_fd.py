@@ -1,0 +1,108 @@
+"""``tfrfs mount SOURCE /dev/fd/N`` (SPEC 10): a privileged parent opens /dev/fuse and mounts it
+(as a container runtime's helper or a Kubernetes FUSE device plugin does); tfrfs serves the
+descriptor it is passed and needs no privilege of its own. The parent here is this test, as
+root, with mount(2) itself. Afterwards nothing may be mounted on /dev/fuse: libfuse's
+``fuse_main`` resolves /dev/fd/N to /dev/fuse and mounts over the device node, which breaks every
+later mount on the machine; ``fuse_session_mount`` takes the descriptor as it is."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from tfrfs.sample import write_sample
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the parent that mounts /dev/fuse must be root here")
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _mounted_on(path: str) -> list[str]:
+    with open("/proc/self/mountinfo") as f:
+        return [line for line in f if line.split()[4] == path]
+
+
+def _mount_fd(fd: int, mnt: Path) -> None:
+    data = f"fd={fd},rootmode=40000,user_id=0,group_id=0,allow_other".encode()
+    if _libc.mount(b"tfrfs", str(mnt).encode(), b"fuse.tfrfs", ctypes.c_ulong(1), data) != 0:   # MS_RDONLY
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), str(mnt))
+
+
+def _umount(mnt: Path) -> None:
+    if _libc.umount2(str(mnt).encode(), 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), str(mnt))
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("passed") / "data"
+    write_sample(root)
+    return root
+
+
+def test_a_passed_descriptor_is_served_and_unmounts_cleanly(sample: Path, tmp_path: Path) -> None:
+    assert not _mounted_on("/dev/fuse"), "something was mounted on /dev/fuse before the test"
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    fd = os.open("/dev/fuse", os.O_RDWR)   # inheritable: passed on below
+    os.set_inheritable(fd, True)
+    daemon = None
+    try:
+        _mount_fd(fd, mnt)
+        log = tmp_path / "daemon.log"
+        daemon = subprocess.Popen([sys.executable, "-m", "tfrfs", "mount", str(sample), f"/dev/fd/{fd}",
+                                   "--cache-dir", str(tmp_path / "cache"), "--log", str(log)],
+                                  pass_fds=(fd,), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        os.close(fd)   # the daemon holds it now
+        fd = -1
+        deadline = time.monotonic() + 60
+        while True:   # the first request waits for the daemon to answer init
+            try:
+                names = sorted(os.listdir(mnt))
+                break
+            except OSError:
+                assert daemon.poll() is None, daemon.stderr.read().decode() if daemon.stderr else ""
+                assert time.monotonic() < deadline, "the mount never answered"
+                time.sleep(0.1)
+        assert "train" in names and "dataset_info.json" in names
+        jpeg = mnt / "train/train-00000-of-00002.tfrecord/000000/image/encoded.jpg"
+        assert jpeg.read_bytes()[:2] == b"\xff\xd8"
+        _umount(mnt)
+        assert daemon.wait(30) == 0, log.read_text()
+        assert "Traceback" not in log.read_text()
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        if _mounted_on(str(mnt)):
+            subprocess.run(["umount", "-l", str(mnt)], check=False)
+        if daemon is not None and daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
+    assert not _mounted_on("/dev/fuse"), "the daemon mounted over /dev/fuse"
+
+
+def test_a_descriptor_that_is_not_dev_fuse_is_refused(tmp_path: Path, sample: Path) -> None:
+    r, w = os.pipe()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "tfrfs", "mount", str(sample), f"/dev/fd/{r}",
+                               "--cache-dir", str(tmp_path / "cache")], pass_fds=(r,), cwd=REPO,
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        os.close(r)
+        os.close(w)
+    assert proc.returncode == 2
+    assert f"/dev/fd/{r}: not a /dev/fuse descriptor" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "tfrfs", "mount", str(sample), "/dev/fd/97",
+                           "--cache-dir", str(tmp_path / "cache")], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2 and "/dev/fd/97: no such open descriptor" in proc.stderr
+    assert not _mounted_on("/dev/fuse")
