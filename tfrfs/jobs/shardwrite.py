@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import zlib
 from array import array
-from typing import Any
+from typing import Any, Iterable
 
 import crc32c
 
@@ -15,7 +15,10 @@ from tfrfs.index import idxfile
 from tfrfs.storage import durable
 from tfrfs.index import shardschema
 from tfrfs.format import tfrecord
+from tfrfs.format.record_kinds import KIND_SAMPLE, choose_kind
 from tfrfs.jobs.publish import Dest, file_crc
+
+_FLUSH = 4 << 20   # framed bytes gathered before a write
 
 
 
@@ -136,3 +139,37 @@ class ShardWriter:
                 "tally": tally.to_json() if tally is not None else None,
                 "index": {"file": index_name, "size": isize, "crc32c": crc32c.crc32c(index), "mtime_ns": imtime},
                 "files": [[self.name, size, identity], [index_name, isize, iident]]}
+
+
+def write_records(dest: Dest, name: str, compression: str, records: Iterable[bytes],
+                  kind: str | None = None) -> dict | None:
+    """Write ``records`` (serialized, in order) as shard ``name`` in DEST, with its index file:
+    its figures (``ShardWriter.finish``), or None for no records. ``kind``: the records' kind
+    (by default chosen from the first ones, as a shard's is)."""
+    it = iter(records)
+    first: list[bytes] = []
+    for data in it:
+        first.append(data)
+        if len(first) >= KIND_SAMPLE:
+            break
+    if not first:
+        return None
+    w = ShardWriter(dest, name, compression, kind or choose_kind(r for r in first if r))
+    out = bytearray()
+    try:
+        def put(data: bytes) -> None:
+            nonlocal out
+            w.record(len(data), data)
+            out += tfrecord.frame(data)
+            if len(out) >= _FLUSH:
+                w.emit(out)
+                out = bytearray()
+        for data in first:
+            put(data)
+        for data in it:
+            put(data)
+        w.emit(out)
+        return w.finish()
+    except BaseException:
+        w.abort()
+        raise

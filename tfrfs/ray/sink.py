@@ -30,15 +30,13 @@ from tfrfs.format import proto
 from tfrfs.jobs import publish
 from tfrfs.format import tfrecord
 from tfrfs.errors import Invalid
-from tfrfs.format.record_kinds import KIND_SAMPLE, choose_kind
 from tfrfs.jobs.publish import Dest
-from tfrfs.jobs.shardwrite import ShardWriter
+from tfrfs.jobs.shardwrite import write_records
 
 COMPRESSIONS = {"none": tfrecord.NONE, "gzip": tfrecord.GZIP, "zlib": tfrecord.ZLIB}
 TEMPLATE = "part-{:05d}.tfrecord"
 _SKIPPED = ("shard", "index")
 _LISTS = "feature_lists"
-_FLUSH = 4 << 20
 BATCH_ROWS = 2048      # rows made Python values at a time (fewer when they are big) ...
 BATCH_BYTES = 16 << 20  # ... so a task holds about this much beside its block, whatever the block's size
 _KIND_FIELDS = ("int64_list", "float_list", "bytes_list")
@@ -275,37 +273,6 @@ def _raw_records(column: Any, batch_rows: int) -> Iterator[bytes]:
             if not isinstance(data, (bytes, bytearray, memoryview)):
                 raise TypeError(f"the record column holds {type(data).__name__}, not bytes")
             yield bytes(data)
-
-
-def write_records(dest: Dest, name: str, compression: str, records: Iterable[bytes]) -> dict | None:
-    """Write ``records`` as shard ``name`` in DEST: its figures, or None for no records."""
-    it = iter(records)
-    first: list[bytes] = []
-    for data in it:
-        first.append(data)
-        if len(first) >= KIND_SAMPLE:
-            break
-    if not first:
-        return None
-    w = ShardWriter(dest, name, compression, choose_kind(r for r in first if r))
-    out = bytearray()
-    try:
-        def put(data: bytes) -> None:
-            nonlocal out
-            w.record(len(data), data)
-            out += tfrecord.frame(data)
-            if len(out) >= _FLUSH:
-                w.emit(out)
-                out = bytearray()
-        for data in first:
-            put(data)
-        for data in it:
-            put(data)
-        w.emit(out)
-        return w.finish()
-    except BaseException:
-        w.abort()
-        raise
 
 
 def _sink_class() -> Any:

@@ -223,7 +223,7 @@ def _place(views: Mapping[str, codec.View], kinds: Mapping[str, str], section: s
             continue
         view = views[key]
         raw = isinstance(view, codec.FileView) and view.raw_shape is not None
-        node = parent.children[name] = _node(view, key_xattrs(key, kinds[key]), mtime, damaged,
+        node = parent.children[name] = _node(view, key_xattrs(key, kinds[key], raw), mtime, damaged,
                                              feature_loc(section, key, raw))
         if plain:
             continue
@@ -321,21 +321,25 @@ def feature_loc(section: str, key: str, raw: bool) -> Loc:
     return got
 
 
-_XATTRS: dict[tuple[str, str | None], Mapping[str, bytes]] = {}
+_XATTRS: dict[tuple[str, str | None, bool], Mapping[str, bytes]] = {}
+RAW_XATTR = "user.tfrfs.shown"   # "raw pixels" on a PNG drawn from a raw pixel array (3.3)
 
 
-def key_xattrs(key: str, kind: str | None) -> Mapping[str, bytes]:
-    """The xattrs of a feature (key and kind) or of a nested-key folder (key). Interned: most
-    records of a dataset have the same keys, so their views share one mapping per key (a memo of
-    a pure function, bounded, that changes no result)."""
-    got = _XATTRS.get((key, kind))
+def key_xattrs(key: str, kind: str | None, raw: bool = False) -> Mapping[str, bytes]:
+    """The xattrs of a feature (key and kind; ``raw``: its PNG is drawn from raw pixels, which
+    a copy kept with ``cp -a`` tells ``tfrfs pack``) or of a nested-key folder (key). Interned:
+    most records of a dataset have the same keys, so their views share one mapping per key (a
+    memo of a pure function, bounded, that changes no result)."""
+    got = _XATTRS.get((key, kind, raw))
     if got is None:
         attrs = {"user.tfrfs.key": key.encode("utf-8", "surrogatepass")}
         if kind is not None:
             attrs["user.tfrfs.kind"] = kind.encode()
+        if raw:
+            attrs[RAW_XATTR] = b"raw pixels"
         if len(_XATTRS) >= 1 << 14:
             _XATTRS.clear()
-        got = _XATTRS[(key, kind)] = MappingProxyType(attrs)
+        got = _XATTRS[(key, kind, raw)] = MappingProxyType(attrs)
     return got
 
 
