@@ -245,6 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
     # reshard: its grammar lives with the command (cli/reshard.py)
     from tfrfs.cli.reshard import add_reshard
     add_reshard(sub, lambda q: _add_source_options(q, index_dir=False), _positive_size)
+    # pack: the same (cli/pack.py)
+    from tfrfs.cli.pack import add_pack
+    add_pack(sub)
     return parser
 
 
