@@ -95,7 +95,7 @@ def plan_records(folder: str, kind: str | None, shards: int | None) -> list[Pack
             raise UsageError(f"{sf}: records of kind {k!r} cannot be packed from files (example or sequence)")
         per.append((name, k, [os.path.join(sf, r) for r in _subfolders(sf)]))
     if shards is None:
-        return [PackShard(name, k, tuple(recs)) for name, k, recs in per if recs]
+        return [PackShard(name, k, tuple(recs)) for name, k, recs in per]
     kinds = {k for _, k, _ in per}
     if len(kinds) > 1:
         raise UsageError(f"{folder}: its shards hold both Examples and SequenceExamples; --shards puts "

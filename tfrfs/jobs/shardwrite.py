@@ -144,15 +144,15 @@ class ShardWriter:
 def write_records(dest: Dest, name: str, compression: str, records: Iterable[bytes],
                   kind: str | None = None) -> dict | None:
     """Write ``records`` (serialized, in order) as shard ``name`` in DEST, with its index file:
-    its figures (``ShardWriter.finish``), or None for no records. ``kind``: the records' kind
-    (by default chosen from the first ones, as a shard's is)."""
+    its figures (``ShardWriter.finish``). ``kind``: the records' kind (by default chosen from the
+    first ones, as a shard's is); without it, no records write no shard (None)."""
     it = iter(records)
     first: list[bytes] = []
     for data in it:
         first.append(data)
         if len(first) >= KIND_SAMPLE:
             break
-    if not first:
+    if not first and kind is None:
         return None
     w = ShardWriter(dest, name, compression, kind or choose_kind(r for r in first if r))
     out = bytearray()
