@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -59,7 +60,7 @@ def test_a_passed_descriptor_is_served_and_unmounts_cleanly(sample: Path, tmp_pa
     try:
         _mount_fd(fd, mnt)
         log = tmp_path / "daemon.log"
-        daemon = subprocess.Popen([sys.executable, "-m", "tfrfs", "mount", str(sample), f"/dev/fd/{fd}",
+        daemon = subprocess.Popen([sys.executable, "-m", "tfrfs", "mount", str(sample), f"/dev/fd/{fd}", "-f",
                                    "--cache-dir", str(tmp_path / "cache"), "--log", str(log)],
                                   pass_fds=(fd,), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         os.close(fd)   # the daemon holds it now
@@ -106,3 +107,49 @@ def test_a_descriptor_that_is_not_dev_fuse_is_refused(tmp_path: Path, sample: Pa
                           timeout=60)
     assert proc.returncode == 2 and "/dev/fd/97: no such open descriptor" in proc.stderr
     assert not _mounted_on("/dev/fuse")
+
+
+def test_mount_fuse3_drop_privileges(sample: Path, tmp_path: Path) -> None:
+    """libfuse's own helper as the parent: ``mount.fuse3 "tfrfs#SOURCE" MNT -o drop_privileges``
+    (as an fstab line ``tfrfs#SOURCE MNT fuse3 drop_privileges,...`` runs it) opens /dev/fuse,
+    mounts, drops its privileges and runs ``tfrfs SOURCE /dev/fd/N -o ...``, which returns once
+    the daemon serves."""
+    helper = shutil.which("mount.fuse3")
+    if helper is None:
+        pytest.skip("no mount.fuse3 here (the fuse3 package has it)")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+    try:
+        proc = subprocess.run([helper, f"tfrfs#{sample}", str(mnt), "-o",
+                               f"drop_privileges,cache_dir={tmp_path / 'cache'}"],
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert "train" in os.listdir(mnt)
+        jpeg = mnt / "train/train-00000-of-00002.tfrecord/000000/image/encoded.jpg"
+        assert jpeg.read_bytes()[:2] == b"\xff\xd8"
+        daemons = [p for p in _tfrfs_daemons() if f"/dev/fd/" in p[1]]
+        assert daemons
+        _umount(mnt)
+        deadline = time.monotonic() + 30
+        while any(os.path.exists(f"/proc/{pid}") for pid, _ in daemons):
+            assert time.monotonic() < deadline, "the daemon did not end after the unmount"
+            time.sleep(0.1)
+    finally:
+        if _mounted_on(str(mnt)):
+            subprocess.run(["umount", "-l", str(mnt)], check=False)
+    assert not _mounted_on("/dev/fuse")
+
+
+def _tfrfs_daemons() -> list[tuple[int, str]]:
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "tfrfs" in cmd and "--daemon" in cmd:
+            out.append((int(pid), cmd))
+    return out

@@ -98,7 +98,6 @@ def cmd_mount(args: argparse.Namespace) -> int:
         problem = canmount.passed_fd_problem(fd)
         if problem:
             raise UsageError(problem)
-        args.foreground = True
     else:
         _check_mountpoint(args.mountpoint)
         for problem in (canmount.fuse_device_problem(), canmount.mountpoint_problem(args.mountpoint),
@@ -267,8 +266,9 @@ def _spawn_daemon(args: argparse.Namespace, opts: options.MountOptions, log_path
     read_end, write_end = os.pipe()
     cmd += ["--report-fd", str(write_end)]
     with open(log_path, "ab") as logf:
+        fd = canmount.passed_fd(args.mountpoint)   # a /dev/fuse descriptor: the daemon serves it
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True,
-                                pass_fds=(write_end,))
+                                pass_fds=(write_end,) if fd is None else (write_end, fd))
     os.close(write_end)
     try:
         return _await_mount(args, log_path, proc, read_end)
@@ -300,8 +300,11 @@ def _await_mount(args: argparse.Namespace, log_path: Path, proc: subprocess.Pope
                     deadline = time.monotonic() + MOUNT_WAIT_S
                 elif "error" in msg:
                     failure = msg
-        if indexed is not None and deadline is not None and mounttab.fstype_at(args.mountpoint) == FSTYPE \
-                and _serving(args.mountpoint, deadline):
+        if indexed is not None and deadline is not None and (
+                # a passed descriptor is mounted already (by the parent that opened it): nothing to
+                # look at here but the daemon, which answers the kernel's first request once up
+                (canmount.passed_fd(args.mountpoint) is not None and proc.poll() is None) or
+                (mounttab.fstype_at(args.mountpoint) == FSTYPE and _serving(args.mountpoint, deadline))):
             print(f"mounted {args.source} at {args.mountpoint} ({indexed['shards']} shards, "
                   f"{indexed['records']:,} records, {'read-write' if args.rw else 'read-only'}); log: {log_path}")
             if indexed["problems"]:
