@@ -130,6 +130,10 @@ def test_mount_fuse3_drop_privileges(sample: Path, tmp_path: Path) -> None:
         assert jpeg.read_bytes()[:2] == b"\xff\xd8"
         daemons = [p for p in _tfrfs_daemons() if f"/dev/fd/" in p[1]]
         assert daemons
+        for pid, _ in daemons:   # the daemon holds no capability: it needs none
+            caps = {k: v for k, _, v in (line.partition(":\t") for line in
+                                         Path(f"/proc/{pid}/status").read_text().splitlines())}
+            assert int(caps["CapEff"], 16) == 0, caps["CapEff"]
         _umount(mnt)
         deadline = time.monotonic() + 30
         while any(os.path.exists(f"/proc/{pid}") for pid, _ in daemons):
