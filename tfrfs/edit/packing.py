@@ -26,6 +26,7 @@ from tfrfs.view.render import RAW_XATTR
 
 KEY_XATTR = "user.tfrfs.key"
 KIND_XATTR = "user.tfrfs.kind"
+LENGTH_XATTR = "user.tfrfs.length"   # of a record folder: its record's bytes (SPEC 5)
 SECTIONS = ("context", "feature_lists")
 
 
@@ -79,11 +80,14 @@ def record_bytes(folder: str, kind: str, hints: Hints = Hints()) -> bytes:
     """The serialized record (``kind``: ``example`` or ``sequence``) the record folder ``folder``
     shows. Raises ``Problems`` naming every file that cannot be packed."""
     problems: list[str] = []
+    if _xattr(folder, LENGTH_XATTR) == "0" and not [e for e in os.listdir(folder) if not names.is_scratch(e)]:
+        return b""   # a record of no bytes (an empty folder from a mount, which says its length)
     if kind == "sequence":
         msg: Any = proto.SequenceExample()
         for section in SECTIONS:
             sub = os.path.join(folder, section)
-            if os.path.isdir(sub):
+            if os.path.isdir(sub):   # present, even empty, as the folder is (SPEC 4)
+                getattr(msg, section).SetInParent()
                 _section(msg, sub, section, hints, problems)
         for name in sorted(os.listdir(folder)):
             if name not in SECTIONS and not names.is_scratch(name):
@@ -91,6 +95,7 @@ def record_bytes(folder: str, kind: str, hints: Hints = Hints()) -> bytes:
                                 "and feature_lists/")
     else:
         msg = proto.Example()
+        msg.features.SetInParent()   # as TensorFlow writes an Example, even one with no feature
         _section(msg, folder, "", hints, problems)
     if problems:
         raise Problems(problems)
@@ -169,6 +174,8 @@ def _file(msg: Any, path: str, section: str, key: str, hints: Hints) -> None:
     if section == "feature_lists":
         if suffix != ".json":
             raise Invalid("a feature list is a KEY.json of per-step arrays or a KEY.steps/ folder")
+        if kind == "feature_list":   # (the xattr of a list whose steps differ in kind, or that has none)
+            kind = None
         steps = codec.parse_feature_list(data, kind)
         if kind is None and steps and not any(s.values for s in steps):
             raise _no_kind()   # steps all empty: their kind is not in the file
@@ -232,6 +239,8 @@ def _items_folder(msg: Any, path: str, section: str, key: str, folder_suffix: st
         with open(step_path, "rb") as f:
             data = f.read()
         step_kind = _xattr(step_path, KIND_XATTR) or kind
+        if step_kind == "feature_list":   # the list's xattr: its steps differ in kind; this one's content tells
+            step_kind = None
         codec.value_to_proto(codec.parse(suffix or "", data, step_kind), flist.feature.add())
 
 
