@@ -68,6 +68,21 @@ def test_shard_folders_and_shards_option(tmp_path: Path) -> None:
     assert [len(v) for v in got.values()] == [4, 3, 3]
 
 
+def test_shard_size(tmp_path: Path) -> None:
+    """Shards of about SIZE bytes of the records' files: records of 100 bytes, 250 a shard."""
+    src = _write(tmp_path / "sized", {f"r{i:02d}/blob.bin": bytes([i]) * 100 for i in range(7)})
+    assert main(["pack", str(src), str(tmp_path / "dest"), "--shard-size", "250", "--workers", "1"]) == 0
+    got = _examples(tmp_path / "dest", tmp_path / "c")
+    assert list(got) == [f"sized-{i:05d}-of-00004.tfrecord" for i in range(4)]
+    assert [len(v) for v in got.values()] == [2, 2, 2, 1]
+    assert [e["blob"][0][0] for v in got.values() for e in v] == list(range(7))
+    img = _write(tmp_path / "img", {f"c/{i}.jpg": JPEG + bytes(100) for i in range(3)})
+    assert main(["pack", str(img), str(tmp_path / "dest2"), "--layout", "imagefolder", "--shard-size", "1",
+                 "--workers", "1"]) == 0
+    assert sorted(os.listdir(tmp_path / "dest2")) == sorted(
+        [".tfrfs-manifest"] + [f"img-{i:05d}-of-00003.tfrecord{x}" for i in range(3) for x in ("", ".tfrfs-idx")])
+
+
 def test_every_file_that_cannot_be_packed_is_named_and_nothing_is_written(tmp_path: Path,
                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     src = _write(tmp_path / "bad", {

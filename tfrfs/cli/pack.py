@@ -33,9 +33,12 @@ def add_pack(sub: Any) -> None:
     p.add_argument("dest", metavar="DEST", help="a folder that does not exist yet (or is empty), or a bucket prefix")
     p.add_argument("--layout", choices=("records", "imagefolder"), default="records",
                    help="how FOLDER holds the records (default records)")
-    p.add_argument("--shards", type=_count, metavar="N",
-                   help="N new shards of equal record counts over all of FOLDER's records, in order "
-                        "(default: one per shard folder; one for an image folder)")
+    cut = p.add_mutually_exclusive_group()
+    cut.add_argument("--shards", type=_count, metavar="N",
+                     help="N new shards of equal record counts over all of FOLDER's records, in order "
+                          "(default: one per shard folder; one for an image folder)")
+    cut.add_argument("--shard-size", type=_size, metavar="SIZE",
+                     help="new shards of about SIZE bytes of the records' files each (K, M, G suffixes)")
     p.add_argument("--compression", choices=tuple(COMPRESSIONS), default="none", help="of the new shards (default none)")
     p.add_argument("--records", choices=("example", "sequence"),
                    help="the records' kind (default: as a copied shard folder's user.tfrfs.records xattr says, "
@@ -46,6 +49,17 @@ def add_pack(sub: Any) -> None:
                         "files carry no user.tfrfs.* xattrs")
     add_run_options(p)
     p.set_defaults(func=cmd_pack)
+
+
+def _size(text: str) -> int:
+    from tfrfs.index.memory import parse_size
+    try:
+        n = parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if n < 1:
+        raise argparse.ArgumentTypeError("at least 1 byte")
+    return n
 
 
 def _count(text: str) -> int:
@@ -75,8 +89,8 @@ def cmd_pack(args: argparse.Namespace) -> int:
                 hints = Hints.from_schema(json.load(f))
         except (OSError, ValueError) as exc:
             raise UsageError(f"--schema {args.schema}: {getattr(exc, 'strerror', None) or exc}") from None
-    shards = pack.plan_imagefolder(args.folder, args.shards) if args.layout == "imagefolder" \
-        else pack.plan_records(args.folder, args.records, args.shards)
+    shards = pack.plan_imagefolder(args.folder, args.shards, args.shard_size) if args.layout == "imagefolder" \
+        else pack.plan_records(args.folder, args.records, args.shards, args.shard_size)
     compression = getattr(tfrecord, COMPRESSIONS[args.compression])
     shards = [replace(s, name=pack.named_for(s.name, compression)) for s in shards]
     dest = publish.Dest.of(args.dest)

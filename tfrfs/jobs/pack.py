@@ -82,9 +82,10 @@ def shard_folders(folder: str) -> list[tuple[str, str]]:
     return [(n if named_like_shard(n) else n + ".tfrecord", f) for n, f in pairs]
 
 
-def plan_records(folder: str, kind: str | None, shards: int | None) -> list[PackShard]:
-    """The new shards of a records-layout FOLDER: one per shard folder (its name kept), or
-    ``shards`` of equal record counts over all of them in order (``NAME-NNNNN-of-MMMMM.tfrecord``)."""
+def plan_records(folder: str, kind: str | None, shards: int | None, shard_size: int | None = None) -> list[PackShard]:
+    """The new shards of a records-layout FOLDER: one per shard folder (its name kept), or, over
+    all of them in order, ``shards`` of equal record counts or shards of about ``shard_size``
+    bytes of files each (``NAME-NNNNN-of-MMMMM.tfrecord``)."""
     found = shard_folders(folder)
     if not found:
         raise UsageError(f"{folder}: no record folders in it (FOLDER/SHARD/RECORD/... or FOLDER/RECORD/...)")
@@ -94,7 +95,7 @@ def plan_records(folder: str, kind: str | None, shards: int | None) -> list[Pack
         if k not in ("example", "sequence"):
             raise UsageError(f"{sf}: records of kind {k!r} cannot be packed from files (example or sequence)")
         per.append((name, k, [os.path.join(sf, r) for r in _subfolders(sf)]))
-    if shards is None:
+    if shards is None and shard_size is None:
         return [PackShard(name, k, tuple(recs)) for name, k, recs in per]
     kinds = {k for _, k, _ in per}
     if len(kinds) > 1:
@@ -104,13 +105,15 @@ def plan_records(folder: str, kind: str | None, shards: int | None) -> list[Pack
     every = [r for _, _, recs in per for r in recs]
     prefix = os.path.basename(os.path.abspath(folder))
     prefix = prefix[:-len(".tfrecord")] if prefix.endswith(".tfrecord") else prefix
-    return [PackShard(f"{prefix}-{i:05d}-of-{shards:05d}.tfrecord", one_kind, tuple(every[a:b]))
-            for i, (a, b) in enumerate(_cuts(len(every), shards))]
+    cuts = _cuts(len(every), shards) if shards is not None else \
+        _cuts_by_size([_folder_bytes(r) for r in every], shard_size or 1)
+    return [PackShard(f"{prefix}-{i:05d}-of-{len(cuts):05d}.tfrecord", one_kind, tuple(every[a:b]))
+            for i, (a, b) in enumerate(cuts)]
 
 
-def plan_imagefolder(folder: str, shards: int | None) -> list[PackShard]:
+def plan_imagefolder(folder: str, shards: int | None, shard_size: int | None = None) -> list[PackShard]:
     """The new shards of an image folder: ``FOLDER/CLASS/FILE.jpg`` ..., classes numbered in name
-    order; one shard (``NAME.tfrecord``) or ``shards``."""
+    order; one shard (``NAME.tfrecord``), ``shards``, or shards of about ``shard_size`` bytes."""
     classes = _subfolders(folder)
     if not classes:
         raise UsageError(f"{folder}: no class folders in it (FOLDER/CLASS/IMAGE.jpg)")
@@ -121,10 +124,37 @@ def plan_imagefolder(folder: str, shards: int | None) -> list[PackShard]:
             if not names.is_scratch(name) and os.path.isfile(os.path.join(cf, name)):
                 images.append((os.path.join(cf, name), label, cls))
     prefix = os.path.basename(os.path.abspath(folder))
-    n = shards or 1
-    template = f"{prefix}.tfrecord" if n == 1 else None
-    return [PackShard(template or f"{prefix}-{i:05d}-of-{n:05d}.tfrecord", "example", (), tuple(images[a:b]))
-            for i, (a, b) in enumerate(_cuts(len(images), n))]
+    cuts = _cuts_by_size([_file_bytes(p) for p, _, _ in images], shard_size) if shard_size is not None \
+        else _cuts(len(images), shards or 1)
+    one = len(cuts) == 1 and shards is None
+    return [PackShard(f"{prefix}.tfrecord" if one else f"{prefix}-{i:05d}-of-{len(cuts):05d}.tfrecord",
+                      "example", (), tuple(images[a:b])) for i, (a, b) in enumerate(cuts)]
+
+
+def _file_bytes(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0   # (reported when it is packed)
+
+
+def _folder_bytes(folder: str) -> int:
+    """The bytes of a record folder's files: about what its record holds."""
+    return sum(_file_bytes(os.path.join(d, f)) for d, _, files in os.walk(folder) for f in files)
+
+
+def _cuts_by_size(sizes: list[int], limit: int) -> list[tuple[int, int]]:
+    """Consecutive ranges of items whose sizes add up to at most ``limit`` (an item larger than
+    it alone); at least one range."""
+    out: list[tuple[int, int]] = []
+    start = used = 0
+    for i, n in enumerate(sizes):
+        if used and used + n > limit:
+            out.append((start, i))
+            start, used = i, 0
+        used += n
+    out.append((start, len(sizes)))
+    return out
 
 
 def named_for(name: str, compression: str) -> str:
