@@ -92,7 +92,7 @@ Progress goes to stderr; the tables to stdout; --json FILE writes all numbers.
 
 # The modes that measure one thing instead of the read and write sides: flag -> its module
 MODES = {"cluster": "cluster", "scale": "scale", "limit": "limit", "loader": "loader", "damage": "damage",
-         "large_values": "largevalues"}
+         "large_values": "largevalues", "no_mount": "nomount"}
 
 # --remote's defaults: a run of about six minutes on two cores
 REMOTE_SMALL, REMOTE_LARGE, REMOTE_RANDOM = 5000, 150, 200
@@ -141,6 +141,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="measure tfrfs against the same files as plain files on the same disk instead: find, "
                         "ls -lR, small files with 1 and 4 readers, large files, random reads, cold and warm "
                         "(see scripts/benchkit/limit.py)")
+    p.add_argument("--no-mount", action="store_true",
+                   help="measure the ways without a mount instead: tfrfs:// (fsspec) against the mount and "
+                        "ratarmount's ratar:// on the same small files, and tfrfs pack against cp -r (see "
+                        "scripts/benchkit/nomount.py)")
     p.add_argument("--damage", action="store_true",
                    help="measure damaged shards instead: the resync scan, index, verify and repair (see "
                         "scripts/benchkit/damage.py)")
