@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import OUT, WORK, progress, run
+from .common import WORK, progress, run
 from .datasets import build_dataset, derived_paths, file_lists, make_tar
 from .tools import Ratarmount
 

@@ -128,7 +128,7 @@ def test_mount_fuse3_drop_privileges(sample: Path, tmp_path: Path) -> None:
         assert "train" in os.listdir(mnt)
         jpeg = mnt / "train/train-00000-of-00002.tfrecord/000000/image/encoded.jpg"
         assert jpeg.read_bytes()[:2] == b"\xff\xd8"
-        daemons = [p for p in _tfrfs_daemons() if f"/dev/fd/" in p[1]]
+        daemons = [p for p in _tfrfs_daemons() if "/dev/fd/" in p[1]]
         assert daemons
         for pid, _ in daemons:   # the daemon holds no capability: it needs none
             caps = {k: v for k, _, v in (line.partition(":\t") for line in

@@ -6,7 +6,6 @@ installed (scripts/bench --loader installs it; the suite does not)."""
 from __future__ import annotations
 
 import io
-import re
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ import pytest
 from tfrfs.format import proto
 from tfrfs.format import tfrecord
 
-from conftest import REPO
+from support.readme import python_blocks
 
 pytestmark = pytest.mark.mount
 
@@ -23,12 +22,7 @@ SIDE = 24
 
 
 def _examples() -> list[str]:
-    text = (REPO / "README.md").read_text()
-    assert SECTION in text, f"README has no section {SECTION!r}"
-    section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
-    assert len(blocks) == 2, f"expected two python examples in {SECTION!r}, found {len(blocks)}"
-    return blocks
+    return python_blocks(SECTION, 2)
 
 
 def _write(src: Path) -> list[tuple[int, int]]:

@@ -6,12 +6,11 @@ gives checked against the records written. Each is skipped where its library is 
 from __future__ import annotations
 
 import io
-import re
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from support.readme import python_blocks
 from tfrfs.format import proto, tfrecord
 
 pytest.importorskip("fsspec")
@@ -20,12 +19,7 @@ SIDE = 24
 
 
 def _examples() -> list[str]:
-    text = (REPO / "README.md").read_text()
-    assert SECTION in text, f"README has no section {SECTION!r}"
-    section = text.split(SECTION, 1)[1].split("\n### ", 1)[0]
-    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
-    assert len(blocks) == 3, f"expected three python examples in {SECTION!r}, found {len(blocks)}"
-    return blocks
+    return python_blocks(SECTION, 3)
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from tfrfs.errors import UsageError
 from tfrfs.format import names, proto
 from tfrfs.index.discovery import named_like_shard
 from tfrfs.jobs.publish import Dest
+from tfrfs.jobs.reshardplan import cut_by_count
 from tfrfs.jobs.shardwrite import write_records
 
 COUNT_XATTR = "user.tfrfs.count"      # a shard folder, copied with cp -a
@@ -105,7 +106,7 @@ def plan_records(folder: str, kind: str | None, shards: int | None, shard_size: 
     every = [r for _, _, recs in per for r in recs]
     prefix = os.path.basename(os.path.abspath(folder))
     prefix = prefix[:-len(".tfrecord")] if prefix.endswith(".tfrecord") else prefix
-    cuts = _cuts(len(every), shards) if shards is not None else \
+    cuts = cut_by_count(len(every), shards) if shards is not None else \
         _cuts_by_size([_folder_bytes(r) for r in every], shard_size or 1)
     return [PackShard(f"{prefix}-{i:05d}-of-{len(cuts):05d}.tfrecord", one_kind, tuple(every[a:b]))
             for i, (a, b) in enumerate(cuts)]
@@ -125,7 +126,7 @@ def plan_imagefolder(folder: str, shards: int | None, shard_size: int | None = N
                 images.append((os.path.join(cf, name), label, cls))
     prefix = os.path.basename(os.path.abspath(folder))
     cuts = _cuts_by_size([_file_bytes(p) for p, _, _ in images], shard_size) if shard_size is not None \
-        else _cuts(len(images), shards or 1)
+        else cut_by_count(len(images), shards or 1)
     one = len(cuts) == 1 and shards is None
     return [PackShard(f"{prefix}.tfrecord" if one else f"{prefix}-{i:05d}-of-{len(cuts):05d}.tfrecord",
                       "example", (), tuple(images[a:b])) for i, (a, b) in enumerate(cuts)]
@@ -167,16 +168,6 @@ def named_for(name: str, compression: str) -> str:
             name = name[:-len(end)]
             break
     return name + {"GZIP": ".gz", "ZLIB": ".zlib"}.get(compression, "")
-
-
-def _cuts(total: int, n: int) -> list[tuple[int, int]]:
-    base, extra = divmod(total, n)
-    out, start = [], 0
-    for k in range(n):
-        stop = start + base + (1 if k < extra else 0)
-        out.append((start, stop))
-        start = stop
-    return out
 
 
 def image_record(path: str, label: int, label_name: str) -> bytes:
