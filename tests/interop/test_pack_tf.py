@@ -81,3 +81,41 @@ def test_tensorflow_reads_packed_shards_equal(_tf_written: Path, tfrfs_mount, tm
     for rel, _, _ in shards:
         assert got[f"packed:{rel}"] == got[f"orig:{rel}"], rel
     assert sum(len(got[f"orig:{rel}"]) for rel, _, _ in shards) > 50   # (some shards hold none)
+
+
+def test_tensorflow_reads_a_packed_image_folder(tmp_path: Path) -> None:
+    """An image folder packed: TensorFlow's parse_single_example gives each image's bytes, its
+    class number (classes in name order) and names."""
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("TensorFlow is not installed")
+    from PIL import Image
+    import io
+    src = tmp_path / "pets"
+    want = []
+    for label, cls in enumerate(("cat", "dog")):
+        (src / cls).mkdir(parents=True)
+        for i in range(3):
+            buf = io.BytesIO()
+            Image.new("RGB", (8, 8), (40 * i, 100, 200)).save(buf, "PNG" if i == 2 else "JPEG")
+            name = f"{cls}{i}.{'png' if i == 2 else 'jpg'}"
+            (src / cls / name).write_bytes(buf.getvalue())
+            want.append([buf.getvalue().hex(), label, cls, name])
+    proc = run_tfrfs("pack", str(src), str(tmp_path / "dest"), "--layout", "imagefolder", "--workers", "1")
+    assert proc.returncode == 0, proc.stderr
+    script = r'''
+import json, sys
+import tensorflow as tf
+spec = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64),
+        "label_name": tf.io.FixedLenFeature([], tf.string), "filename": tf.io.FixedLenFeature([], tf.string)}
+out = []
+for r in tf.data.TFRecordDataset([sys.argv[1]]):
+    ex = tf.io.parse_single_example(r, spec)
+    out.append([ex["image"].numpy().hex(), int(ex["label"]), ex["label_name"].numpy().decode(),
+                ex["filename"].numpy().decode()])
+print(json.dumps(out))
+'''
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    got = subprocess.run([sys.executable, "-c", script, str(tmp_path / "dest" / "pets.tfrecord")],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert got.returncode == 0, got.stderr[-3000:]
+    assert json.loads(got.stdout.strip().splitlines()[-1]) == want

@@ -67,7 +67,8 @@ class Problems(Exception):
         self.problems = problems
 
 
-def _xattr(path: str, name: str) -> str | None:
+def read_xattr(path: str, name: str) -> str | None:
+    """The text of xattr ``name`` of ``path`` (not followed if a link), or None where it has none."""
     try:
         return os.getxattr(path, name, follow_symlinks=False).decode("utf-8", "surrogatepass")
     except OSError as exc:
@@ -80,7 +81,7 @@ def record_bytes(folder: str, kind: str, hints: Hints = Hints()) -> bytes:
     """The serialized record (``kind``: ``example`` or ``sequence``) the record folder ``folder``
     shows. Raises ``Problems`` naming every file that cannot be packed."""
     problems: list[str] = []
-    if _xattr(folder, LENGTH_XATTR) == "0" and not [e for e in os.listdir(folder) if not names.is_scratch(e)]:
+    if read_xattr(folder, LENGTH_XATTR) == "0" and not [e for e in os.listdir(folder) if not names.is_scratch(e)]:
         return b""   # a record of no bytes (an empty folder from a mount, which says its length)
     if kind == "sequence":
         msg: Any = proto.SequenceExample()
@@ -148,7 +149,7 @@ def _section(msg: Any, root: str, section: str, hints: Hints, problems: list[str
 def _key_of(path: str, components: tuple[str, ...]) -> str:
     """The key a file or feature folder stands for: the ``user.tfrfs.key`` xattr a copy kept
     (exact even for a shortened name), else its name decoded (SPEC 3.1)."""
-    kept = _xattr(path, KEY_XATTR)
+    kept = read_xattr(path, KEY_XATTR)
     if kept is not None:
         return kept
     key, suffix = names.path_to_key(components)
@@ -160,7 +161,7 @@ def _key_of(path: str, components: tuple[str, ...]) -> str:
 
 def _kind(path: str, section: str, key: str, hints: Hints) -> tuple[str | None, bool]:
     """(kind, whether the file came out of a mount): the xattr's, else the schema's."""
-    kept = _xattr(path, KIND_XATTR)
+    kept = read_xattr(path, KIND_XATTR)
     if kept is not None:
         return kept, True
     return hints.of(section, key).kind, False
@@ -189,7 +190,7 @@ def _file(msg: Any, path: str, section: str, key: str, hints: Hints) -> None:
     if suffix == ".json" and kind is None and codec.parse(suffix, data, None) == codec.Value("bytes_list", ()):
         raise _no_kind()
     feats = msg.context.feature if section == "context" else msg.features.feature
-    if suffix == ".png" and (hint.raw or _xattr(path, RAW_XATTR) == "raw pixels"):
+    if suffix == ".png" and (hint.raw or read_xattr(path, RAW_XATTR) == "raw pixels"):
         from tfrfs.edit.mutate import set_raw_png
         set_raw_png(feats, key, data)
         return
@@ -238,7 +239,7 @@ def _items_folder(msg: Any, path: str, section: str, key: str, folder_suffix: st
             continue
         with open(step_path, "rb") as f:
             data = f.read()
-        step_kind = _xattr(step_path, KIND_XATTR) or kind
+        step_kind = read_xattr(step_path, KIND_XATTR) or kind
         if step_kind == "feature_list":   # the list's xattr: its steps differ in kind; this one's content tells
             step_kind = None
         codec.value_to_proto(codec.parse(suffix or "", data, step_kind), flist.feature.add())

@@ -59,7 +59,7 @@ def _subfolders(folder: str) -> list[str]:
 
 
 def _has_xattr(path: str, name: str) -> bool:
-    return packing._xattr(path, name) is not None
+    return packing.read_xattr(path, name) is not None
 
 
 def _holds_files(folder: str) -> bool:
@@ -92,7 +92,7 @@ def plan_records(folder: str, kind: str | None, shards: int | None, shard_size: 
         raise UsageError(f"{folder}: no record folders in it (FOLDER/SHARD/RECORD/... or FOLDER/RECORD/...)")
     per: list[tuple[str, str, list[str]]] = []
     for name, sf in found:
-        k = kind or packing._xattr(sf, RECORDS_XATTR) or "example"
+        k = kind or packing.read_xattr(sf, RECORDS_XATTR) or "example"
         if k not in ("example", "sequence"):
             raise UsageError(f"{sf}: records of kind {k!r} cannot be packed from files (example or sequence)")
         per.append((name, k, [os.path.join(sf, r) for r in _subfolders(sf)]))
