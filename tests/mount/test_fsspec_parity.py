@@ -30,14 +30,22 @@ def _bytes(read) -> bytes | str:
         return f"errno {exc.errno}"
 
 
+def _kept(name: str) -> bool:
+    """Which folders are walked into: all but the hidden .tfrfs and, of a shard's record folders,
+    those past the first few (the large shards hold 10,000: every shard folder is still listed
+    whole, and every record of the small ones is compared)."""
+    return name != ".tfrfs" and not (name.isdigit() and int(name) >= RECORDS_WALKED)
+
+
+RECORDS_WALKED = 12
+
+
 def _through_mount(mnt: Path) -> dict[str, tuple]:
-    """Every path under ``mnt`` (not the hidden .tfrfs folder): (type, size, mode, mtime, bytes)."""
+    """Every path under ``mnt`` walked (``_kept``): (type, size, mode, mtime, bytes)."""
     out: dict[str, tuple] = {}
     for folder, dirs, files in os.walk(mnt):
         rel = os.path.relpath(folder, mnt)
         rel = "" if rel == "." else rel
-        if rel == "":
-            dirs[:] = [d for d in dirs if d != ".tfrfs"]
         for name in dirs + files:
             path = os.path.join(folder, name)
             st = os.lstat(path)
@@ -46,14 +54,19 @@ def _through_mount(mnt: Path) -> dict[str, tuple]:
             data = None if is_dir else _bytes(lambda: Path(path).read_bytes())
             out[key] = ("directory" if is_dir else "file", None if is_dir else st.st_size,
                         stat.S_IMODE(st.st_mode), st.st_mtime_ns // 1000, data)
+        dirs[:] = [d for d in dirs if _kept(d)]
     return out
 
 
 def _through_fsspec(fs) -> dict[str, tuple]:
     out: dict[str, tuple] = {}
-    for path, info in fs.find("", withdirs=True, detail=True).items():
-        if path == "" or path.startswith(".tfrfs"):
-            continue
+    listed: dict[str, dict] = {}
+    for _, dirs, files in fs.walk("", detail=True):   # top-down: the folders left out are not walked
+        for info in (*dirs.values(), *files.values()):
+            listed[info["name"]] = info
+        for name in [d for d in dirs if not _kept(d.rsplit("/", 1)[-1])]:
+            del dirs[name]
+    for path, info in listed.items():
         is_dir = info["type"] == "directory"
         data = None if is_dir else _bytes(lambda: fs.cat_file(path))
         if isinstance(data, bytes):
