@@ -186,5 +186,15 @@ def tf_written(_tf_written: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     return out
 
 
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The built-in sample dataset (tfrfs.sample), written once for this module: what a module
+    does to its copy, no other module sees."""
+    from tfrfs.sample import write_sample
+    dest = tmp_path_factory.mktemp("sample") / "data"
+    write_sample(dest)
+    return dest
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     commands.stop()   # this process's command server (support/commands.py)

@@ -12,15 +12,6 @@ import pytest
 
 fsspec = pytest.importorskip("fsspec")
 
-from tfrfs.sample import write_sample   # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("parity") / "data"
-    write_sample(root)
-    return root
-
 
 def _bytes(read) -> bytes | str:
     """A file's bytes, or the error reading it gives (a damaged record's files: EIO)."""

@@ -19,19 +19,11 @@ from tfrfs.format import jsontext
 from tfrfs.format import proto
 from tfrfs.format import tfrecord
 from tfrfs.fuse import turns
-from tfrfs.sample import write_sample
 
 from conftest import force_unmount, is_mounted, run_tfrfs
 from support import example_pb, reference
 
 pytestmark = pytest.mark.mount
-
-
-@pytest.fixture(scope="module")
-def sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    dest = tmp_path_factory.mktemp("sample") / "data"
-    write_sample(dest)
-    return dest
 
 
 def test_tree_never_imports_fuse() -> None:
@@ -211,7 +203,6 @@ def test_read_only_mount_reads_ahead_1_mib(sample: Path, tmp_path: Path) -> None
     assert not still_mounted
     log = (tmp_path / "daemon.log").read_text()
     assert "read-ahead 1024 KiB" in log and "Traceback" not in log
-
 
 
 def _daemon_pid(mnt: Path) -> int:

@@ -23,13 +23,6 @@ pytestmark = pytest.mark.mount
 LABEL = "train/train-00000-of-00002.tfrecord/000000/image/object/class/label.json"
 
 
-@pytest.fixture(scope="module")
-def sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    dest = tmp_path_factory.mktemp("sample") / "data"
-    write_sample(dest)
-    return dest
-
-
 def _table_line(mnt: Path) -> list[str]:
     with open("/proc/self/mounts") as f:
         return next(line.split() for line in f if line.split()[1] == os.path.realpath(mnt))

@@ -14,14 +14,6 @@ import pytest
 import tfrfs
 from conftest import run_tfrfs
 from tfrfs.format import proto
-from tfrfs.sample import write_sample
-
-
-@pytest.fixture(scope="module")
-def sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("pack") / "data"
-    write_sample(root)
-    return root
 
 
 MAX_RECORDS = 1000

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from tfrfs.sample import write_sample
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the parent that mounts /dev/fuse must be root here")
 
@@ -41,13 +40,6 @@ def _umount(mnt: Path) -> None:
     if _libc.umount2(str(mnt).encode(), 0) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err), str(mnt))
-
-
-@pytest.fixture(scope="module")
-def sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("passed") / "data"
-    write_sample(root)
-    return root
 
 
 def test_a_passed_descriptor_is_served_and_unmounts_cleanly(sample: Path, tmp_path: Path) -> None:

@@ -11,17 +11,8 @@ import pytest
 
 fsspec = pytest.importorskip("fsspec")
 
-from tfrfs.sample import write_sample   # noqa: E402
-
 JPEG = "train/train-00000-of-00002.tfrecord/000000/image/encoded.jpg"
 HEIGHT = "train/train-00000-of-00002.tfrecord/000000/image/height.json"
-
-
-@pytest.fixture(scope="module")
-def sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("fsspec") / "data"
-    write_sample(root)
-    return root
 
 
 @pytest.fixture

@@ -13,18 +13,10 @@ import pytest
 
 from tfrfs.format import proto
 from tfrfs.format import tfrecord
-from tfrfs.sample import write_sample
 
 from conftest import REPO, run_tfrfs
 
 TFRFS = f"{shlex.quote(sys.executable)} -m tfrfs"
-
-
-@pytest.fixture(scope="module")
-def sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    dest = tmp_path_factory.mktemp("sample") / "data"
-    write_sample(dest)
-    return dest
 
 
 def _shell(script: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
