@@ -50,14 +50,23 @@ def test_cp_a_then_pack_gives_the_same_records(which: str, sample: Path, request
     shards = _messages(source, tmp_path / "cache-lib")
     assert shards
     mnt = tfrfs_mount(source)
-    for n, (path, (kind, msgs)) in enumerate(sorted(shards.items())):
-        out = tmp_path / f"out{n}"
-        subprocess.run(["cp", "-a", str(mnt / path), str(out)], check=True)
-        dest = tmp_path / f"dest{n}"
-        proc = run_tfrfs("pack", str(out), str(dest), "--workers", "1")
-        assert proc.returncode == 0, (path, proc.stderr)
-        with tfrfs.open(str(dest), cache_dir=str(tmp_path / "cache-dest")) as d:
-            [new] = d.shards
+    # Every shard folder copied out side by side, numbered (realdata's shards share names), and
+    # packed by one command: a new shard of each, named as its folder.
+    out = tmp_path / "out"
+    out.mkdir()
+    names = {}
+    for n, path in enumerate(sorted(shards)):
+        copied = f"{n:02d}-{Path(path).name}"
+        subprocess.run(["cp", "-a", str(mnt / path), str(out / copied)], check=True)
+        names[path] = copied.removesuffix(".gz")   # packed uncompressed (no --compression)
+    dest = tmp_path / "dest"
+    proc = run_tfrfs("pack", str(out), str(dest))
+    assert proc.returncode == 0, proc.stderr
+    with tfrfs.open(str(dest), cache_dir=str(tmp_path / "cache-dest")) as d:
+        packed = {s.path: s for s in d.shards}
+        assert sorted(packed) == sorted(names.values())
+        for path, (kind, msgs) in sorted(shards.items()):
+            new = packed[names[path]]
             assert new.kind == kind and new.records == len(msgs), path
             cls = proto.SequenceExample if kind == "sequence" else proto.Example
             for i, want in enumerate(msgs):
