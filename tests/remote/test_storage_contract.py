@@ -170,16 +170,18 @@ def test_conditional_writes(place: tuple[Storage, str]) -> None:
     st, root = place
     path = st.join(root, "lock", "owner.json")
     try:
-        st.write_if(path, b"first", identity=None)
+        made = st.write_if(path, b"first", identity=None)
     except NotSupported:
         pytest.skip("this storage has no conditional write")
     with pytest.raises(Conflict):
         st.write_if(path, b"second", identity=None)
     assert st.read(path) == b"first"
     seen = st.stat(path)
-    assert seen is not None
-    st.write_if(path, b"replaced", identity=seen.identity)
+    assert seen is not None and seen.identity == made   # what the write said it wrote
+    replaced = st.write_if(path, b"replaced", identity=seen.identity)
     assert st.read(path) == b"replaced"
+    now = st.stat(path)
+    assert now is not None and now.identity == replaced != made
     with pytest.raises(Conflict):
         st.write_if(path, b"stale", identity=seen.identity)   # changed since it was looked at
     assert st.read(path) == b"replaced"

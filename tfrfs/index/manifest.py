@@ -39,6 +39,9 @@ log = logging.getLogger("tfrfs")
 
 NAME = ".tfrfs-manifest"
 VERSION = 1
+# A manifest that names, for some shard, an object other than its shown path (a bucket commit's,
+# SPEC 7.1): a reader that knows only version 1 would read the old object there, so it refuses.
+VERSION_OBJECTS = 2
 
 
 class ManifestError(ValueError):
@@ -58,6 +61,12 @@ class Entry:
     count: int
     summary: dict        # the index header's fields a mount needs before the offsets (problems, bad, gaps, ...)
     index: dict | None   # {"file": NAME.tfrfs-idx, "size": N, "crc32c": N}, or None
+    object: str = ""     # the object that holds it, relative to the root, when not ``path`` (SPEC 7.1)
+
+    @property
+    def held_at(self) -> str:
+        """The relative path of the file or object that holds the shard."""
+        return self.object or self.path
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,8 @@ class Manifest:
     files: tuple[tuple[str, int, int], ...]     # plain files: (path, size, mtime_ns)
     dirs: tuple[tuple[str, int], ...]           # folders: (path, mtime_ns); "" is the root
     schema: dict | None
+    made_by: str | None = None        # the commit (or reshard plan) that wrote it
+    retired: tuple[str, ...] = ()     # objects the manifest before it named and it does not (SPEC 7.1)
 
     def entry(self, relpath: str) -> Entry | None:
         for e in self.shards:
@@ -167,17 +178,18 @@ def follow(root: str, cache: IndexCache, written: list[ShardIndex], removed: lis
         for rel, e in list(entries.items()):
             if rel in done:
                 continue
-            seen = place.stat(place.join(_rel(rel)))
+            held = _rel(e.get("object") or rel)
+            seen = place.stat(place.join(held))
             if seen is None:
                 del entries[rel]
                 plain.pop(rel + idxfile.SUFFIX, None)
-                stale = place.join(_rel(rel) + idxfile.SUFFIX)
+                stale = place.join(held + idxfile.SUFFIX)
                 if place.stat(stale) is not None:
                     place.unlink(stale)
                 continue
             size, identity, mtime_ns = seen
             if (size, identity) != (e.get("size"), e.get("identity")):
-                shard = ShardFile(path=place.join(_rel(rel)), relpath=_rel(rel), compression=e["compression"],
+                shard = ShardFile(path=place.join(held), relpath=_rel(rel), compression=e["compression"],
                                   size=size, mtime_ns=mtime_ns, identity=identity)
                 idx, _ = cache.get(shard)
                 data = cache.shipped_bytes(idx)
@@ -188,8 +200,13 @@ def follow(root: str, cache: IndexCache, written: list[ShardIndex], removed: lis
             return notes   # nothing to follow
         for idx in written:
             rel = _posix(idx.shard.relpath)
+            held_at = (entries.get(rel) or {}).get("object")
             entries[rel] = shard_json(idx, cache, shipped.get(idx.shard.relpath))
-            if idx.shard.relpath in shipped:
+            if held_at:   # rewritten where it is held (a bucket's repair): still there
+                entries[rel]["object"] = held_at
+                entries[rel]["index"] = entries[rel]["index"] and \
+                    dict(entries[rel]["index"], file=posixpath.basename(held_at) + idxfile.SUFFIX)
+            elif idx.shard.relpath in shipped:   # (the index file of a shard held elsewhere is not shown)
                 got = place.stat(idx.shard.path + idxfile.SUFFIX)
                 if got is None:
                     raise FileNotFoundError(idx.shard.path + idxfile.SUFFIX)
@@ -212,15 +229,17 @@ def parse(data: bytes) -> Manifest:
     """Raises ManifestError."""
     try:
         body = json.loads(data)
-        if not isinstance(body, dict) or body.get("tfrfs_manifest") != VERSION:
+        if not isinstance(body, dict) or body.get("tfrfs_manifest") not in (VERSION, VERSION_OBJECTS):
             raise ManifestError(f"manifest version {body.get('tfrfs_manifest') if isinstance(body, dict) else '?'}, "
-                                f"not {VERSION}")
+                                f"not {VERSION} or {VERSION_OBJECTS}")
         shards = tuple(Entry(path=_rel(s["path"]), size=int(s["size"]), identity=str(s["identity"]),
                              mtime_ns=int(s["mtime_ns"]), compression=str(s["compression"]), kind=str(s["kind"]),
                              count=int(s["count"]),
                              summary={k: s[k] for k in ("stream_size", "problems", "bad", "gaps")},
-                             index=s.get("index"))
+                             index=s.get("index"), object=_rel(s["object"]) if s.get("object") else "")
                        for s in body["shards"])
+        retired = tuple(_rel(r) for r in body.get("retired") or ())
+        made_by = body.get("made_by")
         files = tuple((_rel(f["path"]), int(f["size"]), int(f["mtime_ns"])) for f in body["files"])
         dirs = tuple((_rel(d["path"]) if d["path"] else "", int(d["mtime_ns"])) for d in body["dirs"])
     except ManifestError:
@@ -229,7 +248,7 @@ def parse(data: bytes) -> Manifest:
         raise ManifestError(f"damaged manifest: {exc}") from exc
     if compressions := {e.compression for e in shards} - {tfrecord.NONE, tfrecord.GZIP, tfrecord.ZLIB}:
         raise ManifestError(f"damaged manifest: unknown compression {sorted(compressions)}")
-    return Manifest(shards, files, dirs, body.get("schema"))
+    return Manifest(shards, files, dirs, body.get("schema"), str(made_by) if made_by is not None else None, retired)
 
 
 def _rel(path: Any) -> str:
@@ -258,7 +277,9 @@ class ManifestFiles(SourceFiles):
 
 
 def shard_file(root: str, entry: Entry, join: Callable[[str, str], str] = os.path.join) -> ShardFile:
-    path = join(root, entry.path if join is os.path.join else entry.path.replace(os.sep, "/"))
+    """The shard as ``entry`` names it: shown at its path, read from the object that holds it."""
+    held = entry.held_at
+    path = join(root, held if join is os.path.join else held.replace(os.sep, "/"))
     shipped = (path + idxfile.SUFFIX,) if entry.index else ()
     return ShardFile(path=path, relpath=entry.path, compression=entry.compression, size=entry.size,
                      mtime_ns=entry.mtime_ns, identity=entry.identity, shipped=shipped)

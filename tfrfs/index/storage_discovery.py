@@ -62,7 +62,7 @@ def manifest_discovery(storage: Storage, url: str, cache_dir: Path, found: Manif
 
     def url_of(rel: str) -> str:
         return storage.join(root, rel.replace(os.sep, "/"))
-    objects = [(e.path.replace(os.sep, "/"), ObjectInfo(url_of(e.path), e.size, e.identity, e.mtime_ns))
+    objects = [(e.path.replace(os.sep, "/"), ObjectInfo(url_of(e.held_at), e.size, e.identity, e.mtime_ns))
                for e in found.shards]
     objects += [(rel.replace(os.sep, "/"), ObjectInfo(url_of(rel), size, f"mtime:{mtime}", mtime))
                 for rel, size, mtime in found.files]

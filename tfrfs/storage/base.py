@@ -190,9 +190,11 @@ class Storage(ABC):
         """Close what ``create`` gave: what was written (not yet durable locally: ``sync_all``)."""
 
     @abstractmethod
-    def write_if(self, path: str, data: bytes, *, identity: str | None) -> None:
+    def write_if(self, path: str, data: bytes, *, identity: str | None) -> str:
         """Write ``data`` whole only if ``path`` is absent (``identity`` None) or still has
-        ``identity``; else ``Conflict``. ``NotSupported`` where the storage cannot tell."""
+        ``identity``; else ``Conflict``. ``NotSupported`` where the storage cannot tell. Returns
+        the identity of what it wrote, as the write itself gave it (not looked up after, when
+        another writer may already have replaced it)."""
 
     @abstractmethod
     def copy(self, src: str, dst: str) -> None:

@@ -134,7 +134,7 @@ class FsspecStorage(Storage):
             raise OSError(f"{path}: not there after it was written")
         return got
 
-    def write_if(self, path: str, data: bytes, *, identity: str | None) -> None:
+    def write_if(self, path: str, data: bytes, *, identity: str | None) -> str:
         store = self.store
         target = store.path_of(path)
         durable.fault_point("write", path)
@@ -142,19 +142,20 @@ class FsspecStorage(Storage):
             with self._memory_lock:
                 self._check(path, identity)
                 store.write_all(path, data)
-            return
+                return self._written(path)
         if store.protocol == "file":
             # The local file system's own way (a link for a create, the folder's lock for a
             # replace), with this storage's identities compared.
             from tfrfs.storage.local_storage import LocalStorage, folder_lock
-            if identity is None:
-                LocalStorage().write_if(target, data, identity=None)
-            else:
-                with folder_lock(posixpath.dirname(target)):
+            self._parent_folder(path)
+            with folder_lock(posixpath.dirname(target)):
+                if identity is None:
+                    LocalStorage().write_if(target, data, identity=None)
+                else:
                     self._check(path, identity)
                     LocalStorage().write(target, data)
-            store.fs.invalidate_cache(target)
-            return
+                store.fs.invalidate_cache(target)
+                return self._written(path)
         if store.protocol != "s3":
             raise NotSupported(f"{path}: this store cannot write on a condition")
         if identity is None:
@@ -166,14 +167,26 @@ class FsspecStorage(Storage):
                 raise Conflict(f"{path}: changed since it was read")
             kw = {"IfMatch": info["ETag"]}   # the store refuses the PUT if it changed since
 
-        def put() -> None:
+        def put() -> str:
             try:
-                store.fs.pipe_file(target, data, **kw)
+                out = store.fs.pipe_file(target, data, **kw)
             except (OSError, ValueError) as exc:
                 if isinstance(exc, FileExistsError) or _precondition_failed(exc):
                     raise Conflict(f"{path}: {'there already' if identity is None else 'changed since it was read'}") from exc
                 raise
-        store.call("write", path, put)
+            etag = out.get("ETag") if isinstance(out, dict) else None
+            if not etag:
+                raise OSError(f"{path}: the store did not say what it wrote (no ETag)")
+            # Spelled as a listing or look-up spells it (object_info).
+            return object_info(store, {"name": target, "size": len(data), "ETag": etag}).identity
+        written: str = store.call("write", path, put)
+        return written
+
+    def _written(self, path: str) -> str:
+        got = self.stat(path)
+        if got is None:
+            raise OSError(f"{path}: not there after it was written")
+        return got.identity
 
     def _check(self, path: str, identity: str | None) -> None:
         now = self.stat(path)

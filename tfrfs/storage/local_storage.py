@@ -171,7 +171,7 @@ class LocalStorage(Storage):
         writing.file.close()
         return stat_of(st)
 
-    def write_if(self, path: str, data: bytes, *, identity: str | None) -> None:
+    def write_if(self, path: str, data: bytes, *, identity: str | None) -> str:
         folder = os.path.dirname(path) or "."
         os.makedirs(folder, exist_ok=True)
         if identity is None:
@@ -187,15 +187,20 @@ class LocalStorage(Storage):
                     os.link(tmp, path)
                 except FileExistsError:
                     raise Conflict(f"{path}: there already") from None
+                written = stat_of(os.stat(tmp))   # the inode just linked: what it wrote, whatever came after
             finally:
                 os.unlink(tmp)
             durable.fsync_dir(folder)
-            return
+            return written.identity
         with folder_lock(folder):
             now = self.stat(path)
             if now is None or now.identity != identity:
                 raise Conflict(f"{path}: changed since it was read")
             durable.write_file(path, data, prefix=TMP_PREFIX, mode=0o666 & ~_umask())
+            got = self.stat(path)   # (under the folder's lock: no conditional write came between)
+            if got is None:
+                raise OSError(f"{path}: not there after it was written")
+            return got.identity
 
     def copy(self, src: str, dst: str) -> None:
         # Copied beside ``dst`` and renamed over it: whole under its name or not there at all.
