@@ -73,10 +73,13 @@ def open_args(args: argparse.Namespace) -> Source:
         check_folder(args.cache_dir, "--cache-dir")
     # A read-only mount starts from the dataset's manifest when it has one (SPEC 1.2); the other
     # commands (and --rw) list the source, as they read or write every shard.
+    # A bucket's edits are committed through its manifest (SPEC 7.1): a --rw mount and a commit of
+    # one start from it too.
     mounting = getattr(args, "command", None) == "mount" and not getattr(args, "rw", False)
+    editing = getattr(args, "command", None) in ("mount", "commit") and is_url(args.source)
     return open_source(args.source, options=store, cache_dir=getattr(args, "cache_dir", None),
                        cache_size=getattr(args, "cache_size", None), empty_ok=bool(getattr(args, "rw", False)),
-                       use_manifest=mounting and not getattr(args, "no_manifest", False))
+                       use_manifest=(mounting or editing) and not getattr(args, "no_manifest", False))
 
 
 def index_progress(*, quiet: bool = False,

@@ -21,7 +21,7 @@ from tfrfs.fuse import mounttab
 from tfrfs.fuse import options
 from tfrfs.errors import TfrfsError, UsageError
 from tfrfs.index.cache_dir import default_cache_dir
-from tfrfs.storage.factory import is_url
+from tfrfs.storage.factory import is_url, open_storage
 from tfrfs.cli.common import (EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, FSTYPE, Progress, check_folder, check_options,
                               index_options, open_args)
 
@@ -88,8 +88,8 @@ def cmd_mount(args: argparse.Namespace) -> int:
     args.store_options = opts.store
     if args.poll_us is None:
         args.poll_us = POLL_US
-    if args.rw and is_url(args.source):
-        raise UsageError(f"{args.source}: a remote source is read-only (SPEC 1.1); mount it without --rw "
+    if args.rw and is_url(args.source) and not open_storage(args.source, opts.store).writable:
+        raise UsageError(f"{args.source}: a web server's files are read-only (SPEC 1.1); mount it without --rw "
                          "(in fstab: with ro)")
     fd = canmount.passed_fd(args.mountpoint)
     if fd is not None:
@@ -194,7 +194,7 @@ def _open_for_mount(args: argparse.Namespace, report: Report) -> Any:
     options = index_options(args, on_progress=on_progress)
     src = open_args(args)
     try:
-        if args.rw and not os.access(src.discovery.root, os.W_OK):
+        if args.rw and src.local_root is not None and not os.access(src.discovery.root, os.W_OK):
             raise UsageError(f"{src.discovery.root}: not writable, so edits cannot be staged there "
                              "(mount without --rw; in fstab: with ro)")
         return open_mount(src, writable=args.rw, records=args.records, decode_raw=not args.no_decode_raw,

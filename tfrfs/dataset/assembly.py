@@ -22,11 +22,12 @@ import json
 import logging
 import os
 import threading
+from pathlib import Path
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from tfrfs.jobs import runner as jobs
-from tfrfs.edit import repack
+from tfrfs.edit import bucket_commit, repack
 from tfrfs.edit.commit import CommitResult, Committer, PendingShard, WriteJobs, pending_of
 from tfrfs.errors import Busy, UsageError
 from tfrfs.storage.factory import open_storage
@@ -220,22 +221,31 @@ def open_mount(source: str | Source, *, writable: bool = False, records: str | N
     ``progress``, ``index_dir``, ``memory`` and ``runner``). Raises UsageError (bad SOURCE,
     ``writable`` with a remote one) or Busy (another writable mount holds the source)."""
     src = source if isinstance(source, Source) else open_source(source, cache_dir=cache_dir, readers=readers)
-    if writable and src.local_root is None:   # the staged edits live in the source's folder
-        raise UsageError(f"{src.name}: a remote source is read-only; mount it without --rw")
+    if writable and src.local_root is None:
+        _check_bucket(src)
     log.info("shards are read through the %s shard reader", src.readers.name)
     disc = src.discovery
     held: list[Staging] = []
+    base: list[bucket_commit.Base] = []
 
     def staged_edits(_: Source) -> EditSession | None:
         """A writable mount's edits, once the shards are indexed: the source's lock taken, the
-        staged changes loaded, an interrupted commit recovered."""
+        staged changes loaded, an interrupted commit recovered (and, of a bucket, the edits of
+        shards another writer's commit changed set aside)."""
         if not writable:
             return None
-        staging = Staging(disc.root)
+        staging = Staging(staging_root(src))
         staging.acquire()
         held.append(staging)
         staging.load()
-        for line in repack.recover(disc.root, staging):
+        if src.local_root is not None:
+            lines = repack.recover(disc.root, staging)
+        else:
+            base.append(_bucket_base(src))
+            lines = bucket_commit.recover(staging, src.storage, disc.root, base[0])
+            staging.load()
+            lines += bucket_commit.rebase(staging, {s.relpath: s for s in disc.shards})
+        for line in lines:
             log.warning("recovery: %s", line)
         staging.load()
         return EditSession(staging)
@@ -253,7 +263,9 @@ def open_mount(source: str | Source, *, writable: bool = False, records: str | N
             tree.check_folders(FolderCheck(tree, parts.cache))
         mount = Mount(disc, tree, parts.cache, src, staging)
         if staging is not None:
-            mount.committer = Committer(tree, staging, parts.cache, Where.of(src), mount.guard)
+            mount.committer = Committer(tree, staging, parts.cache, Where.of(src), mount.guard) if not base else \
+                bucket_commit.BucketCommitter(tree, staging, parts.cache, Where.of(src), mount.guard,
+                                              storage=src.storage, base=base[0])
             # Imported here: a read-only mount (and every command but mount --rw) does without them.
             from tfrfs.edit.feature_files import FileEditor
             from tfrfs.edit.folders import FolderEditor
@@ -273,6 +285,43 @@ def open_mount(source: str | Source, *, writable: bool = False, records: str | N
     return mount
 
 
+def staging_root(src: Source) -> str:
+    """Where a source's edits are staged: beside its shards, or (a bucket's) in the cache folder,
+    keyed by its URL (SPEC 7.1)."""
+    if src.local_root is not None:
+        return src.discovery.root
+    root = bucket_commit.staging_root(src.name, src.cache_dir)
+    bucket_commit.note_source(root, src.name)
+    return str(root)
+
+
+def _check_bucket(src: Source) -> None:
+    """That a source in a store can take edits: a prefix (a dataset's root) in a store that writes
+    on a condition (SPEC 7.1). Raises UsageError."""
+    if not src.storage.writable:
+        raise UsageError(f"{src.name}: a web server's files are read-only; mount it without --rw")
+    if not src.discovery.mirrors_dir:
+        raise UsageError(f"{src.name}: edits in a bucket are committed through the dataset's manifest at its "
+                         "root: mount the prefix, not one object or a glob")
+
+
+def _bucket_base(src: Source) -> bucket_commit.Base:
+    """The manifest version a writable bucket mount starts from: the one its shards were found
+    from (read again with its identity; if a commit came between, the mount starts again)."""
+    got = bucket_commit.read_base(src.storage, src.discovery.root)
+    found = src.manifest
+    same = (found is None and got.body is None) or (
+        found is not None and got.body is not None and
+        [(e.path, e.identity) for e in found.shards] ==
+        [(e["path"], e["identity"]) for e in got.body.get("shards", ())])
+    if found is None and got.body is not None:
+        raise UsageError(f"{src.name}: its edits are committed through its manifest: open it from the manifest "
+                         "(without --no-manifest)")
+    if not same:
+        raise UsageError(f"{src.name}: another writer committed to it while it was being mounted; mount it again")
+    return got
+
+
 def _add_write_meta(mount: Mount) -> None:
     """``.tfrfs/status`` (pending changes) and ``.tfrfs/commit`` (write to it to commit; it holds
     the last commit's result)."""
@@ -290,9 +339,9 @@ def _add_write_meta(mount: Mount) -> None:
     mount.tree.meta.children["commit"] = MetaFile("commit", commit)
 
 
-def discard(source: str) -> DiscardResult:
+def discard(source: str, cache_dir: str | None = None) -> DiscardResult:
     """Drop every staged change of SOURCE (not mounted writable: raises UsageError then)."""
-    staging = Staging(source_root(source))
+    staging = Staging(source_root(source, cache_dir))
     if not staging.dir.is_dir():
         return DiscardResult(0)
     with _locking(staging, busy=lambda where: f"{source} is mounted writable{where}: to drop its edits, "
@@ -346,23 +395,28 @@ def _where(staging: Staging) -> str:
     return f" at {where}" if where else ""
 
 
-def staged_in(source: str) -> tuple[PendingShard, ...]:
+def staged_in(source: str, cache_dir: str | None = None) -> tuple[PendingShard, ...]:
     """What is staged for SOURCE, read from its journal (it need not be mounted)."""
-    staging = Staging(source_root(source))
+    staging = Staging(source_root(source, cache_dir))
     staging.load()
     return pending_of(staging)
 
 
-def writable_holder(source: str) -> dict:
+def writable_holder(source: str, cache_dir: str | None = None) -> dict:
     """Who mounts SOURCE writable now ({"pid", "mountpoint", "source"}), or {} when nobody does."""
-    staging = Staging(source_root(source))
+    staging = Staging(source_root(source, cache_dir))
     return (staging.lock.holder() or {"pid": None}) if staging.lock.is_locked() else {}
 
 
-def source_root(source: str) -> str:
-    """The folder a SOURCE's staged changes live in."""
-    if open_storage(source).local_path(source) is None:
-        raise UsageError(f"{source}: a remote source is read-only: nothing is ever staged for it")
+def source_root(source: str, cache_dir: str | None = None) -> str:
+    """The folder a SOURCE's staged changes live in: its own, or (a bucket prefix) one in the
+    cache folder (``cache_dir``, else the default one) keyed by its URL."""
+    storage = open_storage(source)
+    if storage.local_path(source) is None:
+        if not storage.writable:
+            raise UsageError(f"{source}: a web server's files are read-only: nothing is ever staged for them")
+        from tfrfs.index.cache_dir import default_cache_dir
+        return str(bucket_commit.staging_root(source, Path(cache_dir) if cache_dir else default_cache_dir()))
     if os.path.isdir(source):
         return os.path.abspath(source)
     return discover(source).root

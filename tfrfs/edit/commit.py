@@ -77,10 +77,10 @@ class CommitResult:
 
 def pending_of(staging: Staging) -> tuple[PendingShard, ...]:
     """The shards with staged changes, in path order."""
-    return tuple(_pending(ch) for _, ch in sorted(staging.shards.items()) if not ch.empty)
+    return tuple(pending_shard(ch) for _, ch in sorted(staging.shards.items()) if not ch.empty)
 
 
-def _pending(ch: ShardChanges) -> PendingShard:
+def pending_shard(ch: ShardChanges) -> PendingShard:
     return PendingShard(ch.relpath, ch.new, ch.removed, len(ch.edited), len(ch.deleted), len(ch.added))
 
 
@@ -177,7 +177,7 @@ class Committer:
                     with self.guard:
                         staging.drop_shard(relpath)
                     continue
-                pending = _pending(ch)
+                pending = pending_shard(ch)
                 n = store.shard_number(relpath)
                 log.info("committing %s (%d edited, %d deleted, %d added%s)", relpath, len(ch.edited),
                          len(ch.deleted), len(ch.added), ", removed" if ch.removed else ", new" if ch.new else "")
@@ -187,7 +187,7 @@ class Committer:
                 got = None
                 if not ch.removed:
                     got = repack.write_job(self.where, plans[relpath], store.reader(n)) \
-                        if relpath in here and n is not None else _next_written(written)
+                        if relpath in here and n is not None else next_written(written)
                 with self.guard:   # the swap: between two requests
                     if ch.removed:
                         result = repack.remove_shard(root, ch, staging)
@@ -291,7 +291,7 @@ def _same_file(shard: ShardFile) -> bool:
         return False
 
 
-def _next_written(written: Iterator[Written]) -> Written:
+def next_written(written: Iterator[Written]) -> Written:
     """The next shard's write job's result; a failure of the runner itself (a worker lost again
     and again, a cluster gone) fails that shard's commit as a job's own failure would."""
     try:

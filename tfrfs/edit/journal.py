@@ -57,6 +57,7 @@ import logging
 import os
 import shutil
 import struct
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -296,6 +297,23 @@ class Staging:
         # Forgotten in memory once gone on disk, so a failure leaves both saying the same.
         self._remove_tree("shards", sid, gone=lambda: self.shards.pop(relpath, None))
         self.shards.pop(relpath, None)
+
+    def set_aside(self, relpath: str) -> Path:
+        """Move a shard's journal (and its scratch files) out of the staging folder, into
+        ``conflicts/TIME-SID/`` beside it, whole (its edits no longer apply: the shard changed
+        under them); where it went."""
+        self.settle()
+        ch = self.shards[relpath]
+        dest = self.dir.parent / "conflicts" / f"{time.strftime('%Y%m%d-%H%M%S')}-{ch.sid}"
+        dest.mkdir(parents=True)
+        for top in ("shards", "scratch"):
+            if (self.dir / top / ch.sid).exists():
+                os.rename(self.dir / top / ch.sid, dest / top)
+                durable.fsync_dir(self.dir / top)
+        durable.fsync_dir(dest)
+        durable.fsync_dir(dest.parent)
+        self.shards.pop(relpath, None)
+        return dest
 
     def _remove_tree(self, top: str, sid: str, gone: Callable[[], object] | None = None) -> None:
         path = self.dir / top / sid

@@ -66,7 +66,8 @@ class Stager:
         idx = self.store.shards[shard]
         return self.staging.shard(idx.shard.relpath, compression=idx.shard.compression,
                                   kind=self.store.kinds[shard],
-                                  base={"size": idx.shard.size, "mtime_ns": idx.shard.mtime_ns})
+                                  base={"size": idx.shard.size, "mtime_ns": idx.shard.mtime_ns,
+                                        "identity": idx.shard.identity})
 
     def dataset_kind_near(self, shard: int) -> Any:
         """``mutate.DatasetKind`` for a record of ``shard``: the dataset's kind of a key, and whether

@@ -28,7 +28,8 @@ STAGING_DIR = ".tfrfs-staging"
 SNIFF_BYTES = 4096
 DAMAGED_DIR = ".tfrfs-damaged"        # repair's copies of damaged shards (SPEC 6), never shown
 TMP_PREFIX = ".tfrfs-commit-"         # files being written beside the shards (commit, repair), never shown
-HIDDEN_DIRS = (STAGING_DIR, DAMAGED_DIR)
+OBJECTS_DIR = ".tfrfs-objects"       # a bucket commit's new shard objects, named by the manifest (SPEC 7.1)
+HIDDEN_DIRS = (STAGING_DIR, DAMAGED_DIR, OBJECTS_DIR)
 # A "being written" object in a reshard's DEST that has no folders to rename (a bucket prefix):
 # there until the new dataset's manifest is, so a prefix with it and no manifest is unfinished.
 RESHARD_MARKER = TMP_PREFIX + "reshard"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno as _errno
 import hashlib
+import os
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -205,6 +206,20 @@ class Storage(ABC):
     def upload(self, local: str, path: str) -> None:
         """Replace ``path`` whole with the bytes of the local file ``local``."""
 
+    def upload_checked(self, local: str, path: str) -> Stat:
+        """``upload``, then the object checked against the local file: its size, and its bytes'
+        checksum as the storage gives it (here: read back and CRC-32C compared; a store that keeps
+        a checksum of its own says it without the bytes). Raises DataLoss when they differ."""
+        from tfrfs.errors import DataLoss
+        self.upload(local, path)
+        got = self.stat(path)
+        want = os.path.getsize(local)
+        if got is None or got.size != want:
+            raise DataLoss(f"{path}: uploaded as {want} bytes, now {'missing' if got is None else got.size}")
+        if _crc_of(self.open_read(path)) != _crc_of(open(local, "rb")):
+            raise DataLoss(f"{path}: its bytes read back differ from {local}")
+        return got
+
     @abstractmethod
     def rename(self, src: str, dst: str) -> None:
         """Move ``src`` over ``dst`` (atomic for a local file or folder; a copy and a delete in a
@@ -243,6 +258,16 @@ class Storage(ABC):
     def stats(self) -> str:
         """Requests made and bytes fetched, for the log."""
         return ""
+
+
+def _crc_of(stream: BinaryIO) -> int:
+    """CRC-32C of a stream to its end (closed after)."""
+    import crc32c
+    crc = 0
+    with stream:
+        while chunk := stream.read(4 << 20):
+            crc = crc32c.crc32c(chunk, crc)
+    return crc
 
 
 # --- a location a job can carry ------------------------------------------------------------------

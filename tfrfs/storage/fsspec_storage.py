@@ -8,6 +8,8 @@ own conditional requests where it has them (S3's ``If-None-Match``/``If-Match``)
 
 from __future__ import annotations
 
+import hashlib
+import os
 import posixpath
 import threading
 from pathlib import Path
@@ -16,7 +18,7 @@ from typing import Any, BinaryIO
 from tfrfs.errors import DataLoss
 from tfrfs.storage import durable
 from tfrfs.storage.base import Conflict, Entry, Listing, NotSupported, Stat, Storage, Writing
-from tfrfs.storage.fsspec_store import Store, object_info
+from tfrfs.storage.fsspec_store import PART_BYTES, Store, object_info
 from tfrfs.storage.readers import Readers
 
 
@@ -210,6 +212,23 @@ class FsspecStorage(Storage):
         self._parent_folder(path)
         self.store.put_file(path, local)
 
+    def upload_checked(self, local: str, path: str) -> Stat:
+        if self.store.protocol != "s3":
+            return super().upload_checked(local, path)
+        # S3 keeps an MD5 of what it received: of the object (one PUT), or of its parts' MD5s
+        # ("-N", a multipart upload in parts of PART_BYTES): compared without reading it back.
+        self.upload(local, path)
+        got = self.stat(path)
+        size = os.path.getsize(local)
+        etag = got.identity.split(":")[1] if got is not None and got.identity.startswith("etag:") else ""
+        if got is None or got.size != size:
+            raise DataLoss(f"{path}: uploaded as {size} bytes, now {'missing' if got is None else got.size}")
+        if not etag or not _md5_like(etag):   # (an object encrypted with a KMS key: no MD5 in its ETag)
+            return super().upload_checked(local, path)
+        if etag != s3_etag_of(local, "-" in etag):
+            raise DataLoss(f"{path}: the store's checksum of it ({etag}) is not that of {local}")
+        return got
+
     def rename(self, src: str, dst: str) -> None:
         # A copy, checked, then the delete: a copy that did not take leaves ``src`` to try again.
         durable.fault_point("rename", dst)
@@ -247,3 +266,24 @@ class FsspecStorage(Storage):
 
     def stats(self) -> str:
         return self.store.stats()
+
+
+def _md5_like(etag: str) -> bool:
+    head, _, parts = etag.partition("-")
+    return len(head) == 32 and all(c in "0123456789abcdef" for c in head) and (not parts or parts.isdigit())
+
+
+def s3_etag_of(local: str, multipart: bool) -> str:
+    """The ETag S3 gives the local file uploaded by ``Store.put_file``: the MD5 of its bytes, or
+    (``multipart``) the MD5 of its parts' MD5s (parts of PART_BYTES) and "-" their count."""
+    whole = hashlib.md5(usedforsecurity=False)
+    parts: list[bytes] = []
+    with open(local, "rb", buffering=0) as f:
+        while chunk := f.read(PART_BYTES):
+            if multipart:
+                parts.append(hashlib.md5(chunk, usedforsecurity=False).digest())
+            else:
+                whole.update(chunk)
+    if not multipart:
+        return whole.hexdigest()
+    return f"{hashlib.md5(b''.join(parts), usedforsecurity=False).hexdigest()}-{len(parts)}"

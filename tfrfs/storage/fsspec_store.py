@@ -43,6 +43,7 @@ OWN_OPTIONS = ("retries", "timeout")
 DEFAULT_RETRIES = 4          # attempts of one request before it counts as failed
 DEFAULT_TIMEOUT_S = 30.0     # for one request
 PART_BYTES = 8 << 20        # of an upload: a smaller object goes in one request, held whole
+PARTS_AT_ONCE = 8           # parts of one upload sent at a time
 
 T = TypeVar("T")
 
@@ -195,7 +196,7 @@ class Store:
         """Upload a local file as the object ``url``, streamed in parts (a bucket shows a
         multipart upload only once it is complete: the object appears whole or not at all)."""
         path = self.path_of(url)
-        kw: dict[str, Any] = {"chunksize": PART_BYTES} if self.protocol == "s3" else {}
+        kw: dict[str, Any] = {"chunksize": PART_BYTES, "max_concurrency": PARTS_AT_ONCE} if self.protocol == "s3" else {}
         self.call("write", url, lambda: self.fs.put_file(local, path, **kw))
 
     def copy(self, src: str, dst: str) -> None:

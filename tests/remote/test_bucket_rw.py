@@ -1,0 +1,99 @@
+"""``tfrfs mount s3://... --rw`` (SPEC 7.1): edits of a bucket prefix are staged locally and
+committed through the dataset's manifest. New shard objects go under names no manifest used; the
+conditional write of the manifest is the commit; the objects the old version named stay for its
+readers until the next commit."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import tfrfs
+from conftest import run_tfrfs
+from tfrfs.format import proto
+
+pytestmark = pytest.mark.mount
+
+SHARD = "train/train-00000-of-00002.tfrecord"
+LABEL = f"{SHARD}/000001/image/object/class/label.json"
+
+
+def _records(source: str | Path, cache: Path) -> dict[str, list[bytes]]:
+    """Every shard's records (their stored bytes), read by the library from the manifest."""
+    with tfrfs.open(str(source), cache_dir=str(cache)) as d:
+        return {s.path: [bytes(d.record(s.path, i)) for i in range(s.records)] for s in d.shards}
+
+
+def _parsed(records: dict[str, list[bytes]]) -> dict[str, list]:
+    out = {}
+    for path, recs in records.items():
+        msgs = []
+        for data in recs:
+            m = proto.Example()
+            m.ParseFromString(data)
+            msgs.append(m)
+        out[path] = msgs
+    return out
+
+
+def _manifest(s3, prefix: str = "ds") -> dict:
+    return json.loads(s3.get(f"{prefix}/.tfrfs-manifest"))
+
+
+def _edit(mnt: Path) -> None:
+    (mnt / LABEL).write_text("[7, 7]\n")
+
+
+def test_edit_commit_and_the_bucket_holds_the_local_commit(sample: Path, s3, tfrfs_mount, tmp_path: Path) -> None:
+    # What the bucket must come to: the same edit committed in a local copy.
+    local = tmp_path / "local"
+    shutil.copytree(sample, local)
+    mnt = tfrfs_mount(local, "--rw")
+    _edit(mnt)
+    assert run_tfrfs("umount", str(mnt)).returncode == 0
+    expected = _parsed(_records(local, tmp_path / "lc"))
+
+    s3.upload_tree(sample, "ds")
+    before = set(s3.keys("ds/"))
+    old_shard = s3.get(f"ds/{SHARD}")
+    mnt = tfrfs_mount(s3.url("ds"), "--rw")
+    _edit(mnt)
+    assert json.loads((mnt / LABEL).read_text()) == [7, 7]       # shown at once
+    proc = run_tfrfs("umount", str(mnt))
+    assert proc.returncode == 0, proc.stderr
+
+    body = _manifest(s3)
+    entry = {e["path"]: e for e in body["shards"]}[SHARD]
+    assert entry["object"].startswith(".tfrfs-objects/") and entry["object"].endswith(SHARD)
+    assert body["tfrfs_manifest"] == 2 and body["made_by"].startswith("commit:")
+    # The old objects stay (a reader of the version before reads them to the end) ...
+    assert before <= set(s3.keys("ds/")) and s3.get(f"ds/{SHARD}") == old_shard
+    # ... and the version before named them: retired, for the next commit to remove.
+    assert SHARD in body["retired"]
+    assert _parsed(_records(s3.url("ds"), tmp_path / "bc")) == expected
+
+
+def test_the_next_commit_removes_what_the_one_before_retired(sample: Path, s3, tfrfs_mount, tmp_path: Path) -> None:
+    s3.upload_tree(sample, "ds")
+    mnt = tfrfs_mount(s3.url("ds"), "--rw")
+    _edit(mnt)
+    assert run_tfrfs("umount", str(mnt)).returncode == 0
+    first = _manifest(s3)
+    mnt = tfrfs_mount(s3.url("ds"), "--rw")
+    (mnt / LABEL).write_text("[8]\n")
+    assert run_tfrfs("umount", str(mnt)).returncode == 0
+    second = _manifest(s3)
+    keys = set(s3.keys("ds/"))
+    assert all(f"ds/{r}" not in keys for r in first["retired"]), "the first commit's retired objects stay"
+    held = {e["path"]: e for e in first["shards"]}[SHARD]["object"]
+    assert f"ds/{held}" in keys and held in second["retired"]   # the first commit's object: for the next one
+    assert _parsed(_records(s3.url("ds"), tmp_path / "c"))[SHARD][1].features.feature[
+        "image/object/class/label"].int64_list.value == [8]
+
+
+def test_a_web_server_stays_read_only(tmp_path: Path) -> None:
+    proc = run_tfrfs("mount", "https://127.0.0.1:9/ds", str(tmp_path), "--rw")
+    assert proc.returncode == 2 and "read-only" in proc.stderr

@@ -1,0 +1,449 @@
+"""The commit of a writable mount of a bucket prefix (SPEC 7.1): published through the manifest.
+
+A bucket has no rename, and readers may be reading the old objects: nothing a reader uses is
+written over. A commit:
+
+1. looks at the manifest: still the version the mount read (``Base``), or another writer
+   committed since and this commit fails (``Conflict``: the edits stay staged; remounting applies
+   them to the new version, ``rebase``);
+2. writes each changed shard anew into a local file (the jobs of a local commit,
+   ``repack.write_job``, reading the old shard from the bucket), checks and indexes it;
+3. uploads it as ``OBJECTS/ID/RELPATH`` (ID: this commit's) with its index file beside it, each
+   checked against the local file (size, and the store's checksum: ``Storage.upload_checked``);
+4. writes the new manifest with a conditional write against the version it read: that write is
+   the commit. The manifest names, for each shard, the object that holds it (its shown path is
+   kept), and the objects the version before named and it does not (``retired``);
+5. then: the staged edits of the committed shards are dropped and the mount serves the new
+   objects; the objects the base version retired are deleted (a reader of the version before
+   it has had a whole commit's time to finish), and uploads of commits that never were (older
+   than the base version, named by none).
+
+A crash before step 4 leaves the bucket as it was (the uploads are named by no manifest) and
+the edits staged: the next commit writes them again. After step 4, the next mount or commit finds
+the manifest ``made_by`` the commit its record names (``RECORD`` in the journal) and finishes
+step 5.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import logging
+import os
+import posixpath
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import crc32c
+
+from tfrfs.edit import repack
+from tfrfs.edit.commit import CommitResult, Committer, WriteJobs, next_written, pending_shard
+from tfrfs.edit.journal import ShardChanges, Staging
+from tfrfs.edit.repack import CommitFailed, ShardPlan, ShardResult
+from tfrfs.index import idxfile, manifest
+from tfrfs.index.discovery import OBJECTS_DIR, ShardFile
+from tfrfs.index.shard_index import ShardIndex
+from tfrfs.storage import durable
+from tfrfs.storage.base import Conflict, NotSupported, Storage
+
+log = logging.getLogger("tfrfs")
+
+RECORD = "bucket-commit.json"   # in the journal's folder: the commit between its manifest write and its end
+
+
+def staging_root(url: str, cache_dir: Path) -> Path:
+    """The local folder that holds the staged edits of the bucket prefix ``url`` (keyed by it)."""
+    url = url.rstrip("/")
+    root = Path(cache_dir) / "edits" / hashlib.sha256(url.encode("utf-8", "surrogateescape")).hexdigest()[:24]
+    return root
+
+
+def note_source(root: Path, url: str) -> None:
+    """Say, in the staging folder, whose edits it holds (for people who look)."""
+    root.mkdir(parents=True, exist_ok=True)
+    note = root / "SOURCE"
+    if not note.exists():
+        durable.write_file(note, (url.rstrip("/") + "\n").encode())
+
+
+@dataclass(frozen=True)
+class Base:
+    """The version of the dataset's manifest a mount read: its identity (None: the prefix had no
+    manifest), its body, and its time."""
+
+    identity: str | None
+    body: dict | None
+    mtime_ns: int = 0
+
+    @property
+    def made_by(self) -> str | None:
+        got = (self.body or {}).get("made_by")
+        return str(got) if got is not None else None
+
+
+def read_base(storage: Storage, root: str) -> Base:
+    """The manifest at ``root`` now, with its identity: looked up before and after it is read,
+    so that the body is of that identity (read again if a commit came between)."""
+    url = storage.join(root, manifest.NAME)
+    for _ in range(5):
+        before = storage.stat(url)
+        if before is None:
+            return Base(None, None)
+        try:
+            data = storage.read(url)
+        except FileNotFoundError:
+            continue
+        after = storage.stat(url)
+        if after is not None and after.identity == before.identity:
+            try:
+                body = json.loads(data)
+            except ValueError as exc:
+                raise CommitFailed(f"{url}: damaged manifest ({exc}); tfrfs index --beside writes it anew",
+                                   errno.EIO) from None
+            return Base(before.identity, body, before.mtime_ns)
+    raise CommitFailed(f"{url}: it changes faster than it can be read", errno.EAGAIN)
+
+
+def _entries(body: dict | None) -> dict[str, dict]:
+    return {e["path"]: e for e in (body or {}).get("shards", ())}
+
+
+def _held(entry: dict) -> str:
+    return str(entry.get("object") or entry["path"])
+
+
+def _named(body: dict | None) -> set[str]:
+    """Every object a manifest names: the shards' and their index files', and its plain files."""
+    out: set[str] = set()
+    for e in _entries(body).values():
+        out.add(_held(e))
+        if e.get("index"):
+            out.add(_held(e) + idxfile.SUFFIX)
+    out.update(f["path"] for f in (body or {}).get("files", ()))
+    return out
+
+
+def changed_under(base: Base, now: Base, relpaths: list[str]) -> list[str]:
+    """Which of ``relpaths`` a commit between ``base`` and ``now`` changed (or removed)."""
+    was, is_ = _entries(base.body), _entries(now.body)
+    out = []
+    for rel in relpaths:
+        a, b = was.get(rel), is_.get(rel)
+        if (a is None) != (b is None) or (a is not None and b is not None and
+                                          (_held(a), a.get("identity")) != (_held(b), b.get("identity"))):
+            out.append(rel)
+    return out
+
+
+def conflict(root: str, base: Base, now: Base, staged: list[str]) -> CommitFailed:
+    """The failure of a commit that another writer's commit came before."""
+    if base.identity is None or now.identity is None:
+        hit = staged
+    else:
+        hit = changed_under(base, now, staged)
+    which = f"; of the shards with staged edits it changed: {', '.join(hit)}" if hit else \
+        "; it changed none of the shards with staged edits"
+    return CommitFailed(
+        f"commit refused: another writer committed to {root} since this mount read it{which}. Nothing was "
+        "written; the edits stay staged. To apply them to the new version, mount it again (unmount with "
+        "fusermount3 -u: the edits stay staged; or tfrfs commit SOURCE when it is not mounted): the edits of "
+        "shards it did not change are applied, and those of shards it changed are set aside and listed", errno.EBUSY)
+
+
+class BucketCommitter(Committer):
+    """Commits a writable bucket mount's staged changes through its manifest (see the module)."""
+
+    def __init__(self, *args: Any, storage: Storage, base: Base, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.storage = storage
+        self.url = self.root               # the prefix (the tree's root)
+        self.base = base
+        self.local = str(Path(self.staging.dir).parent)   # where the new shards are written first
+
+    def _manifest_url(self) -> str:
+        return self.storage.join(self.url, manifest.NAME)
+
+    def commit(self, write_jobs: WriteJobs) -> CommitResult:
+        staging = self.staging
+        started = time.monotonic()
+        store = self.tree.store
+        plans: dict[str, ShardPlan] = {}
+        written: Iterator[Any] = iter(())
+        try:
+            with self.guard:
+                self.tree.schema.forget()
+                todo = [(rel, ch) for rel, ch in sorted(staging.shards.items()) if not ch.empty]
+                if todo:
+                    repack.settle(staging, todo[0][1])
+                for relpath, ch in todo:
+                    if ch.removed:
+                        continue
+                    n = store.shard_number(relpath)
+                    try:
+                        plans[relpath] = repack.plan_shard(self.local, ch, store.shards[n] if n is not None else None)
+                    except OSError as exc:
+                        raise repack.failure(ch, exc, False) from exc
+            if not todo:
+                self.last = CommitResult(True, (), round(time.monotonic() - started, 3))
+                return self.last
+            now = read_base(self.storage, self.url)
+            if now.identity != self.base.identity:
+                raise conflict(self.url, self.base, now, [rel for rel, _ in todo])
+            cid = uuid.uuid4().hex[:16]
+            written = write_jobs(list(plans.values()))
+            uploaded: dict[str, tuple[str, ShardIndex, tuple[int, int]]] = {}
+            tallies = {}
+            for relpath, ch in todo:
+                n = store.shard_number(relpath)
+                tallies[relpath] = self._tally_after(n, ch)
+                if ch.removed:
+                    continue
+                got = next_written(written)
+                if got.error is not None:
+                    raise repack.failure(ch, got.error, False)
+                uploaded[relpath] = self._upload(cid, plans[relpath], tallies[relpath])
+            body = self._new_body(cid, todo, uploaded)
+            data = (json.dumps(body, separators=(",", ":"), sort_keys=True) + "\n").encode()
+            self._write_record(cid, [rel for rel, _ in todo])
+            try:
+                identity = self.storage.write_if(self._manifest_url(), data, identity=self.base.identity)
+            except Conflict:
+                self._drop_record()
+                raise conflict(self.url, self.base, read_base(self.storage, self.url), [rel for rel, _ in todo]) from None
+            except NotSupported as exc:
+                self._drop_record()
+                raise CommitFailed(f"commit of {self.url} failed: {exc}", errno.EOPNOTSUPP) from None
+            except OSError as exc:
+                # Written or not: the next commit (or mount) tells by the manifest's made_by.
+                raise CommitFailed(f"commit of {self.url} failed while writing its manifest: {exc}; "
+                                   "tfrfs commit SOURCE finishes it or writes it again", exc.errno or errno.EIO) from exc
+            old = self.base
+            self.base = Base(identity, body, time.time_ns())
+            results = self._after(todo, uploaded, tallies)
+            notes = tuple(tidy(self.storage, self.url, old, self.base))
+            self._drop_record()
+        except CommitFailed as exc:
+            log.error("%s", exc)
+            with self.guard:
+                self.last = CommitResult(False, (), error=str(exc))
+            raise
+        finally:
+            close = getattr(written, "close", None)
+            if close is not None:
+                close()
+            repack.take_back(plans.values())
+        with self.guard:
+            self.last = CommitResult(True, tuple(results), round(time.monotonic() - started, 3),
+                                     staged=tuple(pending_shard(ch) for _, ch in todo), notes=notes)
+            return self.last
+
+    # -- the steps ------------------------------------------------------------------------
+
+    def _upload(self, cid: str, plan: ShardPlan, tally: Any) -> tuple[str, ShardIndex, tuple[int, int]]:
+        """Upload a shard's new file (written and checked by its job) and its index file:
+        (the object's path relative to the root, its index, (size, CRC-32C) of the index file)."""
+        ch = plan.ch
+        rel = posixpath.join(OBJECTS_DIR, cid, ch.relpath.replace(os.sep, "/"))
+        url = self.storage.join(self.url, rel)
+        try:
+            st = self.storage.upload_checked(plan.tmp, url)
+            local = ShardFile(path=plan.tmp, relpath=ch.relpath, compression=plan.compression,
+                              size=os.path.getsize(plan.tmp), mtime_ns=0, identity=f"local:{cid}")
+            built = self.cache.build(local)
+            shard = ShardFile(path=url, relpath=ch.relpath, compression=plan.compression, size=st.size,
+                              mtime_ns=st.mtime_ns, identity=st.identity, shipped=(url + idxfile.SUFFIX,))
+            idx = ShardIndex(shard, built.data_path, built.offsets, built.detected_kind, built.problems,
+                             built.bad, ends=built.ends, tally=tally)
+            data = self.cache.shipped_bytes(idx)
+            self.storage.write(url + idxfile.SUFFIX, data)
+            self.cache.save(idx)   # the mount serves the new object from this cache entry
+        except OSError as exc:
+            raise repack.failure(ch, exc, False) from exc
+        return rel, idx, (len(data), crc32c.crc32c(data))
+
+    def _new_body(self, cid: str, todo: list[tuple[str, ShardChanges]],
+                  uploaded: dict[str, tuple[str, ShardIndex, tuple[int, int]]]) -> dict:
+        """The new manifest: the base version's with the committed shards' entries replaced."""
+        body = json.loads(json.dumps(self.base.body)) if self.base.body is not None else self._listed_body()
+        entries = _entries(body)
+        files = {f["path"]: f for f in body.get("files", ())}
+        before = _named(body)
+        for relpath, ch in todo:
+            rel = relpath.replace(os.sep, "/")
+            files.pop(rel + idxfile.SUFFIX, None)   # an index file at the shown path is the old shard's
+            if ch.removed:
+                entries.pop(rel, None)
+                continue
+            obj, idx, shipped = uploaded[relpath]
+            entry = manifest.shard_json(idx, self.cache, shipped)
+            entry["path"] = rel
+            entry["object"] = obj
+            entry["index"] = {"file": posixpath.basename(obj) + idxfile.SUFFIX, "size": shipped[0], "crc32c": shipped[1]}
+            entries[rel] = entry
+        body["shards"] = [entries[k] for k in sorted(entries)]
+        body["files"] = [files[k] for k in sorted(files)]
+        body["made_by"] = f"commit:{cid}"
+        body["retired"] = sorted(before - _named(body))
+        body["tfrfs_manifest"] = manifest.VERSION_OBJECTS if any(e.get("object") for e in body["shards"]) \
+            else manifest.VERSION
+        body["schema"] = self._summary_after(todo, uploaded)
+        return body
+
+    def _listed_body(self) -> dict:
+        """A manifest of the prefix as the mount listed it (its first commit gives it one)."""
+        store = self.tree.store
+        indexes = [store.shards[n] for n in range(len(store.shards))
+                   if not store.shards[n].shard.relpath in self.staging.shards
+                   or not self.staging.shards[store.shards[n].shard.relpath].new]
+        return json.loads(manifest.build(self.tree.discovery, indexes, self.cache, {}, None))
+
+    def _summary_after(self, todo: list[tuple[str, ShardChanges]],
+                       uploaded: dict[str, tuple[str, ShardIndex, tuple[int, int]]]) -> dict | None:
+        """The schema summary of the dataset as the commit leaves it, where every shard's tally is
+        known (else None: a mount reads it from the index files)."""
+        from tfrfs.index import schema_summary
+        store = self.tree.store
+        removed = {rel for rel, ch in todo if ch.removed}
+        shards, tallies = [], []
+        for n, idx in enumerate(store.shards):
+            rel = idx.shard.relpath
+            if rel in removed:
+                continue
+            new = uploaded.get(rel)
+            tally = new[1].tally if new is not None else idx.tally
+            if tally is None:
+                return None
+            count = new[1].count if new is not None else idx.count
+            shards.append({"shard": rel, "records": count, "kind": store.kinds[n], "compression": idx.shard.compression})
+            tallies.append(tally)
+        tables = schema_summary.summarize(tallies, store.decode_raw)
+        out: dict = {"shards": shards, "features": tables["features"]}
+        if tables["feature_lists"]:
+            out["feature_lists"] = tables["feature_lists"]
+        return out
+
+    def _after(self, todo: list[tuple[str, ShardChanges]], uploaded: dict[str, tuple[str, ShardIndex, tuple[int, int]]],
+               tallies: dict[str, Any]) -> list[ShardResult]:
+        """Committed: each shard's staged edits dropped and the mount serving its new object."""
+        store = self.tree.store
+        results = []
+        for relpath, ch in todo:
+            n = store.shard_number(relpath)
+            with self.guard:
+                self._forget(relpath)
+                if ch.removed:
+                    results.append(ShardResult(relpath, "removed", 0, 0))
+                    if n is not None:
+                        self.tree.hide_shard(n)
+                    continue
+                _, idx, _ = uploaded[relpath]
+                served, _ = self.cache.get(idx.shard)
+                results.append(ShardResult(relpath, "created" if ch.new else "rewritten", idx.count, idx.shard.size))
+                if n is not None:
+                    self.tree.replace_shard(n, served)
+                    self.tree.schema.committed(n, tallies.get(relpath))
+            log.info("committed %s: %s", relpath, results[-1].action)
+        return results
+
+    def _forget(self, relpath: str) -> None:
+        try:
+            self.staging.drop_shard(relpath)
+        except OSError as exc:
+            log.warning("%s is committed, but its staged edits could not be cleared yet: %s", relpath, exc)
+            self.staging.shards.pop(relpath, None)
+
+    # -- the record of a commit between its manifest write and its end ---------------------
+
+    def _write_record(self, cid: str, relpaths: list[str]) -> None:
+        durable.write_file(Path(self.staging.dir) / RECORD, json.dumps(
+            {"commit": f"commit:{cid}", "base": self.base.identity, "shards": relpaths,
+             "base_body": self.base.body}).encode())
+
+    def _drop_record(self) -> None:
+        try:
+            durable.unlink(str(Path(self.staging.dir) / RECORD))
+        except FileNotFoundError:
+            pass
+
+
+def tidy(storage: Storage, url: str, old: Base, new: Base) -> list[str]:
+    """After a commit: delete what ``old`` (the version it replaced) had retired and ``new``
+    does not name, and the uploads under OBJECTS/ older than ``old`` that neither names (of
+    commits that never were: a commit that began later read ``old`` or newer, and uploads
+    after that). Failures are notes: the next commit tries again."""
+    keep = _named(new.body) | _named(old.body)
+    doomed = {r for r in (old.body or {}).get("retired", ()) if r not in keep}
+    if old.identity is not None and old.mtime_ns:
+        for e in storage.list(storage.join(url, OBJECTS_DIR), recursive=True) or []:
+            rel = posixpath.join(OBJECTS_DIR, e.name)
+            if rel not in keep and e.stat.mtime_ns < old.mtime_ns:
+                doomed.add(rel)
+    notes = []
+    for rel in sorted(doomed):
+        try:
+            storage.delete(storage.join(url, rel))
+        except OSError as exc:
+            notes.append(f"{rel}: not deleted yet ({exc}); the next commit tries again")
+    if doomed:
+        notes.append(f"deleted {len(doomed) - len(notes)} object(s) no manifest names any more")
+    for note in notes:
+        log.info("%s", note)
+    return notes
+
+
+def recover(staging: Staging, storage: Storage, url: str, now: Base) -> list[str]:
+    """At a writable mount's start (or ``tfrfs commit``): a commit whose record is in the journal
+    either wrote its manifest (``now`` was made by it: its shards' staged edits are dropped, and
+    what it would have deleted is deleted) or did not (the record is dropped: its edits stay
+    staged, its uploads are named by no manifest). Returns what was done, for the log."""
+    path = Path(staging.dir) / RECORD
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError):
+        durable.unlink(str(path))
+        return ["an unreadable record of an interrupted commit was dropped; its edits stay staged"]
+    done = []
+    if now.made_by == record.get("commit"):
+        for relpath in record.get("shards", ()):
+            if relpath in staging.shards:
+                staging.drop_shard(relpath)
+        done.append(f"an interrupted commit had written its manifest: {len(record.get('shards', ()))} shard(s) "
+                    "committed, their staged edits cleared")
+        done += tidy(storage, url, Base(record.get("base"), record.get("base_body"), 1), now)
+    else:
+        done.append("an interrupted commit had not written its manifest; its edits stay staged")
+    durable.unlink(str(path))
+    return done
+
+
+def rebase(staging: Staging, shards: dict[str, ShardFile]) -> list[str]:
+    """The staged edits of shards that changed since they were staged (another writer's commit),
+    set aside: moved out of the journal into ``conflicts/TIME/`` beside it, nothing deleted.
+    ``shards``: the shards as the mount found them, by relative path. Returns one line each
+    (shard, and the records its edits touched)."""
+    out = []
+    for relpath, ch in sorted(staging.shards.items()):
+        if ch.new or not ch.base:
+            continue
+        now = shards.get(relpath)
+        was = ch.base
+        same = now is not None and now.size == was.get("size") and \
+            (now.identity == was["identity"] if "identity" in was else now.mtime_ns == was.get("mtime_ns"))
+        if same:
+            continue
+        records = sorted(ch.edited | ch.deleted)
+        where = staging.set_aside(relpath)
+        what = (f"records {', '.join(map(str, records[:20]))}{' ...' if len(records) > 20 else ''}"
+                if records else "no original record")
+        out.append(f"{relpath}: changed by another commit since its edits were staged ({what}"
+                   f"{f', {len(ch.added)} added' if ch.added else ''}); its edits are set aside in {where}")
+    return out
+
+
+__all__ = ["Base", "BucketCommitter", "rebase", "read_base", "recover", "staging_root", "tidy"]
