@@ -124,7 +124,7 @@ class Mounts:
         return mnt
 
     def log_text(self, mnt: Path) -> str:
-        for m, log in self.made:
+        for m, log in reversed(self.made):   # the last mount there
             if m == mnt and log.exists():
                 return log.read_text(errors="replace")
         return ""

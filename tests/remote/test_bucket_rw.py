@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,48 @@ def test_the_next_commit_removes_what_the_one_before_retired(sample: Path, s3, t
 def test_a_web_server_stays_read_only(tmp_path: Path) -> None:
     proc = run_tfrfs("mount", "https://127.0.0.1:9/ds", str(tmp_path), "--rw")
     assert proc.returncode == 2 and "read-only" in proc.stderr
+
+
+OTHER = "train/train-00001-of-00002.tfrecord/000000/image/object/class/label.json"
+SAME_SHARD = f"{SHARD}/000002/image/object/class/label.json"
+
+
+def _label(records: dict[str, list[bytes]], shard: str, i: int) -> list[int]:
+    return list(_parsed(records)[shard][i].features.feature["image/object/class/label"].int64_list.value)
+
+
+def test_two_writers_racing_one_wins_and_the_other_keeps_its_edits(sample: Path, s3, tfrfs_mount,
+                                                                    tmp_path: Path) -> None:
+    s3.upload_tree(sample, "ds")
+    url = s3.url("ds")
+    before = _records(url, tmp_path / "c0")
+    a = tfrfs_mount(url, "--rw", "--cache-dir", str(tmp_path / "ca"))
+    b = tfrfs_mount(url, "--rw", "--cache-dir", str(tmp_path / "cb"))
+    (a / LABEL).write_text("[1]\n")
+    (b / OTHER).write_text("[2]\n")        # a shard the other writer does not change
+    (b / SAME_SHARD).write_text("[3]\n")   # and one it does
+    assert run_tfrfs("umount", str(a)).returncode == 0
+    won = _manifest(s3)
+
+    proc = run_tfrfs("umount", str(b))
+    assert proc.returncode == 1, proc.stderr
+    assert "another writer committed" in proc.stderr and SHARD in proc.stderr, proc.stderr
+    assert _manifest(s3) == won                                  # nothing of b's is committed
+    assert json.loads((b / OTHER).read_text()) == [2]            # its edits are still there
+    subprocess.run(["fusermount3", "-u", str(b)], check=True)    # the commit at unmount fails again
+    status = run_tfrfs("status", url, "--cache-dir", str(tmp_path / "cb"))
+    assert SHARD in status.stdout and "train-00001-of-00002.tfrecord" in status.stdout, status.stdout
+
+    # Mounted again: the edits of the shard nobody else changed apply to the new version; those of
+    # the shard the winner changed are set aside, named by shard and record.
+    b = tfrfs_mount(url, "--rw", "--cache-dir", str(tmp_path / "cb"), mountpoint=b)
+    log = tfrfs_mount.log_text(b)
+    assert f"{SHARD}: changed by another commit" in log and "records 2" in log, log
+    assert json.loads((b / OTHER).read_text()) == [2]
+    assert json.loads((b / LABEL).read_text()) == [1]           # the winner's edit
+    assert run_tfrfs("umount", str(b)).returncode == 0
+    now = _records(url, tmp_path / "c1")
+    assert _label(now, SHARD, 1) == [1] and _label(now, "train/train-00001-of-00002.tfrecord", 0) == [2]
+    assert _label(now, SHARD, 2) == _label(before, SHARD, 2)
+    aside = list((tmp_path / "cb" / "edits").glob("*/conflicts/*/shards/edit/2"))
+    assert len(aside) == 1                                       # nothing lost: set aside whole

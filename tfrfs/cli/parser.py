@@ -157,7 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("commit", help="write staged edits into new shards (of a mount, or of a source not mounted)",
                        description="Commit the staged edits of a writable mount (MOUNTPOINT), or of a SOURCE that "
                                    "is not mounted (after its daemon was stopped or crashed): every changed shard "
-                                   "is written anew (temporary file, fsync, check, rename). On failure the old "
+                                   "is written anew (temporary file, fsync, check, rename; in a bucket: new "
+                                   "objects, then the manifest written on a condition). On failure the old "
                                    "shards and the staged edits stay as they were; exit status 1. A SOURCE "
                                    "mounted writable is refused (exit 2): commit its mount point.")
     p.add_argument("target", metavar="MOUNTPOINT|SOURCE")
@@ -171,12 +172,16 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(SOURCE), per shard, and a mount's last refused writes with their reasons. "
                                    "Says so when a mount's daemon is gone, and how to clean up.")
     p.add_argument("target", metavar="MOUNTPOINT|SOURCE")
+    p.add_argument("--cache-dir", metavar="DIR", help="where a bucket SOURCE's edits are staged, as it was mounted "
+                                                      "with (default: $XDG_CACHE_HOME/tfrfs or ~/.cache/tfrfs)")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("discard", help="drop every staged edit of SOURCE",
                        description="Drop every staged edit of SOURCE, and the scratch files made in its records. "
                                    "Refused while SOURCE is mounted writable (use tfrfs umount --discard).")
     p.add_argument("source", metavar="SOURCE")
+    p.add_argument("--cache-dir", metavar="DIR", help="where a bucket SOURCE's edits are staged, as it was mounted "
+                                                      "with (default: $XDG_CACHE_HOME/tfrfs or ~/.cache/tfrfs)")
     p.set_defaults(func=cmd_discard)
 
     p = sub.add_parser("verify", help="check every checksum and parse, without mounting",

@@ -301,14 +301,12 @@ def _commit_source(args: argparse.Namespace) -> int:
     from tfrfs.dataset.sources import index_source
     from tfrfs.edit.repack import CommitFailed
     source = args.target
-    if is_url(source):
-        raise UsageError(f"{source}: a remote source is read-only: nothing is ever staged for it")
-    holder = writable_holder(source)
+    holder = writable_holder(source, args.cache_dir)
     if holder:
         where = holder.get("mountpoint") or "MOUNTPOINT"
         raise UsageError(f"{source} is mounted writable" + (f" at {where}" if holder.get("mountpoint") else "")
                          + f": commit it there (tfrfs commit {where})")
-    if not staged_in(source):
+    if not staged_in(source, args.cache_dir):
         print("nothing staged")
         return EXIT_OK
     args.source = source
@@ -379,10 +377,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         return EXIT_OK
     from tfrfs.dataset.assembly import source_root, writable_holder
     from tfrfs.edit.journal import Staging
-    pending = list(staged_in(target))
-    holder = Staging(source_root(target)).lock.holder() if not is_url(target) else {}
+    pending = list(staged_in(target, args.cache_dir))
+    holder = Staging(source_root(target, args.cache_dir)).lock.holder()
     where = holder.get("mountpoint")
-    if where and not writable_holder(target) and mounttab.fstype_at(where) == FSTYPE \
+    if where and not writable_holder(target, args.cache_dir) and mounttab.fstype_at(where) == FSTYPE \
             and _daemon_state(where) == "gone":
         print(f"warning: its --rw mount at {where} was left by a daemon that is gone: fusermount3 -u {where}",
               file=sys.stderr)
@@ -402,6 +400,6 @@ def _print_pending(pending: list) -> None:
 
 def cmd_discard(args: argparse.Namespace) -> int:
     from tfrfs.dataset.assembly import discard
-    result = discard(args.source)
+    result = discard(args.source, args.cache_dir)
     print(f"discarded the staged edits of {result.shards} shard(s)")
     return EXIT_OK

@@ -127,24 +127,21 @@ def _named(body: dict | None) -> set[str]:
     return out
 
 
-def changed_under(base: Base, now: Base, relpaths: list[str]) -> list[str]:
-    """Which of ``relpaths`` a commit between ``base`` and ``now`` changed (or removed)."""
-    was, is_ = _entries(base.body), _entries(now.body)
+def changed_under(now: Base, staged: dict[str, dict]) -> list[str]:
+    """Which shards, of those with staged edits (relative path: the ``base`` their edits were
+    staged against, size and identity), are not there as they were in the version ``now``."""
+    entries = _entries(now.body)
     out = []
-    for rel in relpaths:
-        a, b = was.get(rel), is_.get(rel)
-        if (a is None) != (b is None) or (a is not None and b is not None and
-                                          (_held(a), a.get("identity")) != (_held(b), b.get("identity"))):
+    for rel, base in sorted(staged.items()):
+        e = entries.get(rel.replace(os.sep, "/"))
+        if e is None or (e.get("size"), e.get("identity")) != (base.get("size"), base.get("identity")):
             out.append(rel)
     return out
 
 
-def conflict(root: str, base: Base, now: Base, staged: list[str]) -> CommitFailed:
+def conflict(root: str, now: Base, staged: dict[str, dict]) -> CommitFailed:
     """The failure of a commit that another writer's commit came before."""
-    if base.identity is None or now.identity is None:
-        hit = staged
-    else:
-        hit = changed_under(base, now, staged)
+    hit = changed_under(now, staged)
     which = f"; of the shards with staged edits it changed: {', '.join(hit)}" if hit else \
         "; it changed none of the shards with staged edits"
     return CommitFailed(
@@ -192,7 +189,7 @@ class BucketCommitter(Committer):
                 return self.last
             now = read_base(self.storage, self.url)
             if now.identity != self.base.identity:
-                raise conflict(self.url, self.base, now, [rel for rel, _ in todo])
+                raise conflict(self.url, now, {rel: ch.base for rel, ch in todo if not ch.new})
             cid = uuid.uuid4().hex[:16]
             written = write_jobs(list(plans.values()))
             uploaded: dict[str, tuple[str, ShardIndex, tuple[int, int]]] = {}
@@ -213,7 +210,8 @@ class BucketCommitter(Committer):
                 identity = self.storage.write_if(self._manifest_url(), data, identity=self.base.identity)
             except Conflict:
                 self._drop_record()
-                raise conflict(self.url, self.base, read_base(self.storage, self.url), [rel for rel, _ in todo]) from None
+                raise conflict(self.url, read_base(self.storage, self.url),
+                               {rel: ch.base for rel, ch in todo if not ch.new}) from None
             except NotSupported as exc:
                 self._drop_record()
                 raise CommitFailed(f"commit of {self.url} failed: {exc}", errno.EOPNOTSUPP) from None
