@@ -6,6 +6,7 @@ readers until the next commit."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -143,3 +144,38 @@ def test_two_writers_racing_one_wins_and_the_other_keeps_its_edits(sample: Path,
     assert _label(now, SHARD, 2) == _label(before, SHARD, 2)
     aside = list((tmp_path / "cb" / "edits").glob("*/conflicts/*/shards/edit/2"))
     assert len(aside) == 1                                       # nothing lost: set aside whole
+
+
+def test_a_reader_of_the_old_version_reads_it_to_the_end_while_a_commit_lands(sample: Path, s3, tfrfs_mount,
+                                                                             tmp_path: Path) -> None:
+    s3.upload_tree(sample, "ds")
+    url = s3.url("ds")
+    # A first commit gives the prefix its manifest; the reader mounts that version.
+    w = tfrfs_mount(url, "--rw", "--cache-dir", str(tmp_path / "cw"))
+    (w / OTHER).write_text("[4]\n")
+    assert run_tfrfs("umount", str(w)).returncode == 0
+    reader = tfrfs_mount(url, "--cache-dir", str(tmp_path / "cr"))
+    shard = reader / SHARD
+    names = sorted(os.listdir(shard))
+    first = (shard / names[0] / "image" / "encoded.jpg").read_bytes()   # reading has begun
+    old = {n: (shard / n / "image" / "object" / "class" / "label.json").read_bytes() for n in names}
+
+    w = tfrfs_mount(url, "--rw", "--cache-dir", str(tmp_path / "cw"), mountpoint=w)
+    (w / LABEL).write_text("[7, 7]\n")
+    shutil.rmtree(w / f"{SHARD}/000000")
+    assert run_tfrfs("umount", str(w)).returncode == 0   # committed: a new version of SHARD
+
+    # The reader still reads the version it mounted, every record of it, from the objects that
+    # version named (they stay until the next commit).
+    assert sorted(os.listdir(shard)) == names
+    assert (shard / names[0] / "image" / "encoded.jpg").read_bytes() == first
+    for n in names:
+        for f in (shard / n).rglob("*"):
+            if f.is_file():
+                f.read_bytes()
+        assert (shard / n / "image" / "object" / "class" / "label.json").read_bytes() == old[n]
+    assert (reader / ".tfrfs" / "errors").read_text() == ""
+    # A reader that mounts now sees the new version.
+    fresh = tfrfs_mount(url, "--cache-dir", str(tmp_path / "cf"))
+    assert len(os.listdir(fresh / SHARD)) == len(names) - 1
+    assert json.loads((fresh / SHARD / "000000" / "image" / "object" / "class" / "label.json").read_text()) == [7, 7]
