@@ -33,12 +33,15 @@ _VALUES = codec.compiled_values()
 @dataclass(frozen=True)
 class Shard:
     """One shard of a dataset: its path relative to SOURCE, its record count, how it is stored
-    (``NONE``, ``GZIP``, ``ZLIB``) and what its records are (``example``, ``sequence``, ``raw``)."""
+    (``NONE``, ``GZIP``, ``ZLIB``) and what its records are (``example``, ``sequence``, ``raw``);
+    ``file``: the file or object that holds it (a bucket commit's object, SPEC 7.1: what to hand
+    to ``tf.data.TFRecordDataset``)."""
 
     path: str
     records: int
     compression: str
     kind: str
+    file: str = ""
 
 
 class Dataset:
@@ -53,7 +56,7 @@ class Dataset:
         indexes = parts.indexes
         self._numbers = {idx.shard.relpath: n for n, idx in enumerate(indexes)}
         self.shards: tuple[Shard, ...] = tuple(
-            Shard(idx.shard.relpath, idx.count, idx.shard.compression, self._store.kinds[n])
+            Shard(idx.shard.relpath, idx.count, idx.shard.compression, self._store.kinds[n], idx.shard.path)
             for n, idx in enumerate(indexes))
 
     # -- what it holds -------------------------------------------------------------

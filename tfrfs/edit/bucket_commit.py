@@ -32,6 +32,7 @@ import json
 import logging
 import os
 import posixpath
+import shutil
 import time
 import uuid
 from dataclasses import dataclass
@@ -45,8 +46,8 @@ from tfrfs.edit.commit import CommitResult, Committer, WriteJobs, next_written, 
 from tfrfs.edit.journal import ShardChanges, Staging
 from tfrfs.edit.repack import CommitFailed, ShardPlan, ShardResult
 from tfrfs.index import idxfile, manifest
-from tfrfs.index.discovery import OBJECTS_DIR, ShardFile
-from tfrfs.index.shard_index import ShardIndex
+from tfrfs.index.discovery import OBJECTS_DIR, TMP_PREFIX, ShardFile
+from tfrfs.index.shard_index import IndexCache, ShardIndex
 from tfrfs.storage import durable
 from tfrfs.storage.base import Conflict, NotSupported, Storage
 
@@ -234,6 +235,7 @@ class BucketCommitter(Committer):
             if close is not None:
                 close()
             repack.take_back(plans.values())
+            shutil.rmtree(Path(self.local) / TMP_PREFIX, ignore_errors=True)
         with self.guard:
             self.last = CommitResult(True, tuple(results), round(time.monotonic() - started, 3),
                                      staged=tuple(pending_shard(ch) for _, ch in todo), notes=notes)
@@ -251,7 +253,9 @@ class BucketCommitter(Committer):
             st = self.storage.upload_checked(plan.tmp, url)
             local = ShardFile(path=plan.tmp, relpath=ch.relpath, compression=plan.compression,
                               size=os.path.getsize(plan.tmp), mtime_ns=0, identity=f"local:{cid}")
-            built = self.cache.build(local)
+            # Indexed where it was written (a compressed one inflated there too), by a cache of
+            # local files that goes with the commit's other local files.
+            built = IndexCache(Path(self.local) / TMP_PREFIX / cid).build(local)
             shard = ShardFile(path=url, relpath=ch.relpath, compression=plan.compression, size=st.size,
                               mtime_ns=st.mtime_ns, identity=st.identity, shipped=(url + idxfile.SUFFIX,))
             idx = ShardIndex(shard, built.data_path, built.offsets, built.detected_kind, built.problems,
