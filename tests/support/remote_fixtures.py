@@ -125,6 +125,13 @@ class S3Rig:
         head = self.server._direct().head_object(Bucket=self.bucket, Key=key)
         return head["LastModified"].timestamp()
 
+    def copy_prefix(self, src: str, dst: str) -> None:
+        """Every object under ``src/`` copied under ``dst/`` on the server (the same ETags)."""
+        client = self.server._direct()
+        for key in self.keys(src + "/"):
+            client.copy_object(Bucket=self.bucket, Key=dst + key[len(src):],
+                               CopySource={"Bucket": self.bucket, "Key": key})
+
 
 def s3_environment(mp: pytest.MonkeyPatch, server: S3Server, proxy: FaultProxy) -> None:
     """The AWS variables a user would set for the loopback server, through ``proxy``."""
@@ -204,6 +211,11 @@ class FileRig:
 
     def last_modified(self, key: str) -> float:
         return (self.folder / key).stat().st_mtime
+
+    def copy_prefix(self, src: str, dst: str) -> None:
+        """Every file under ``src/`` copied under ``dst/``, times kept (identities are times here)."""
+        import shutil
+        shutil.copytree(self.folder / src, self.folder / dst, copy_function=shutil.copy2)
 
 
 @pytest.fixture

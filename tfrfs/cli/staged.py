@@ -297,7 +297,7 @@ def cmd_commit(args: argparse.Namespace) -> int:
 
 def _commit_source(args: argparse.Namespace) -> int:
     """tfrfs commit SOURCE: a source that is not mounted (after a crash, or a stop by a signal)."""
-    from tfrfs.dataset.assembly import commit_source, staged_in, writable_holder
+    from tfrfs.dataset.assembly import commit_source, staged_in, unfinished_commit, writable_holder
     from tfrfs.dataset.sources import index_source
     from tfrfs.edit.repack import CommitFailed
     source = args.target
@@ -306,7 +306,7 @@ def _commit_source(args: argparse.Namespace) -> int:
         where = holder.get("mountpoint") or "MOUNTPOINT"
         raise UsageError(f"{source} is mounted writable" + (f" at {where}" if holder.get("mountpoint") else "")
                          + f": commit it there (tfrfs commit {where})")
-    if not staged_in(source, args.cache_dir):
+    if not staged_in(source, args.cache_dir) and not unfinished_commit(source, args.cache_dir):
         print("nothing staged")
         return EXIT_OK
     args.source = source

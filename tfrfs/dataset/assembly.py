@@ -402,6 +402,12 @@ def staged_in(source: str, cache_dir: str | None = None) -> tuple[PendingShard, 
     return pending_of(staging)
 
 
+def unfinished_commit(source: str, cache_dir: str | None = None) -> bool:
+    """Whether a commit of SOURCE (a bucket's) stopped after its manifest was written and before
+    it was done: ``tfrfs commit SOURCE`` (or the next mount) finishes it."""
+    return (Path(Staging(source_root(source, cache_dir)).dir) / bucket_commit.RECORD).exists()
+
+
 def writable_holder(source: str, cache_dir: str | None = None) -> dict:
     """Who mounts SOURCE writable now ({"pid", "mountpoint", "source"}), or {} when nobody does."""
     staging = Staging(source_root(source, cache_dir))
