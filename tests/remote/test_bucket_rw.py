@@ -179,3 +179,34 @@ def test_a_reader_of_the_old_version_reads_it_to_the_end_while_a_commit_lands(sa
     fresh = tfrfs_mount(url, "--cache-dir", str(tmp_path / "cf"))
     assert len(os.listdir(fresh / SHARD)) == len(names) - 1
     assert json.loads((fresh / SHARD / "000000" / "image" / "object" / "class" / "label.json").read_text()) == [7, 7]
+
+
+def test_the_other_commands_read_a_committed_bucket_by_its_manifest_and_repair_clears_it(
+        sample: Path, s3, tfrfs_mount, tmp_path: Path) -> None:
+    s3.upload_tree(sample, "ds")
+    url = s3.url("ds")
+    mnt = tfrfs_mount(url, "--rw", "--cache-dir", str(tmp_path / "cw"))
+    _edit(mnt)
+    shutil.rmtree(mnt / f"{SHARD}/000000")
+    assert run_tfrfs("umount", str(mnt)).returncode == 0
+    want = _records(url, tmp_path / "c0")
+    assert len(want[SHARD]) == 11
+    s3.put("ds/.tfrfs-objects/0000deadbeef0000/train/x.tfrecord", b"an upload no commit named")
+
+    # verify, inspect and index --beside: of the dataset the manifest names, not of the old objects.
+    assert run_tfrfs("verify", url, "--cache-dir", str(tmp_path / "c1")).returncode == 0
+    inspect = json.loads(run_tfrfs("inspect", url, "--json", "--cache-dir", str(tmp_path / "c2")).stdout)
+    assert {s["shard"]: s["records"] for s in inspect["shards"]}[SHARD] == 11
+    assert run_tfrfs("index", url, "--beside", "--cache-dir", str(tmp_path / "c3")).returncode == 0
+    body = _manifest(s3)
+    assert {e["path"]: e for e in body["shards"]}[SHARD]["object"].startswith(".tfrfs-objects/")
+    assert _records(url, tmp_path / "c4") == want
+
+    # repair: nothing damaged, and what no version names any more is deleted at once.
+    assert SHARD in body["retired"] and f"ds/{SHARD}" in s3.keys("ds/")
+    proc = run_tfrfs("repair", url, "--cache-dir", str(tmp_path / "c5"))
+    assert proc.returncode == 0, proc.stderr
+    keys = set(s3.keys("ds/"))
+    assert f"ds/{SHARD}" not in keys and "ds/.tfrfs-objects/0000deadbeef0000/train/x.tfrecord" not in keys
+    assert _manifest(s3)["retired"] == []
+    assert _records(url, tmp_path / "c6") == want

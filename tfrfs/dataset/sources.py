@@ -190,7 +190,18 @@ def write_manifest(source: Source, indexes: list[ShardIndex], cache: IndexCache,
     if not disc.mirrors_dir:
         raise UsageError(f"{source.name}: a manifest is written at a dataset's root: give the folder or "
                          "prefix, not a shard or a glob")
-    data = manifest.build(disc, indexes, cache, {s.shard: (s.size, s.crc32c) for s in shipped if s.path}, schema)
+    retired = source.manifest.retired if source.manifest is not None else _retired(source)
+    data = manifest.build(disc, indexes, cache, {s.shard: (s.size, s.crc32c) for s in shipped if s.path}, schema,
+                          retired)
     where = source.storage.join(disc.root, manifest.NAME)
     disc.access.write_bytes(where, data)
     return where
+
+
+def _retired(source: Source) -> tuple[str, ...]:
+    """The objects the dataset's manifest (if any) retired: a new one keeps them listed."""
+    try:
+        found = manifest.parse(source.storage.read(source.storage.join(source.discovery.root, manifest.NAME)))
+    except (OSError, manifest.ManifestError):
+        return ()
+    return tuple(r.replace(os.sep, "/") for r in found.retired)

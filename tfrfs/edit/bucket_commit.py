@@ -397,6 +397,37 @@ def tidy(storage: Storage, url: str, old: Base, new: Base) -> list[str]:
     return notes
 
 
+def remove_unnamed(storage: Storage, url: str) -> list[str]:
+    """What ``tfrfs repair`` of a bucket does at once that commits leave to the next one (SPEC
+    7.1): delete every object the manifest no longer names (it retired them) and every upload of
+    a commit that never was, whatever its age (a reader of an older version then fails), and
+    write the manifest again with nothing retired. Returns what was done, one line each."""
+    now = read_base(storage, url)
+    if now.body is None:
+        return []
+    named = _named(now.body)
+    doomed = {r for r in now.body.get("retired", ()) if r not in named}
+    for e in storage.list(storage.join(url, OBJECTS_DIR), recursive=True) or []:
+        rel = posixpath.join(OBJECTS_DIR, e.name)
+        if rel not in named:
+            doomed.add(rel)
+    notes = []
+    for rel in sorted(doomed):
+        storage.delete(storage.join(url, rel))
+    if doomed:
+        notes.append(f"deleted {len(doomed)} object(s) the manifest no longer names (a reader of an older "
+                     "version can no longer read them)")
+    if now.body.get("retired"):
+        body = dict(now.body, retired=[])
+        try:
+            storage.write_if(storage.join(url, manifest.NAME),
+                             (json.dumps(body, separators=(",", ":"), sort_keys=True) + "\n").encode(),
+                             identity=now.identity)
+        except (Conflict, NotSupported) as exc:
+            notes.append(f"{manifest.NAME}: not written again ({exc}): it still lists objects already deleted")
+    return notes
+
+
 def recover(staging: Staging, storage: Storage, url: str, now: Base) -> list[str]:
     """At a writable mount's start (or ``tfrfs commit``): a commit whose record is in the journal
     either wrote its manifest (``now`` was made by it: its shards' staged edits are dropped, and
@@ -448,4 +479,4 @@ def rebase(staging: Staging, shards: dict[str, ShardFile]) -> list[str]:
     return out
 
 
-__all__ = ["Base", "BucketCommitter", "rebase", "read_base", "recover", "staging_root", "tidy"]
+__all__ = ["Base", "BucketCommitter", "rebase", "read_base", "recover", "remove_unnamed", "staging_root", "tidy"]

@@ -88,11 +88,21 @@ class Manifest:
 # --- writing ------------------------------------------------------------------------
 
 def build(discovery: Discovery, indexes: list[ShardIndex], cache: IndexCache,
-          shipped: dict[str, tuple[int, int]], schema: dict | None) -> bytes:
+          shipped: dict[str, tuple[int, int]], schema: dict | None, retired: tuple[str, ...] = ()) -> bytes:
     """The manifest of a dataset whose shards are ``indexes``; ``shipped``: (size, CRC-32C) of the
-    index file each shard got beside it, by relative path."""
+    index file each shard got beside it, by relative path; ``retired``: the objects the manifest
+    it replaces had retired, still to be deleted by the next commit (SPEC 7.1)."""
     files = discovery.access
     shards = [shard_json(idx, cache, shipped.get(idx.shard.relpath)) for idx in indexes]
+    root = discovery.root.rstrip("/")
+    for entry, idx in zip(shards, indexes):
+        # A shard held by another object than its path (a bucket commit's) stays held there.
+        path = idx.shard.path.replace(os.sep, "/")
+        held = path[len(root) + 1:] if path.startswith(root.replace(os.sep, "/") + "/") else entry["path"]
+        if held != entry["path"]:
+            entry["object"] = held
+            if entry["index"]:
+                entry["index"]["file"] = posixpath.basename(held) + idxfile.SUFFIX
     plain = {}
     for rel in discovery.plain_files:
         size, mtime_ns = files.plain_stat(rel)
@@ -106,8 +116,10 @@ def build(discovery: Discovery, indexes: list[ShardIndex], cache: IndexCache,
             continue
         plain[rel] = {"path": _posix(rel), "size": size, "mtime_ns": mtime_ns}
     dirs = [{"path": _posix(rel), "mtime_ns": files.dir_mtime_ns(rel)} for rel in discovery.dirs]
-    body = {"tfrfs_manifest": VERSION, "shards": shards, "files": [plain[rel] for rel in sorted(plain)], "dirs": dirs,
+    body = {"tfrfs_manifest": VERSION_OBJECTS if any("object" in e for e in shards) else VERSION, "shards": shards, "files": [plain[rel] for rel in sorted(plain)], "dirs": dirs,
             "schema": schema}
+    if retired:
+        body["retired"] = sorted(set(retired) - {e.get("object") or e["path"] for e in shards})
     return (json.dumps(body, separators=(",", ":"), sort_keys=True) + "\n").encode()
 
 

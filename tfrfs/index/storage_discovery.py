@@ -160,6 +160,13 @@ def discover_in(storage: Storage, url: str, cache_dir: Path) -> Discovery:
     of every object are fetched in parallel."""
     listing = storage.list_source(url)
     refuse_unfinished(url, listing)
+    if not listing.named and any(rel == manifest.NAME for rel, _ in listing.files):
+        found = read_manifest(storage, url)
+        if found is not None and any(e.object for e in found.shards):
+            # Its manifest names objects a listing does not show (a bucket commit's, SPEC 7.1):
+            # the dataset is what the manifest says, whatever the command.
+            log.info("%s: its manifest names the objects that hold its shards: read from it", url)
+            return manifest_discovery(storage, url, cache_dir, found)
     files = [(rel, obj) for rel, obj in listing.files if not _hidden(rel)]
     present: dict[str, set[str]] = {}
     for rel, _ in files:

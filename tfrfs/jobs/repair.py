@@ -143,6 +143,10 @@ def repair_source(source: OpenedSource, *, backup: bool = True, dry_run: bool = 
             for note in tfds.update(folder, shards, place=bucket):
                 log.info("%s", note)
         _follow_manifest(source, repaired, bucket)
+        if bucket is not None:
+            from tfrfs.edit.bucket_commit import remove_unnamed
+            for note in remove_unnamed(source.storage, source.discovery.root):
+                log.info("%s", note)
 
 
 def _why(exc: OSError) -> str:
