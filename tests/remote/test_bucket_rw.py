@@ -210,3 +210,33 @@ def test_the_other_commands_read_a_committed_bucket_by_its_manifest_and_repair_c
     assert f"ds/{SHARD}" not in keys and "ds/.tfrfs-objects/0000deadbeef0000/train/x.tfrecord" not in keys
     assert _manifest(s3)["retired"] == []
     assert _records(url, tmp_path / "c6") == want
+
+
+def test_tfds_metadata_follows_a_bucket_commit_as_a_local_one(s3, tfrfs_mount, tmp_path: Path) -> None:
+    from support import jobdata
+    from tfrfs.format import tfrecord
+    info = {"name": "a", "fileFormat": "tfrecord",
+            "splits": [{"name": "train", "numBytes": "1", "shardLengths": ["10", "10"]}]}
+    src = tmp_path / "tfds"
+    src.mkdir()
+    for n in range(2):
+        (src / f"a-train.tfrecord-0000{n}-of-00002").write_bytes(
+            b"".join(tfrecord.frame(jobdata.example(i)) for i in range(10 * n, 10 * n + 10)))
+    (src / "dataset_info.json").write_text(json.dumps(info))
+    local = shutil.copytree(src, tmp_path / "local")
+    mnt = tfrfs_mount(local, "--rw")
+    shutil.rmtree(mnt / "a-train.tfrecord-00000-of-00002" / "000004")
+    assert run_tfrfs("umount", str(mnt)).returncode == 0
+    expected = json.loads((local / "dataset_info.json").read_text())
+    assert expected["splits"][0]["shardLengths"] == ["9", "10"]
+
+    s3.upload_tree(src, "ds")
+    mnt = tfrfs_mount(s3.url("ds"), "--rw", "--cache-dir", str(tmp_path / "cw"))
+    shutil.rmtree(mnt / "a-train.tfrecord-00000-of-00002" / "000004")
+    assert run_tfrfs("umount", str(mnt)).returncode == 0
+    body = _manifest(s3)
+    held = {f["path"]: f for f in body["files"]}["dataset_info.json"]
+    assert held["object"].startswith(".tfrfs-objects/")              # a new object for the new version
+    assert json.loads(s3.get("ds/dataset_info.json")) == info         # the old version's, for its readers
+    fresh = tfrfs_mount(s3.url("ds"), "--cache-dir", str(tmp_path / "cr"))
+    assert json.loads((fresh / "dataset_info.json").read_text()) == expected

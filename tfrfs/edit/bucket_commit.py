@@ -118,13 +118,13 @@ def _held(entry: dict) -> str:
 
 
 def _named(body: dict | None) -> set[str]:
-    """Every object a manifest names: the shards' and their index files', and its plain files."""
+    """Every object a manifest names: the shards' and their index files', and its plain files'."""
     out: set[str] = set()
     for e in _entries(body).values():
         out.add(_held(e))
         if e.get("index"):
             out.add(_held(e) + idxfile.SUFFIX)
-    out.update(f["path"] for f in (body or {}).get("files", ()))
+    out.update(_held(f) for f in (body or {}).get("files", ()))
     return out
 
 
@@ -205,6 +205,7 @@ class BucketCommitter(Committer):
                     raise repack.failure(ch, got.error, False)
                 uploaded[relpath] = self._upload(cid, plans[relpath], tallies[relpath])
             body = self._new_body(cid, todo, uploaded)
+            notes = self._tfds_object(cid, body, todo, uploaded)
             data = (json.dumps(body, separators=(",", ":"), sort_keys=True) + "\n").encode()
             self._write_record(cid, [rel for rel, _ in todo])
             try:
@@ -223,7 +224,7 @@ class BucketCommitter(Committer):
             old = self.base
             self.base = Base(identity, body, time.time_ns())
             results = self._after(todo, uploaded, tallies)
-            notes = tuple(tidy(self.storage, self.url, old, self.base))
+            notes += tuple(tidy(self.storage, self.url, old, self.base))
             self._drop_record()
         except CommitFailed as exc:
             log.error("%s", exc)
@@ -294,6 +295,53 @@ class BucketCommitter(Committer):
             else manifest.VERSION
         body["schema"] = self._summary_after(todo, uploaded)
         return body
+
+    def _tfds_object(self, cid: str, body: dict, todo: list[tuple[str, ShardChanges]],
+                     uploaded: dict[str, tuple[str, ShardIndex, tuple[int, int]]]) -> tuple[str, ...]:
+        """A TFDS ``dataset_info.json`` beside committed shards follows them (SPEC 7): written as a
+        new object of this commit and named by the new manifest (``body``, changed here), so a
+        reader of either version reads the file of its own. Not a failure of the commit: notes."""
+        from tfrfs.index import tfds_info as tfds
+        files = {f["path"]: f for f in body["files"]}
+        store = self.tree.store
+        removed = {rel for rel, ch in todo if ch.removed}
+        notes: list[str] = []
+        for folder in sorted({posixpath.dirname(rel.replace(os.sep, "/")) for rel, _ in todo}):
+            rel = posixpath.join(folder, tfds.INFO)
+            entry = files.get(rel)
+            if entry is None:
+                continue
+            figures = {}
+            for idx in store.shards:
+                shard_rel = idx.shard.relpath.replace(os.sep, "/")
+                if posixpath.dirname(shard_rel) == folder and idx.shard.relpath not in removed:
+                    new = uploaded.get(idx.shard.relpath)
+                    figures[posixpath.basename(shard_rel)] = tfds.figures_of(new[1] if new else idx)
+            changed = {posixpath.basename(r.replace(os.sep, "/")) for r, _ in todo
+                       if posixpath.dirname(r.replace(os.sep, "/")) == folder}
+            try:
+                info = json.loads(self.storage.read(self.storage.join(self.url, _held(entry))))
+            except (OSError, ValueError) as exc:
+                notes.append(f"{rel}: not updated: cannot read it ({exc})")
+                continue
+            done = tfds.follow(info, figures, changed)
+            notes += [f"{rel}: {line}" for line in done.changes + done.problems]
+            if not done.changes:
+                continue
+            data = (json.dumps(info, indent=2, ensure_ascii=False) + "\n").encode()
+            obj = posixpath.join(OBJECTS_DIR, cid, rel)
+            try:
+                self.storage.write(self.storage.join(self.url, obj), data)
+            except OSError as exc:
+                raise CommitFailed(f"commit of {self.url} failed writing {rel}: {exc}", exc.errno or errno.EIO) from exc
+            files[rel] = {"path": rel, "size": len(data), "mtime_ns": time.time_ns(), "object": obj}
+        if notes:
+            before = _named(self.base.body) if self.base.body is not None else set()
+            body["files"] = [files[k] for k in sorted(files)]
+            body["retired"] = sorted(set(body["retired"]) | (before - _named(body)))
+        for note in notes:
+            log.info("%s", note)
+        return tuple(notes)
 
     def _listed_body(self) -> dict:
         """A manifest of the prefix as the mount listed it (its first commit gives it one)."""

@@ -22,7 +22,7 @@ import json
 import logging
 import os
 import posixpath
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 import crc32c
@@ -77,6 +77,7 @@ class Manifest:
     schema: dict | None
     made_by: str | None = None        # the commit (or reshard plan) that wrote it
     retired: tuple[str, ...] = ()     # objects the manifest before it named and it does not (SPEC 7.1)
+    held: dict[str, str] = field(default_factory=dict)   # plain file -> the object that holds it, where another
 
     def entry(self, relpath: str) -> Entry | None:
         for e in self.shards:
@@ -253,6 +254,7 @@ def parse(data: bytes) -> Manifest:
         retired = tuple(_rel(r) for r in body.get("retired") or ())
         made_by = body.get("made_by")
         files = tuple((_rel(f["path"]), int(f["size"]), int(f["mtime_ns"])) for f in body["files"])
+        held = {_rel(f["path"]): _rel(f["object"]) for f in body["files"] if f.get("object")}
         dirs = tuple((_rel(d["path"]) if d["path"] else "", int(d["mtime_ns"])) for d in body["dirs"])
     except ManifestError:
         raise
@@ -260,7 +262,8 @@ def parse(data: bytes) -> Manifest:
         raise ManifestError(f"damaged manifest: {exc}") from exc
     if compressions := {e.compression for e in shards} - {tfrecord.NONE, tfrecord.GZIP, tfrecord.ZLIB}:
         raise ManifestError(f"damaged manifest: unknown compression {sorted(compressions)}")
-    return Manifest(shards, files, dirs, body.get("schema"), str(made_by) if made_by is not None else None, retired)
+    return Manifest(shards, files, dirs, body.get("schema"), str(made_by) if made_by is not None else None, retired,
+                    held)
 
 
 def _rel(path: Any) -> str:

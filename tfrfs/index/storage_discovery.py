@@ -64,7 +64,7 @@ def manifest_discovery(storage: Storage, url: str, cache_dir: Path, found: Manif
         return storage.join(root, rel.replace(os.sep, "/"))
     objects = [(e.path.replace(os.sep, "/"), ObjectInfo(url_of(e.held_at), e.size, e.identity, e.mtime_ns))
                for e in found.shards]
-    objects += [(rel.replace(os.sep, "/"), ObjectInfo(url_of(rel), size, f"mtime:{mtime}", mtime))
+    objects += [(rel.replace(os.sep, "/"), ObjectInfo(url_of(found.held.get(rel, rel)), size, f"mtime:{mtime}", mtime))
                 for rel, size, mtime in found.files]
     dirs = tuple(rel.replace(os.sep, "/") for rel, _ in found.dirs) or ("",)
     files = StorageFiles(storage, Listing(root, tuple(objects), dirs, False), cache_dir)
