@@ -137,6 +137,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="run only the stall probe of the write-back phases (implies --only-write)")
     p.add_argument("--remote", action="store_true",
                    help="read the dataset from a loopback S3 server with injected latency instead (see above)")
+    p.add_argument("--only-commit", action="store_true",
+                   help="with --remote: only the commit figures of a --rw mount of the bucket (one record in a "
+                        "100 MB shard; one in each of ten shards) against s3fs put of the same new shards")
     p.add_argument("--limit", action="store_true",
                    help="measure tfrfs against the same files as plain files on the same disk instead: find, "
                         "ls -lR, small files with 1 and 4 readers, large files, random reads, cold and warm "

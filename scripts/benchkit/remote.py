@@ -629,6 +629,12 @@ def print_notes(results: dict[str, Any], repeat: int) -> None:
 
 def remote_phases(args: argparse.Namespace, results: dict[str, Any], profiler: Profiler | None) -> None:
     """The remote mode: sets up the bucket, measures, prints the table."""
+    if args.only_commit:
+        from .remotecommit import measure_commits, print_commits
+        with Bucket(args.latency_ms / 1000.0) as bucket:
+            results["commit"] = measure_commits(bucket)
+        print_commits(results["commit"])
+        return
     rat_version = None if args.no_ratarmount else RemoteRatarmount.ensure_installed()
     src, meta = build_dataset(args.small, args.large, args.shards, args.rebuild)
     lists, tar = local_lists(src, meta, args, need_tar=not args.no_ratarmount)
@@ -654,6 +660,8 @@ def remote_phases(args: argparse.Namespace, results: dict[str, Any], profiler: P
                 if isinstance(tool, RemoteRatarmount):
                     tool.reap()
         shard_mib = bucket.sizes[f"{INDEXED}/{shard}"] / 2**20
+        from .remotecommit import measure_commits
+        results["commit"] = measure_commits(bucket)
     for tool in tools:
         results["tools"][tool.name] = summarize(tool, runs[tool.name])
     top = summarize(ceiling, runs[ceiling.name])
@@ -666,3 +674,5 @@ def remote_phases(args: argparse.Namespace, results: dict[str, Any], profiler: P
     results["table"] = rows
     print_table(rows, results)
     print_notes(results, args.repeat)
+    from .remotecommit import print_commits
+    print_commits(results["commit"])

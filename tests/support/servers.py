@@ -344,6 +344,7 @@ class Request:
     path: str
     range_header: str | None
     status: int
+    sent: int = 0    # the bytes of the request's body (an upload's)
 
 
 @dataclass
@@ -653,7 +654,12 @@ class FaultProxy(_ServedOnThread):
             return sum(s for m, s in self._stalls.items() if m is None or m in path)
 
     def _log(self, handler: BaseHTTPRequestHandler, status: int) -> None:
-        record = Request(handler.command, handler.path, handler.headers.get("Range"), status)
+        try:
+            # (an aws-chunked body's own size is in x-amz-decoded-content-length)
+            sent = int(handler.headers.get("x-amz-decoded-content-length") or handler.headers.get("Content-Length") or 0)
+        except ValueError:
+            sent = 0
+        record = Request(handler.command, handler.path, handler.headers.get("Range"), status, sent)
         with self._lock:
             self._requests.append(record)
 
