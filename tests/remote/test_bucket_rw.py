@@ -240,3 +240,29 @@ def test_tfds_metadata_follows_a_bucket_commit_as_a_local_one(s3, tfrfs_mount, t
     assert json.loads(s3.get("ds/dataset_info.json")) == info         # the old version's, for its readers
     fresh = tfrfs_mount(s3.url("ds"), "--cache-dir", str(tmp_path / "cr"))
     assert json.loads((fresh / "dataset_info.json").read_text()) == expected
+
+
+def test_a_shard_left_alone_by_the_next_commit_comes_back_to_its_path(sample: Path, s3, tfrfs_mount,
+                                                                      tmp_path: Path) -> None:
+    s3.upload_tree(sample, "ds")
+    url = s3.url("ds")
+    mnt = tfrfs_mount(url, "--rw", "--cache-dir", str(tmp_path / "cw"))
+    _edit(mnt)
+    assert run_tfrfs("umount", str(mnt)).returncode == 0
+    held = {e["path"]: e for e in _manifest(s3)["shards"]}[SHARD]["object"]
+    moved = s3.get(f"ds/{held}")
+    # The next commit changes another shard only: SHARD's new bytes are copied (on the store's
+    # side) back to its own path, which the commit before retired, and named there again.
+    mnt = tfrfs_mount(url, "--rw", "--cache-dir", str(tmp_path / "cw"), mountpoint=mnt)
+    (mnt / OTHER).write_text("[4]\n")
+    assert json.loads((mnt / LABEL).read_text()) == [7, 7]
+    assert run_tfrfs("umount", str(mnt)).returncode == 0
+    body = _manifest(s3)
+    entry = {e["path"]: e for e in body["shards"]}[SHARD]
+    assert "object" not in entry and s3.get(f"ds/{SHARD}") == moved
+    assert held in body["retired"] and f"ds/{held}" in s3.keys("ds/")   # for readers of the version before
+    want = _records(url, tmp_path / "c0")
+    assert _label(want, SHARD, 1) == [7, 7] and _label(want, "train/train-00001-of-00002.tfrecord", 0) == [4]
+    fresh = tfrfs_mount(url, "--cache-dir", str(tmp_path / "cr"))
+    assert json.loads((fresh / LABEL).read_text()) == [7, 7]
+    assert (fresh / ".tfrfs" / "errors").read_text() == ""     # its index file, moved along, is used as it is

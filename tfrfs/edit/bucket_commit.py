@@ -206,6 +206,7 @@ class BucketCommitter(Committer):
                 uploaded[relpath] = self._upload(cid, plans[relpath], tallies[relpath])
             body = self._new_body(cid, todo, uploaded)
             notes = self._tfds_object(cid, body, todo, uploaded)
+            home = come_home(self.storage, self.url, self.base.body, body, {rel.replace(os.sep, "/") for rel, _ in todo})
             data = (json.dumps(body, separators=(",", ":"), sort_keys=True) + "\n").encode()
             self._write_record(cid, [rel for rel, _ in todo])
             try:
@@ -224,6 +225,8 @@ class BucketCommitter(Committer):
             old = self.base
             self.base = Base(identity, body, time.time_ns())
             results = self._after(todo, uploaded, tallies)
+            self._serve_home(home)
+            notes += tuple(f"{rel}: back at its own path (a copy in the store)" for rel in home)
             notes += tuple(tidy(self.storage, self.url, old, self.base))
             self._drop_record()
         except CommitFailed as exc:
@@ -399,6 +402,22 @@ class BucketCommitter(Committer):
             log.info("committed %s: %s", relpath, results[-1].action)
         return results
 
+    def _serve_home(self, home: dict[str, dict]) -> None:
+        """The mount reads the shards that came home from there (the objects it read them from go
+        with the next commit)."""
+        store = self.tree.store
+        for rel, entry in home.items():
+            n = store.shard_number(rel.replace("/", os.sep))
+            if n is None:
+                continue
+            url = self.storage.join(self.url, rel)
+            old = store.shards[n].shard
+            shard = ShardFile(path=url, relpath=old.relpath, compression=old.compression, size=entry["size"],
+                              mtime_ns=entry["mtime_ns"], identity=entry["identity"],
+                              shipped=(url + idxfile.SUFFIX,) if entry.get("index") else ())
+            with self.guard:
+                self.tree.replace_shard(n, self.cache.get(shard)[0])
+
     def _forget(self, relpath: str) -> None:
         try:
             self.staging.drop_shard(relpath)
@@ -418,6 +437,41 @@ class BucketCommitter(Committer):
             durable.unlink(str(Path(self.staging.dir) / RECORD))
         except FileNotFoundError:
             pass
+
+
+def come_home(storage: Storage, url: str, base: dict | None, body: dict, changed: set[str]) -> dict[str, dict]:
+    """Shards held away from their own path by an earlier commit, and not changed by this one,
+    copied back to it on the store's side (none of their bytes pass through here), with their
+    index files, where the version this commit replaces no longer names that path (the commit
+    that moved them away retired it). ``body``, the new manifest, then names them there again, so
+    that after two commits the prefix reads as a plain dataset to tools that list it. Returns the
+    entries moved, by path."""
+    was = _named(base)
+    home: dict[str, dict] = {}
+    for entry in body["shards"]:
+        rel, held = entry["path"], entry.get("object")
+        if not held or held == rel or rel in changed or rel in was:
+            continue
+        storage.copy(storage.join(url, held), storage.join(url, rel))
+        got = storage.stat(storage.join(url, rel))
+        if got is None or got.size != entry["size"]:
+            raise CommitFailed(f"{rel}: its copy home is not whole; the commit stopped before its manifest", errno.EIO)
+        del entry["object"]
+        entry.update(identity=got.identity, mtime_ns=got.mtime_ns)
+        if entry.get("index"):
+            # The index file says which bytes it is of (size and identity): the copy's, where the
+            # store gave the copy an identity of its own.
+            meta, offsets = idxfile.load(storage.read(storage.join(url, held + idxfile.SUFFIX)))
+            data = idxfile.dump(dict(meta, identity=got.identity, size=got.size), offsets)
+            storage.write(storage.join(url, rel + idxfile.SUFFIX), data)
+            entry["index"] = {"file": posixpath.basename(rel) + idxfile.SUFFIX, "size": len(data),
+                              "crc32c": crc32c.crc32c(data)}
+        home[rel] = entry
+    if home:
+        body["retired"] = sorted(set(body.get("retired", ())) | (was - _named(body)))
+        if not any(e.get("object") for e in body["shards"]):
+            body["tfrfs_manifest"] = manifest.VERSION
+    return home
 
 
 def tidy(storage: Storage, url: str, old: Base, new: Base) -> list[str]:
