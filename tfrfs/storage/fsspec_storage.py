@@ -158,6 +158,8 @@ class FsspecStorage(Storage):
                     LocalStorage().write(target, data)
                 store.fs.invalidate_cache(target)
                 return self._written(path)
+        if store.protocol in ("gs", "gcs"):
+            return self._gcs_write_if(path, data, identity)
         if store.protocol != "s3":
             raise NotSupported(f"{path}: this store cannot write on a condition")
         if identity is None:
@@ -183,6 +185,23 @@ class FsspecStorage(Storage):
             return object_info(store, {"name": target, "size": len(data), "ETag": etag}).identity
         written: str = store.call("write", path, put)
         return written
+
+    def _gcs_write_if(self, path: str, data: bytes, identity: str | None) -> str:
+        """GCS through gcsfs: a create on ``ifGenerationMatch=0`` (gcsfs's ``mode="create"``);
+        gcsfs offers no write on another generation, so a replace is NotSupported."""
+        store = self.store
+        if identity is not None:
+            raise NotSupported(f"{path}: gcsfs cannot replace an object on its generation (ifGenerationMatch)")
+
+        def put() -> None:
+            try:
+                store.fs.pipe_file(store.path_of(path), data, mode="create")
+            except (OSError, ValueError) as exc:
+                if isinstance(exc, FileExistsError) or _precondition_failed(exc):
+                    raise Conflict(f"{path}: there already") from exc
+                raise
+        store.call("write", path, put)
+        return self._written(path)
 
     def _written(self, path: str) -> str:
         got = self.stat(path)
