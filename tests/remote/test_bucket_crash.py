@@ -18,11 +18,10 @@ import pytest
 
 import tfrfs
 from conftest import daemon_pids, run_tfrfs, wait_ended
-from support import jobdata
+from support import forked, jobdata
 from tfrfs import cli as tfrfs_cli
 from tfrfs.edit import bucket_commit
 from tfrfs.format import tfrecord
-from tfrfs.storage import durable
 
 pytestmark = pytest.mark.mount
 
@@ -53,17 +52,7 @@ def _counted(path: str) -> bool:
 
 def _commit_in_child(url: str, cache: Path, hook) -> int:
     """``tfrfs commit URL`` in a forked process with ``durable.fault_hook`` set: its exit status."""
-    pid = os.fork()
-    if pid == 0:
-        code = 3
-        try:
-            durable.fault_hook = hook
-            code = tfrfs_cli.main(["commit", url, "--cache-dir", str(cache), "--workers", "1"])
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status), status
-    return os.WEXITSTATUS(status)
+    return forked.exit_status(hook, lambda: tfrfs_cli.main(["commit", url, "--cache-dir", str(cache), "--workers", "1"]))
 
 
 def _stop(mnt: Path) -> None:

@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from remote_support import request_path, show
-from support import jobdata
+from support import forked, jobdata
 from tfrfs import cli as tfrfs_cli
-from tfrfs.storage import durable
 
 pytestmark = pytest.mark.mount
 
@@ -153,17 +152,7 @@ def _repair_here(url: str, cache: Path) -> int:
 
 def _in_child(url: str, cache: Path, hook) -> int:
     """``tfrfs repair`` in a forked process with ``durable.fault_hook`` set: its exit status."""
-    pid = os.fork()
-    if pid == 0:
-        code = 3
-        try:
-            durable.fault_hook = hook
-            code = _repair_here(url, cache)
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status), status
-    return os.WEXITSTATUS(status)
+    return forked.exit_status(hook, lambda: _repair_here(url, cache))
 
 
 def test_a_crash_at_any_step_leaves_each_shard_whole_and_a_rerun_finishes(s3, tmp_path: Path) -> None:
