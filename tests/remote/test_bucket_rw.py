@@ -266,3 +266,20 @@ def test_a_shard_left_alone_by_the_next_commit_comes_back_to_its_path(sample: Pa
     fresh = tfrfs_mount(url, "--cache-dir", str(tmp_path / "cr"))
     assert json.loads((fresh / LABEL).read_text()) == [7, 7]
     assert (fresh / ".tfrfs" / "errors").read_text() == ""     # its index file, moved along, is used as it is
+
+
+def test_a_first_commit_lists_a_compressed_shard_it_never_inflated(sample: Path, s3, tfrfs_mount,
+                                                                   tmp_path: Path) -> None:
+    # Index files beside the shards and no manifest: a compressed shard's stream is inflated only
+    # when one of its records is read, which this mount never does.
+    s3.upload_tree(sample, "ds")
+    url = s3.url("ds")
+    assert run_tfrfs("index", url, "--beside", "--cache-dir", str(tmp_path / "ci")).returncode == 0
+    s3.delete("ds/.tfrfs-manifest")
+    mnt = tfrfs_mount(url, "--rw", "--cache-dir", str(tmp_path / "cw"))
+    _edit(mnt)
+    proc = run_tfrfs("umount", str(mnt))
+    assert proc.returncode == 0, proc.stderr
+    entry = {e["path"]: e for e in _manifest(s3)["shards"]}["tabular.tfrecord.gz"]
+    assert "object" not in entry and entry["stream_size"] > entry["size"]
+    assert len(_records(url, tmp_path / "c0")["tabular.tfrecord.gz"]) == entry["count"] == 50

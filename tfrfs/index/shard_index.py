@@ -42,7 +42,6 @@ from tfrfs.index.discovery import ShardFile, SourceFiles, shipped_names
 log = logging.getLogger("tfrfs")
 
 
-
 # --- the index ---------------------------------------------------------------
 
 class ShardIndex:
@@ -85,6 +84,7 @@ class ShardIndex:
         # When every record's data checksum was checked while indexing: the records whose
         # checksum failed (so a copy need not check them again: ``tfrfs reshard``). None: not checked.
         self.checked = checked
+        self.stream_size: int | None = None   # a compressed shard's plain stream's, known before it is made
 
     def __repr__(self) -> str:
         return f"ShardIndex({self.shard.relpath!r}, {self._count} records, {self.detected_kind})"
@@ -313,10 +313,12 @@ class IndexCache:
         try:
             problems = [Problem.from_fields(p) for p in meta["problems"]]
             ends = {int(i): int(end) for i, end in meta["gaps"]}
-            return ShardIndex(shard, data_path, offsets, meta["kind"], problems, set(meta["bad"]), ends=ends,
-                              count=int(meta["count"]), loader=loader, memory=self.memory,
-                              header=functools.partial(_tally_of, meta) if "schema" in meta else None,
-                              checked=tuple(int(i) for i in meta["checked"]) if "checked" in meta else None)
+            idx = ShardIndex(shard, data_path, offsets, meta["kind"], problems, set(meta["bad"]), ends=ends,
+                             count=int(meta["count"]), loader=loader, memory=self.memory,
+                             header=functools.partial(_tally_of, meta) if "schema" in meta else None,
+                             checked=tuple(int(i) for i in meta["checked"]) if "checked" in meta else None)
+            idx.stream_size = int(meta["stream_size"])
+            return idx
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -326,6 +328,7 @@ class IndexCache:
             "shard": os.path.basename(idx.shard.relpath), "size": idx.shard.size, "identity": idx.shard.identity,
             "compression": idx.shard.compression, "kind": idx.detected_kind,
             "stream_size": idx.shard.size if idx.shard.compression == tfrecord.NONE else
+            idx.stream_size if idx.stream_size is not None and not os.path.exists(idx.data_path) else
             os.path.getsize(idx.data_path),
             "problems": [p.fields() for p in problems],
             "bad": bad,
