@@ -35,7 +35,6 @@ import posixpath
 import shutil
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -48,6 +47,8 @@ from tfrfs.edit.repack import CommitFailed, ShardPlan, ShardResult
 from tfrfs.index import idxfile, manifest
 from tfrfs.index.discovery import OBJECTS_DIR, TMP_PREFIX, ShardFile
 from tfrfs.index.shard_index import IndexCache, ShardIndex
+from tfrfs.edit.bucket_versions import (Base, changed_under, come_home, held_by, objects_named, read_base,
+                                       shard_entries, tidy)
 from tfrfs.storage import durable
 from tfrfs.storage.base import Conflict, NotSupported, Storage
 
@@ -71,75 +72,6 @@ def note_source(root: Path, url: str) -> None:
         durable.write_file(note, (url.rstrip("/") + "\n").encode())
 
 
-@dataclass(frozen=True)
-class Base:
-    """The version of the dataset's manifest a mount read: its identity (None: the prefix had no
-    manifest), its body, and its time."""
-
-    identity: str | None
-    body: dict | None
-    mtime_ns: int = 0
-
-    @property
-    def made_by(self) -> str | None:
-        got = (self.body or {}).get("made_by")
-        return str(got) if got is not None else None
-
-
-def read_base(storage: Storage, root: str) -> Base:
-    """The manifest at ``root`` now, with its identity: looked up before and after it is read,
-    so that the body is of that identity (read again if a commit came between)."""
-    url = storage.join(root, manifest.NAME)
-    for _ in range(5):
-        before = storage.stat(url)
-        if before is None:
-            return Base(None, None)
-        try:
-            data = storage.read(url)
-        except FileNotFoundError:
-            continue
-        after = storage.stat(url)
-        if after is not None and after.identity == before.identity:
-            try:
-                body = json.loads(data)
-            except ValueError as exc:
-                raise CommitFailed(f"{url}: damaged manifest ({exc}); tfrfs index --beside writes it anew",
-                                   errno.EIO) from None
-            return Base(before.identity, body, before.mtime_ns)
-    raise CommitFailed(f"{url}: it changes faster than it can be read", errno.EAGAIN)
-
-
-def _entries(body: dict | None) -> dict[str, dict]:
-    return {e["path"]: e for e in (body or {}).get("shards", ())}
-
-
-def _held(entry: dict) -> str:
-    return str(entry.get("object") or entry["path"])
-
-
-def _named(body: dict | None) -> set[str]:
-    """Every object a manifest names: the shards' and their index files', and its plain files'."""
-    out: set[str] = set()
-    for e in _entries(body).values():
-        out.add(_held(e))
-        if e.get("index"):
-            out.add(_held(e) + idxfile.SUFFIX)
-    out.update(_held(f) for f in (body or {}).get("files", ()))
-    return out
-
-
-def changed_under(now: Base, staged: dict[str, dict]) -> list[str]:
-    """Which shards, of those with staged edits (relative path: the ``base`` their edits were
-    staged against, size and identity), are not there as they were in the version ``now``."""
-    entries = _entries(now.body)
-    out = []
-    for rel, base in sorted(staged.items()):
-        e = entries.get(rel.replace(os.sep, "/"))
-        if e is None or (e.get("size"), e.get("identity")) != (base.get("size"), base.get("identity")):
-            out.append(rel)
-    return out
-
-
 def conflict(root: str, now: Base, staged: dict[str, dict]) -> CommitFailed:
     """The failure of a commit that another writer's commit came before."""
     hit = changed_under(now, staged)
@@ -161,6 +93,7 @@ class BucketCommitter(Committer):
         self.url = self.root               # the prefix (the tree's root)
         self.base = base
         self.local = str(Path(self.staging.dir).parent)   # where the new shards are written first
+        self.unsure = False   # a manifest write whose outcome could not be told: no commit until remounted
 
     def _manifest_url(self) -> str:
         return self.storage.join(self.url, manifest.NAME)
@@ -206,22 +139,13 @@ class BucketCommitter(Committer):
                 uploaded[relpath] = self._upload(cid, plans[relpath], tallies[relpath])
             body = self._new_body(cid, todo, uploaded)
             notes = self._tfds_object(cid, body, todo, uploaded)
-            home = come_home(self.storage, self.url, self.base.body, body, {rel.replace(os.sep, "/") for rel, _ in todo})
-            data = (json.dumps(body, separators=(",", ":"), sort_keys=True) + "\n").encode()
-            self._write_record(cid, [rel for rel, _ in todo])
             try:
-                identity = self.storage.write_if(self._manifest_url(), data, identity=self.base.identity)
-            except Conflict:
-                self._drop_record()
-                raise conflict(self.url, read_base(self.storage, self.url),
-                               {rel: ch.base for rel, ch in todo if not ch.new}) from None
-            except NotSupported as exc:
-                self._drop_record()
-                raise CommitFailed(f"commit of {self.url} failed: {exc}", errno.EOPNOTSUPP) from None
+                home = come_home(self.storage, self.url, self.base.body, body,
+                                 {rel.replace(os.sep, "/") for rel, _ in todo})
             except OSError as exc:
-                # Written or not: the next commit (or mount) tells by the manifest's made_by.
-                raise CommitFailed(f"commit of {self.url} failed while writing its manifest: {exc}; "
-                                   "tfrfs commit SOURCE finishes it or writes it again", exc.errno or errno.EIO) from exc
+                raise CommitFailed(f"commit of {self.url} failed: {exc}; nothing was committed and the edits stay "
+                                   "staged", exc.errno or errno.EIO) from exc
+            identity = self._publish(cid, body, todo)
             old = self.base
             self.base = Base(identity, body, time.time_ns())
             results = self._after(todo, uploaded, tallies)
@@ -246,6 +170,39 @@ class BucketCommitter(Committer):
             return self.last
 
     # -- the steps ------------------------------------------------------------------------
+
+    def _publish(self, cid: str, body: dict, todo: list[tuple[str, ShardChanges]]) -> str:
+        """The commit itself: the new manifest written on the condition that it is still the
+        version the mount read; the identity it was written with. Raises CommitFailed."""
+        if self.unsure:
+            raise CommitFailed(f"commit of {self.url} refused: whether the last one was written is not known; "
+                               "unmount, then tfrfs commit SOURCE finishes it (or writes it again)", errno.EIO)
+        data = (json.dumps(body, separators=(",", ":"), sort_keys=True) + "\n").encode()
+        staged = {rel: ch.base for rel, ch in todo if not ch.new}
+        self._write_record(cid, [rel for rel, _ in todo])
+        try:
+            return self.storage.write_if(self._manifest_url(), data, identity=self.base.identity)
+        except Conflict:
+            self._drop_record()
+            raise conflict(self.url, read_base(self.storage, self.url), staged) from None
+        except NotSupported as exc:
+            self._drop_record()
+            raise CommitFailed(f"commit of {self.url} failed: {exc}", errno.EOPNOTSUPP) from None
+        except OSError as exc:
+            failed = exc
+        # Written or not? The manifest says which commit made it.
+        try:
+            now = read_base(self.storage, self.url)
+        except OSError:
+            self.unsure = True   # the journal's record tells the next mount or tfrfs commit SOURCE
+            raise CommitFailed(f"commit of {self.url}: writing its manifest failed ({failed}) and whether it was "
+                               "written cannot be told now; the edits stay staged: unmount, then tfrfs commit SOURCE "
+                               "finishes it or writes it again", failed.errno or errno.EIO) from failed
+        if now.made_by == f"commit:{cid}" and now.identity is not None:
+            return now.identity
+        self._drop_record()
+        raise CommitFailed(f"commit of {self.url} failed while writing its manifest ({failed}); nothing was "
+                           "committed and the edits stay staged", failed.errno or errno.EIO) from failed
 
     def _upload(self, cid: str, plan: ShardPlan, tally: Any) -> tuple[str, ShardIndex, tuple[int, int]]:
         """Upload a shard's new file (written and checked by its job) and its index file:
@@ -275,9 +232,9 @@ class BucketCommitter(Committer):
                   uploaded: dict[str, tuple[str, ShardIndex, tuple[int, int]]]) -> dict:
         """The new manifest: the base version's with the committed shards' entries replaced."""
         body = json.loads(json.dumps(self.base.body)) if self.base.body is not None else self._listed_body()
-        entries = _entries(body)
+        entries = shard_entries(body)
         files = {f["path"]: f for f in body.get("files", ())}
-        before = _named(body)
+        before = objects_named(body)
         for relpath, ch in todo:
             rel = relpath.replace(os.sep, "/")
             files.pop(rel + idxfile.SUFFIX, None)   # an index file at the shown path is the old shard's
@@ -293,7 +250,7 @@ class BucketCommitter(Committer):
         body["shards"] = [entries[k] for k in sorted(entries)]
         body["files"] = [files[k] for k in sorted(files)]
         body["made_by"] = f"commit:{cid}"
-        body["retired"] = sorted(before - _named(body))
+        body["retired"] = sorted(before - objects_named(body))
         body["tfrfs_manifest"] = manifest.VERSION_OBJECTS if any(e.get("object") for e in body["shards"]) \
             else manifest.VERSION
         body["schema"] = self._summary_after(todo, uploaded)
@@ -323,7 +280,7 @@ class BucketCommitter(Committer):
             changed = {posixpath.basename(r.replace(os.sep, "/")) for r, _ in todo
                        if posixpath.dirname(r.replace(os.sep, "/")) == folder}
             try:
-                info = json.loads(self.storage.read(self.storage.join(self.url, _held(entry))))
+                info = json.loads(self.storage.read(self.storage.join(self.url, held_by(entry))))
             except (OSError, ValueError) as exc:
                 notes.append(f"{rel}: not updated: cannot read it ({exc})")
                 continue
@@ -339,9 +296,9 @@ class BucketCommitter(Committer):
                 raise CommitFailed(f"commit of {self.url} failed writing {rel}: {exc}", exc.errno or errno.EIO) from exc
             files[rel] = {"path": rel, "size": len(data), "mtime_ns": time.time_ns(), "object": obj}
         if notes:
-            before = _named(self.base.body) if self.base.body is not None else set()
+            before = objects_named(self.base.body) if self.base.body is not None else set()
             body["files"] = [files[k] for k in sorted(files)]
-            body["retired"] = sorted(set(body["retired"]) | (before - _named(body)))
+            body["retired"] = sorted(set(body["retired"]) | (before - objects_named(body)))
         for note in notes:
             log.info("%s", note)
         return tuple(notes)
@@ -439,97 +396,6 @@ class BucketCommitter(Committer):
             pass
 
 
-def come_home(storage: Storage, url: str, base: dict | None, body: dict, changed: set[str]) -> dict[str, dict]:
-    """Shards held away from their own path by an earlier commit, and not changed by this one,
-    copied back to it on the store's side (none of their bytes pass through here), with their
-    index files, where the version this commit replaces no longer names that path (the commit
-    that moved them away retired it). ``body``, the new manifest, then names them there again, so
-    that after two commits the prefix reads as a plain dataset to tools that list it. Returns the
-    entries moved, by path."""
-    was = _named(base)
-    home: dict[str, dict] = {}
-    for entry in body["shards"]:
-        rel, held = entry["path"], entry.get("object")
-        if not held or held == rel or rel in changed or rel in was:
-            continue
-        storage.copy(storage.join(url, held), storage.join(url, rel))
-        got = storage.stat(storage.join(url, rel))
-        if got is None or got.size != entry["size"]:
-            raise CommitFailed(f"{rel}: its copy home is not whole; the commit stopped before its manifest", errno.EIO)
-        del entry["object"]
-        entry.update(identity=got.identity, mtime_ns=got.mtime_ns)
-        if entry.get("index"):
-            # The index file says which bytes it is of (size and identity): the copy's, where the
-            # store gave the copy an identity of its own.
-            meta, offsets = idxfile.load(storage.read(storage.join(url, held + idxfile.SUFFIX)))
-            data = idxfile.dump(dict(meta, identity=got.identity, size=got.size), offsets)
-            storage.write(storage.join(url, rel + idxfile.SUFFIX), data)
-            entry["index"] = {"file": posixpath.basename(rel) + idxfile.SUFFIX, "size": len(data),
-                              "crc32c": crc32c.crc32c(data)}
-        home[rel] = entry
-    if home:
-        body["retired"] = sorted(set(body.get("retired", ())) | (was - _named(body)))
-        if not any(e.get("object") for e in body["shards"]):
-            body["tfrfs_manifest"] = manifest.VERSION
-    return home
-
-
-def tidy(storage: Storage, url: str, old: Base, new: Base) -> list[str]:
-    """After a commit: delete what ``old`` (the version it replaced) had retired and ``new``
-    does not name, and the uploads under OBJECTS/ older than ``old`` that neither names (of
-    commits that never were: a commit that began later read ``old`` or newer, and uploads
-    after that). Failures are notes: the next commit tries again."""
-    keep = _named(new.body) | _named(old.body)
-    doomed = {r for r in (old.body or {}).get("retired", ()) if r not in keep}
-    if old.identity is not None and old.mtime_ns:
-        for e in storage.list(storage.join(url, OBJECTS_DIR), recursive=True) or []:
-            rel = posixpath.join(OBJECTS_DIR, e.name)
-            if rel not in keep and e.stat.mtime_ns < old.mtime_ns:
-                doomed.add(rel)
-    notes = []
-    for rel in sorted(doomed):
-        try:
-            storage.delete(storage.join(url, rel))
-        except OSError as exc:
-            notes.append(f"{rel}: not deleted yet ({exc}); the next commit tries again")
-    if doomed:
-        notes.append(f"deleted {len(doomed) - len(notes)} object(s) no manifest names any more")
-    for note in notes:
-        log.info("%s", note)
-    return notes
-
-
-def remove_unnamed(storage: Storage, url: str) -> list[str]:
-    """What ``tfrfs repair`` of a bucket does at once that commits leave to the next one (SPEC
-    7.1): delete every object the manifest no longer names (it retired them) and every upload of
-    a commit that never was, whatever its age (a reader of an older version then fails), and
-    write the manifest again with nothing retired. Returns what was done, one line each."""
-    now = read_base(storage, url)
-    if now.body is None:
-        return []
-    named = _named(now.body)
-    doomed = {r for r in now.body.get("retired", ()) if r not in named}
-    for e in storage.list(storage.join(url, OBJECTS_DIR), recursive=True) or []:
-        rel = posixpath.join(OBJECTS_DIR, e.name)
-        if rel not in named:
-            doomed.add(rel)
-    notes = []
-    for rel in sorted(doomed):
-        storage.delete(storage.join(url, rel))
-    if doomed:
-        notes.append(f"deleted {len(doomed)} object(s) the manifest no longer names (a reader of an older "
-                     "version can no longer read them)")
-    if now.body.get("retired"):
-        body = dict(now.body, retired=[])
-        try:
-            storage.write_if(storage.join(url, manifest.NAME),
-                             (json.dumps(body, separators=(",", ":"), sort_keys=True) + "\n").encode(),
-                             identity=now.identity)
-        except (Conflict, NotSupported) as exc:
-            notes.append(f"{manifest.NAME}: not written again ({exc}): it still lists objects already deleted")
-    return notes
-
-
 def recover(staging: Staging, storage: Storage, url: str, now: Base) -> list[str]:
     """At a writable mount's start (or ``tfrfs commit``): a commit whose record is in the journal
     either wrote its manifest (``now`` was made by it: its shards' staged edits are dropped, and
@@ -581,4 +447,4 @@ def rebase(staging: Staging, shards: dict[str, ShardFile]) -> list[str]:
     return out
 
 
-__all__ = ["Base", "BucketCommitter", "rebase", "read_base", "recover", "remove_unnamed", "staging_root", "tidy"]
+__all__ = ["Base", "BucketCommitter", "RECORD", "rebase", "read_base", "recover", "staging_root"]

@@ -144,7 +144,7 @@ def repair_source(source: OpenedSource, *, backup: bool = True, dry_run: bool = 
                 log.info("%s", note)
         _follow_manifest(source, repaired, bucket)
         if bucket is not None:
-            from tfrfs.edit.bucket_commit import remove_unnamed
+            from tfrfs.edit.bucket_versions import remove_unnamed
             for note in remove_unnamed(source.storage, source.discovery.root):
                 log.info("%s", note)
 
