@@ -283,3 +283,19 @@ def test_a_first_commit_lists_a_compressed_shard_it_never_inflated(sample: Path,
     entry = {e["path"]: e for e in _manifest(s3)["shards"]}["tabular.tfrecord.gz"]
     assert "object" not in entry and entry["stream_size"] > entry["size"]
     assert len(_records(url, tmp_path / "c0")["tabular.tfrecord.gz"]) == entry["count"] == 50
+
+
+def test_a_manifest_write_that_fails_commits_nothing_and_keeps_the_edits(sample: Path, s3, tfrfs_mount,
+                                                                         tmp_path: Path) -> None:
+    s3.upload_tree(sample, "ds")
+    url = s3.url("ds")
+    mnt = tfrfs_mount(url, "--rw", "--cache-dir", str(tmp_path / "cw"))
+    _edit(mnt)
+    s3.proxy.fail(503, match=".tfrfs-manifest", method="PUT")   # every attempt, retries included
+    proc = run_tfrfs("commit", str(mnt))
+    assert proc.returncode == 1 and "nothing was committed" in proc.stderr, proc.stderr
+    assert ".tfrfs-manifest" not in {k.rsplit("/", 1)[-1] for k in s3.keys("ds/")}
+    assert json.loads((mnt / LABEL).read_text()) == [7, 7]       # still staged, still shown
+    s3.proxy.clear_faults()
+    assert run_tfrfs("umount", str(mnt)).returncode == 0          # the next commit writes it
+    assert _label(_records(url, tmp_path / "c0"), SHARD, 1) == [7, 7]

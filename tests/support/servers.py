@@ -352,6 +352,7 @@ class _Fault:
     status: int
     times: int | None
     match: str | None
+    method: str | None = None
 
 
 def _phrase(status: int) -> str:
@@ -414,7 +415,7 @@ class _ProxyHandler(_QuietHandler):
         if proxy.sleep(proxy.latency):
             self.close_connection = True
             return
-        fault = proxy._take_fault(self.path)
+        fault = proxy._take_fault(self.path, self.command)
         if fault is not None:
             if proxy.sleep(proxy._stall_for(self.path)) or proxy.epoch != epoch:
                 self.close_connection = True
@@ -605,14 +606,14 @@ class FaultProxy(_ServedOnThread):
             self._requests.clear()
             self._epoch += 1
 
-    def fail(self, status: int, times: int | None = None, match: str | None = None) -> None:
-        """Answer the next ``times`` requests whose path contains ``match`` (any when None) with
-        ``status`` instead of forwarding them; all of them while set when ``times`` is None.
-        Faults added earlier are used up first."""
+    def fail(self, status: int, times: int | None = None, match: str | None = None, method: str | None = None) -> None:
+        """Answer the next ``times`` requests whose path contains ``match`` (any when None), of
+        ``method`` (any when None), with ``status`` instead of forwarding them; all of them while
+        set when ``times`` is None. Faults added earlier are used up first."""
         if times is not None and times <= 0:
             return
         with self._lock:
-            self._faults.append(_Fault(status, times, match))
+            self._faults.append(_Fault(status, times, match, method))
 
     def stall(self, seconds: float, match: str | None = None) -> None:
         """Hold responses to requests whose path contains ``match`` (any when None) ``seconds``
@@ -638,10 +639,10 @@ class FaultProxy(_ServedOnThread):
         """Listen again on the same port."""
         self._listen()
 
-    def _take_fault(self, path: str) -> int | None:
+    def _take_fault(self, path: str, method: str = "") -> int | None:
         with self._lock:
             for fault in self._faults:
-                if fault.match is None or fault.match in path:
+                if (fault.match is None or fault.match in path) and fault.method in (None, method):
                     if fault.times is not None:
                         fault.times -= 1
                         if fault.times <= 0:

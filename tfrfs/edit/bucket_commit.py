@@ -121,7 +121,11 @@ class BucketCommitter(Committer):
             if not todo:
                 self.last = CommitResult(True, (), round(time.monotonic() - started, 3))
                 return self.last
-            now = read_base(self.storage, self.url)
+            try:
+                now = read_base(self.storage, self.url)
+            except OSError as exc:
+                raise CommitFailed(f"commit of {self.url} failed: its manifest cannot be read ({exc}); nothing was "
+                                   "committed and the edits stay staged", exc.errno or errno.EIO) from exc
             if now.identity != self.base.identity:
                 raise conflict(self.url, now, {rel: ch.base for rel, ch in todo if not ch.new})
             cid = uuid.uuid4().hex[:16]
