@@ -299,3 +299,32 @@ def test_a_manifest_write_that_fails_commits_nothing_and_keeps_the_edits(sample:
     s3.proxy.clear_faults()
     assert run_tfrfs("umount", str(mnt)).returncode == 0          # the next commit writes it
     assert _label(_records(url, tmp_path / "c0"), SHARD, 1) == [7, 7]
+
+
+def test_edits_survive_a_killed_daemon_and_discard_drops_them(sample: Path, s3, tfrfs_mount, tmp_path: Path) -> None:
+    from conftest import daemon_pids, force_unmount, wait_ended
+    s3.upload_tree(sample, "ds")
+    url, cache = s3.url("ds"), str(tmp_path / "cw")
+    before = set(s3.keys("ds/"))
+    mnt = tfrfs_mount(url, "--rw", "--cache-dir", cache)
+    _edit(mnt)
+    for pid in daemon_pids(mnt):
+        os.kill(pid, 9)
+        wait_ended(pid)
+    force_unmount(mnt)
+    status = run_tfrfs("status", url, "--cache-dir", cache)
+    assert SHARD in status.stdout, status.stdout
+    mnt = tfrfs_mount(url, "--rw", "--cache-dir", cache, mountpoint=mnt)
+    assert json.loads((mnt / LABEL).read_text()) == [7, 7]        # staged durably, shown again
+    assert run_tfrfs("umount", "--discard", str(mnt)).returncode == 0
+    assert set(s3.keys("ds/")) == before                          # nothing written to the bucket
+    assert "nothing staged" in run_tfrfs("status", url, "--cache-dir", cache).stdout
+
+    mnt = tfrfs_mount(url, "--rw", "--cache-dir", cache, mountpoint=mnt)
+    (mnt / OTHER).write_text("[1]\n")
+    for pid in daemon_pids(mnt):
+        os.kill(pid, 15)
+        wait_ended(pid)
+    proc = run_tfrfs("discard", url, "--cache-dir", cache)
+    assert proc.returncode == 0 and "1 shard" in proc.stdout, proc.stdout
+    assert set(s3.keys("ds/")) == before
