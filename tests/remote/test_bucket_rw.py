@@ -328,3 +328,23 @@ def test_edits_survive_a_killed_daemon_and_discard_drops_them(sample: Path, s3, 
     proc = run_tfrfs("discard", url, "--cache-dir", cache)
     assert proc.returncode == 0 and "1 shard" in proc.stdout, proc.stdout
     assert set(s3.keys("ds/")) == before
+
+
+def test_a_commit_uploads_the_changed_shard_and_its_index_only(sample: Path, s3, tfrfs_mount, tmp_path: Path) -> None:
+    from remote_support import request_path
+    s3.upload_tree(sample, "ds")
+    url = s3.url("ds")
+    mnt = tfrfs_mount(url, "--rw", "--cache-dir", str(tmp_path / "cw"))
+    _edit(mnt)
+    s3.proxy.reset()
+    assert run_tfrfs("commit", str(mnt)).returncode == 0
+    writes = [r for r in s3.proxy.requests if r.method in ("PUT", "POST", "DELETE")]
+    written = {request_path(r).removeprefix("/data/ds/") for r in writes}
+    held = {e["path"]: e for e in _manifest(s3)["shards"]}[SHARD]["object"]
+    # The new shard (in parts or whole), its index file and the manifest: nothing else is written,
+    # and no other shard is copied or read back.
+    assert written == {held, held + ".tfrfs-idx", ".tfrfs-manifest"}, sorted(written)
+    new = len(s3.get(f"ds/{held}"))
+    sent = sum(r.sent for r in writes if request_path(r).endswith(held))
+    assert sent == new, (sent, new)
+    assert not [r for r in s3.proxy.requests if r.method == "GET" and request_path(r).endswith(held)]
