@@ -50,7 +50,8 @@ from tfrfs.index.shard_index import IndexCache, ShardIndex
 from tfrfs.edit.bucket_versions import (Base, changed_under, come_home, held_by, objects_named, read_base,
                                        shard_entries, tidy)
 from tfrfs.storage import durable
-from tfrfs.storage.base import Conflict, NotSupported, Storage
+from tfrfs.storage.base import Conflict, NotSupported, ObjectInfo, Storage
+from tfrfs.storage.remote_reader import RemoteReaders
 
 log = logging.getLogger("tfrfs")
 
@@ -216,6 +217,8 @@ class BucketCommitter(Committer):
         url = self.storage.join(self.url, rel)
         try:
             st = self.storage.upload_checked(plan.tmp, url)
+            if isinstance(self.cache.readers, RemoteReaders):   # (the mount then opens it with no look-up)
+                self.cache.readers.know([ObjectInfo(url, st.size, st.identity, st.mtime_ns)])
             local = ShardFile(path=plan.tmp, relpath=ch.relpath, compression=plan.compression,
                               size=os.path.getsize(plan.tmp), mtime_ns=0, identity=f"local:{cid}")
             # Indexed where it was written (a compressed one inflated there too), by a cache of
