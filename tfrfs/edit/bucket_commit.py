@@ -35,6 +35,7 @@ import posixpath
 import shutil
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -56,6 +57,7 @@ from tfrfs.storage.remote_reader import RemoteReaders
 log = logging.getLogger("tfrfs")
 
 RECORD = "bucket-commit.json"   # in the journal's folder: the commit between its manifest write and its end
+UPLOADS_AT_ONCE = 4             # new shards uploaded at a time (each in parts, PARTS_AT_ONCE at a time)
 
 
 def staging_root(url: str, cache_dir: Path) -> Path:
@@ -133,15 +135,21 @@ class BucketCommitter(Committer):
             written = write_jobs(list(plans.values()))
             uploaded: dict[str, tuple[str, ShardIndex, tuple[int, int]]] = {}
             tallies = {}
-            for relpath, ch in todo:
-                n = store.shard_number(relpath)
-                tallies[relpath] = self._tally_after(n, ch)
-                if ch.removed:
-                    continue
-                got = next_written(written)
-                if got.error is not None:
-                    raise repack.failure(ch, got.error, False)
-                uploaded[relpath] = self._upload(cid, plans[relpath], tallies[relpath])
+            # Each new shard is uploaded as soon as its job has written it, a few at a time (their
+            # requests wait on the network), while the next jobs write theirs.
+            with ThreadPoolExecutor(UPLOADS_AT_ONCE, thread_name_prefix="tfrfs-upload") as pool:
+                pending = {}
+                for relpath, ch in todo:
+                    n = store.shard_number(relpath)
+                    tallies[relpath] = self._tally_after(n, ch)
+                    if ch.removed:
+                        continue
+                    got = next_written(written)
+                    if got.error is not None:
+                        raise repack.failure(ch, got.error, False)
+                    pending[relpath] = pool.submit(self._upload, cid, plans[relpath], tallies[relpath])
+                for relpath, future in pending.items():
+                    uploaded[relpath] = future.result()
             body = self._new_body(cid, todo, uploaded)
             notes = self._tfds_object(cid, body, todo, uploaded)
             try:
