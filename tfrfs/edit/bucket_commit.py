@@ -10,6 +10,8 @@ written over. A commit:
    ``repack.write_job``, reading the old shard from the bucket), checks and indexes it;
 3. uploads it as ``OBJECTS/ID/RELPATH`` (ID: this commit's) with its index file beside it, each
    checked against the local file (size, and the store's checksum: ``Storage.upload_checked``);
+   a TFDS ``dataset_info.json`` beside them follows as an object of this commit too, and shards an
+   earlier commit left away from their paths come back (``bucket_versions.come_home``);
 4. writes the new manifest with a conditional write against the version it read: that write is
    the commit. The manifest names, for each shard, the object that holds it (its shown path is
    kept), and the objects the version before named and it does not (``retired``);
