@@ -51,7 +51,7 @@ from tfrfs.index import idxfile, manifest
 from tfrfs.index.discovery import OBJECTS_DIR, TMP_PREFIX, ShardFile
 from tfrfs.index.shard_index import IndexCache, ShardIndex
 from tfrfs.edit.bucket_versions import (Base, changed_under, come_home, held_by, objects_named, read_base,
-                                       shard_entries, tidy)
+                                       seal, shard_entries, tidy)
 from tfrfs.storage import durable
 from tfrfs.storage.base import Conflict, NotSupported, ObjectInfo, Storage
 from tfrfs.storage.remote_reader import RemoteReaders
@@ -152,7 +152,7 @@ class BucketCommitter(Committer):
                     pending[relpath] = pool.submit(self._upload, cid, plans[relpath], tallies[relpath])
                 for relpath, future in pending.items():
                     uploaded[relpath] = future.result()
-            body = self._new_body(cid, todo, uploaded)
+            body, before = self._new_body(cid, todo, uploaded)
             notes = self._tfds_object(cid, body, todo, uploaded)
             try:
                 home = come_home(self.storage, self.url, self.base.body, body,
@@ -160,6 +160,7 @@ class BucketCommitter(Committer):
             except OSError as exc:
                 raise CommitFailed(f"commit of {self.url} failed: {exc}; nothing was committed and the edits stay "
                                    "staged", exc.errno or errno.EIO) from exc
+            seal(body, before)
             identity = self._publish(cid, body, todo)
             old = self.base
             self.base = Base(identity, body, time.time_ns())
@@ -246,8 +247,10 @@ class BucketCommitter(Committer):
         return rel, idx, (len(data), crc32c.crc32c(data))
 
     def _new_body(self, cid: str, todo: list[tuple[str, ShardChanges]],
-                  uploaded: dict[str, tuple[str, ShardIndex, tuple[int, int]]]) -> dict:
-        """The new manifest: the base version's with the committed shards' entries replaced."""
+                  uploaded: dict[str, tuple[str, ShardIndex, tuple[int, int]]]) -> tuple[dict, set[str]]:
+        """The new manifest (the base version's, or the listing's, with the committed shards'
+        entries replaced) and the objects the version it replaces names (``seal`` retires those
+        it no longer does, once the rest of the commit changed it)."""
         body = json.loads(json.dumps(self.base.body)) if self.base.body is not None else self._listed_body()
         entries = shard_entries(body)
         files = {f["path"]: f for f in body.get("files", ())}
@@ -267,11 +270,8 @@ class BucketCommitter(Committer):
         body["shards"] = [entries[k] for k in sorted(entries)]
         body["files"] = [files[k] for k in sorted(files)]
         body["made_by"] = f"commit:{cid}"
-        body["retired"] = sorted(before - objects_named(body))
-        body["tfrfs_manifest"] = manifest.VERSION_OBJECTS if any(e.get("object") for e in body["shards"]) \
-            else manifest.VERSION
         body["schema"] = self._summary_after(todo, uploaded)
-        return body
+        return body, before
 
     def _tfds_object(self, cid: str, body: dict, todo: list[tuple[str, ShardChanges]],
                      uploaded: dict[str, tuple[str, ShardIndex, tuple[int, int]]]) -> tuple[str, ...]:
@@ -312,10 +312,7 @@ class BucketCommitter(Committer):
             except OSError as exc:
                 raise CommitFailed(f"commit of {self.url} failed writing {rel}: {exc}", exc.errno or errno.EIO) from exc
             files[rel] = {"path": rel, "size": len(data), "mtime_ns": time.time_ns(), "object": obj}
-        if notes:
-            before = objects_named(self.base.body) if self.base.body is not None else set()
-            body["files"] = [files[k] for k in sorted(files)]
-            body["retired"] = sorted(set(body["retired"]) | (before - objects_named(body)))
+        body["files"] = [files[k] for k in sorted(files)]
         for note in notes:
             log.info("%s", note)
         return tuple(notes)

@@ -119,11 +119,16 @@ def come_home(storage: Storage, url: str, base: dict | None, body: dict, changed
             entry["index"] = {"file": posixpath.basename(rel) + idxfile.SUFFIX, "size": len(data),
                               "crc32c": crc32c.crc32c(data)}
         home[rel] = entry
-    if home:
-        body["retired"] = sorted(set(body.get("retired", ())) | (was - objects_named(body)))
-        if not any(e.get("object") for e in body["shards"]):
-            body["tfrfs_manifest"] = manifest.VERSION
     return home
+
+
+def seal(body: dict, before: set[str]) -> None:
+    """Finish a new manifest once everything in it is named: the objects the version it replaces
+    named (``before``) and it does not are ``retired``, and its version is 2 only where it names
+    an object other than a shard's path (a reader of version 1 refuses it)."""
+    body["retired"] = sorted(before - objects_named(body))
+    body["tfrfs_manifest"] = manifest.VERSION_OBJECTS if any(e.get("object") for e in body["shards"]) \
+        else manifest.VERSION
 
 
 def tidy(storage: Storage, url: str, old: Base, new: Base) -> list[str]:
