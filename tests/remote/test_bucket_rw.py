@@ -49,6 +49,16 @@ def _edit(mnt: Path) -> None:
     (mnt / LABEL).write_text("[7, 7]\n")
 
 
+def _edited(sample: Path, s3, tfrfs_mount, tmp_path: Path) -> tuple[str, Path]:
+    """The sample dataset in the bucket under ``ds/``, mounted --rw (cache folder ``cw``) and edited
+    (``_edit``): its URL and the mount point."""
+    s3.upload_tree(sample, "ds")
+    url = s3.url("ds")
+    mnt = tfrfs_mount(url, "--rw", "--cache-dir", str(tmp_path / "cw"))
+    _edit(mnt)
+    return url, mnt
+
+
 def test_edit_commit_and_the_bucket_holds_the_local_commit(sample: Path, s3, tfrfs_mount, tmp_path: Path) -> None:
     # What the bucket must come to: the same edit committed in a local copy.
     local = tmp_path / "local"
@@ -183,10 +193,7 @@ def test_a_reader_of_the_old_version_reads_it_to_the_end_while_a_commit_lands(sa
 
 def test_the_other_commands_read_a_committed_bucket_by_its_manifest_and_repair_clears_it(
         sample: Path, s3, tfrfs_mount, tmp_path: Path) -> None:
-    s3.upload_tree(sample, "ds")
-    url = s3.url("ds")
-    mnt = tfrfs_mount(url, "--rw", "--cache-dir", str(tmp_path / "cw"))
-    _edit(mnt)
+    url, mnt = _edited(sample, s3, tfrfs_mount, tmp_path)
     shutil.rmtree(mnt / f"{SHARD}/000000")
     assert run_tfrfs("umount", str(mnt)).returncode == 0
     want = _records(url, tmp_path / "c0")
@@ -244,10 +251,7 @@ def test_tfds_metadata_follows_a_bucket_commit_as_a_local_one(s3, tfrfs_mount, t
 
 def test_a_shard_left_alone_by_the_next_commit_comes_back_to_its_path(sample: Path, s3, tfrfs_mount,
                                                                       tmp_path: Path) -> None:
-    s3.upload_tree(sample, "ds")
-    url = s3.url("ds")
-    mnt = tfrfs_mount(url, "--rw", "--cache-dir", str(tmp_path / "cw"))
-    _edit(mnt)
+    url, mnt = _edited(sample, s3, tfrfs_mount, tmp_path)
     assert run_tfrfs("umount", str(mnt)).returncode == 0
     held = {e["path"]: e for e in _manifest(s3)["shards"]}[SHARD]["object"]
     moved = s3.get(f"ds/{held}")
@@ -287,10 +291,7 @@ def test_a_first_commit_lists_a_compressed_shard_it_never_inflated(sample: Path,
 
 def test_a_manifest_write_that_fails_commits_nothing_and_keeps_the_edits(sample: Path, s3, tfrfs_mount,
                                                                          tmp_path: Path) -> None:
-    s3.upload_tree(sample, "ds")
-    url = s3.url("ds")
-    mnt = tfrfs_mount(url, "--rw", "--cache-dir", str(tmp_path / "cw"))
-    _edit(mnt)
+    url, mnt = _edited(sample, s3, tfrfs_mount, tmp_path)
     s3.proxy.fail(503, match=".tfrfs-manifest", method="PUT")   # every attempt, retries included
     proc = run_tfrfs("commit", str(mnt))
     assert proc.returncode == 1 and "nothing was committed" in proc.stderr, proc.stderr
@@ -332,10 +333,7 @@ def test_edits_survive_a_killed_daemon_and_discard_drops_them(sample: Path, s3, 
 
 def test_a_commit_uploads_the_changed_shard_and_its_index_only(sample: Path, s3, tfrfs_mount, tmp_path: Path) -> None:
     from remote_support import request_path
-    s3.upload_tree(sample, "ds")
-    url = s3.url("ds")
-    mnt = tfrfs_mount(url, "--rw", "--cache-dir", str(tmp_path / "cw"))
-    _edit(mnt)
+    url, mnt = _edited(sample, s3, tfrfs_mount, tmp_path)
     s3.proxy.reset()
     assert run_tfrfs("commit", str(mnt)).returncode == 0
     writes = [r for r in s3.proxy.requests if r.method in ("PUT", "POST", "DELETE")]
