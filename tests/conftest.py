@@ -12,6 +12,11 @@ from typing import Iterator
 import pytest
 
 from support import commands
+from support.gcs_server import ENVIRONMENT as GCS_ENVIRONMENT
+
+# No test reaches Google's own servers: gcsfs's probe of each bucket over gRPC (which waits out a
+# timeout against the loopback GCS) is turned off before anything imports gcsfs.
+os.environ.update(GCS_ENVIRONMENT)
 
 # The loopback servers' fixtures (s3_server, s3_proxy, http_server, http_proxy, s3) for tests/remote.
 pytest_plugins = ["support.remote_fixtures", "support.ray_fixtures"]

@@ -1,5 +1,6 @@
 """One suite every ``Storage`` passes: the local file system, fsspec's in-memory store, a local
-folder reached as ``file://`` through fsspec, and S3 (moto on loopback, through the proxy)."""
+folder reached as ``file://`` through fsspec, S3 (moto on loopback, through the proxy) and GCS
+(gcp-storage-emulator on loopback, behind the gate that keeps its generation preconditions)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from tfrfs.storage.fsspec_storage import FsspecStorage
 from tfrfs.storage.local_storage import LocalStorage
 
 
-@pytest.fixture(params=["local", "memory", "file", "s3"])
+@pytest.fixture(params=["local", "memory", "file", "s3", "gs"])
 def place(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Storage, str]]:
     """(a storage, an empty folder or prefix in it)."""
     kind = request.param
@@ -33,6 +34,10 @@ def place(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Stor
         (tmp_path / "root").mkdir()
         root = f"file://{tmp_path / 'root'}"
         yield open_storage(root), root
+    elif kind == "gs":
+        request.getfixturevalue("gcs")   # an empty bucket "data", the environment set
+        root = "gs://data/contract"
+        yield open_storage(root, {"retries": 2, "timeout": 10}), root
     else:
         from support.remote_fixtures import S3Rig
         if not isinstance(request.getfixturevalue("s3"), S3Rig):   # a fresh bucket "data", the AWS variables set

@@ -12,6 +12,7 @@ from typing import Callable, Iterator
 
 import pytest
 
+from support.gcs_server import GcsServer
 from support.servers import FaultProxy, RangeHTTPServer, S3Server
 
 
@@ -49,6 +50,29 @@ def s3_proxy(request: pytest.FixtureRequest) -> FaultProxy:
         _no_bucket("the test looks at the requests sent")
     request.getfixturevalue("s3_server")
     return _fresh(request.getfixturevalue("_s3_proxy_session"))
+
+
+@pytest.fixture(scope="session")
+def _gcs_session() -> Iterator[GcsServer]:
+    pytest.importorskip("gcsfs", reason="the gs:// tests need gcsfs")
+    pytest.importorskip("gcp_storage_emulator", reason="the gs:// tests need gcp-storage-emulator")
+    with GcsServer() as server:
+        yield server
+
+
+@pytest.fixture
+def gcs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> GcsServer:
+    """A loopback GCS (``support.gcs_server``): bucket ``data`` emptied, the gate's log and faults
+    clear, and the environment that lets gcsfs in this process and its children reach it."""
+    if _file_store():
+        _no_bucket("a gs:// test")
+    server: GcsServer = request.getfixturevalue("_gcs_session")
+    server.wipe()
+    assert server.gate is not None
+    _fresh(server.gate)
+    for key, value in server.environment().items():
+        monkeypatch.setenv(key, value)
+    return server
 
 
 @pytest.fixture

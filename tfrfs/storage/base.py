@@ -210,8 +210,12 @@ class Storage(ABC):
         """``upload``, then the object checked against the local file: its size, and its bytes'
         checksum as the storage gives it (here: read back and CRC-32C compared; a store that keeps
         a checksum of its own says it without the bytes). Raises DataLoss when they differ."""
-        from tfrfs.errors import DataLoss
         self.upload(local, path)
+        return self.read_back(local, path)
+
+    def read_back(self, local: str, path: str) -> Stat:
+        """The object just uploaded from ``local``, its size and bytes read back and compared."""
+        from tfrfs.errors import DataLoss
         got = self.stat(path)
         want = os.path.getsize(local)
         if got is None or got.size != want:

@@ -8,12 +8,14 @@ own conditional requests where it has them (S3's ``If-None-Match``/``If-Match``)
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import posixpath
 import threading
 from pathlib import Path
 from typing import Any, BinaryIO
+from urllib.parse import quote
 
 from tfrfs.errors import DataLoss
 from tfrfs.storage import durable
@@ -27,6 +29,13 @@ def _precondition_failed(exc: BaseException) -> bool:
     fsspec backend spelled it."""
     text = f"{type(exc).__name__} {exc}"
     return "PreconditionFailed" in text or "Precondition Failed" in text or "412" in text
+
+
+def _generation_of(identity: str) -> str | None:
+    """The generation a GCS object's identity (``generation:G:SIZE``, see ``object_info``) names."""
+    kind, _, rest = identity.partition(":")
+    generation = rest.partition(":")[0]
+    return generation if kind == "generation" and generation.isdigit() else None
 
 
 class FsspecStorage(Storage):
@@ -187,21 +196,35 @@ class FsspecStorage(Storage):
         return written
 
     def _gcs_write_if(self, path: str, data: bytes, identity: str | None) -> str:
-        """GCS through gcsfs: a create on ``ifGenerationMatch=0`` (gcsfs's ``mode="create"``);
-        gcsfs offers no write on another generation, so a replace is NotSupported."""
+        """GCS: one upload on the object's generation (``ifGenerationMatch``: 0 for a create, the
+        generation that was read for a replace), sent through gcsfs's own session; the store
+        refuses it (412) if the object changed since, and its answer names the new generation."""
         store = self.store
-        if identity is not None:
-            raise NotSupported(f"{path}: gcsfs cannot replace an object on its generation (ifGenerationMatch)")
+        fs = store.fs
+        target = store.path_of(path)
+        generation = "0" if identity is None else _generation_of(identity)
+        if generation is None:
+            raise Conflict(f"{path}: changed since it was read (its identity {identity!r} is no generation)")
+        bucket, key = fs.split_path(target)[:2]
 
-        def put() -> None:
+        def put() -> str:
+            from fsspec.asyn import sync
             try:
-                store.fs.pipe_file(store.path_of(path), data, mode="create")
+                out = sync(fs.loop, fs._call, "POST", f"{fs._location}/upload/storage/v1/b/{quote(bucket, safe='')}/o",
+                           uploadType="media", name=key, ifGenerationMatch=generation, data=data,
+                           headers={"Content-Type": "application/octet-stream"}, json_out=True)
             except (OSError, ValueError) as exc:
                 if isinstance(exc, FileExistsError) or _precondition_failed(exc):
-                    raise Conflict(f"{path}: there already") from exc
+                    raise Conflict(f"{path}: {'there already' if identity is None else 'changed since it was read'}") from exc
                 raise
-        store.call("write", path, put)
-        return self._written(path)
+            finally:
+                fs.invalidate_cache(target)
+            got = out.get("generation") if isinstance(out, dict) else None
+            if not got:
+                raise OSError(f"{path}: the store did not say what it wrote (no generation)")
+            return object_info(store, {"name": target, "size": len(data), "generation": got}).identity
+        written: str = store.call("write", path, put)
+        return written
 
     def _written(self, path: str) -> str:
         got = self.stat(path)
@@ -232,6 +255,8 @@ class FsspecStorage(Storage):
         self.store.put_file(path, local)
 
     def upload_checked(self, local: str, path: str) -> Stat:
+        if self.store.protocol in ("gs", "gcs"):
+            return self._gcs_upload_checked(local, path)
         if self.store.protocol != "s3":
             return super().upload_checked(local, path)
         # S3 keeps an MD5 of what it received: of the object (one PUT), or of its parts' MD5s
@@ -243,10 +268,29 @@ class FsspecStorage(Storage):
         if got is None or got.size != size:
             raise DataLoss(f"{path}: uploaded as {size} bytes, now {'missing' if got is None else got.size}")
         if not etag or not _md5_like(etag):   # (an object encrypted with a KMS key: no MD5 in its ETag)
-            return super().upload_checked(local, path)
+            return self.read_back(local, path)
         if etag != s3_etag_of(local, "-" in etag):
             raise DataLoss(f"{path}: the store's checksum of it ({etag}) is not that of {local}")
         return got
+
+    def _gcs_upload_checked(self, local: str, path: str) -> Stat:
+        # GCS keeps the MD5 of an object it received whole (``md5Hash``, base64); a composed
+        # object has none, and is read back instead.
+        self.upload(local, path)
+        try:
+            info = self.store.info(path, fresh=True)
+        except FileNotFoundError:
+            raise DataLoss(f"{path}: missing after it was uploaded") from None
+        got = object_info(self.store, {**info, "name": info.get("name", self.store.path_of(path))})
+        size = os.path.getsize(local)
+        if got.size != size:
+            raise DataLoss(f"{path}: uploaded as {size} bytes, now {got.size}")
+        md5 = info.get("md5Hash")
+        if not md5:
+            return self.read_back(local, path)
+        if base64.b64decode(md5).hex() != s3_etag_of(local, False):
+            raise DataLoss(f"{path}: the store's checksum of it ({md5}) is not that of {local}")
+        return Stat(got.size, got.identity, got.mtime_ns)
 
     def rename(self, src: str, dst: str) -> None:
         # A copy, checked, then the delete: a copy that did not take leaves ``src`` to try again.
