@@ -5,13 +5,12 @@ written on its generation, so commits follow one another and two writers cannot 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from conftest import run_tfrfs
-from test_bucket_rw import LABEL, SAME_SHARD, SHARD, _edit, _label, _parsed, _records
+from test_bucket_rw import LABEL, SAME_SHARD, SHARD, _edit, _label, _parsed, _records, committed_locally
 
 pytestmark = pytest.mark.mount
 
@@ -20,14 +19,17 @@ def _manifest(gcs) -> dict:
     return json.loads(gcs.get("ds/.tfrfs-manifest"))
 
 
+def _indexed(sample: Path, gcs, tmp_path: Path) -> str:
+    """The sample dataset in the bucket under ``ds/`` with a manifest (``index --beside``): its URL."""
+    gcs.upload_tree(sample, "ds")
+    url = gcs.url("ds")
+    assert run_tfrfs("index", url, "--beside", "--cache-dir", str(tmp_path / "ci")).returncode == 0
+    return url
+
+
 def test_commits_on_gcs_follow_one_another_and_hold_the_local_commit(sample: Path, gcs, tfrfs_mount,
                                                                      tmp_path: Path) -> None:
-    local = tmp_path / "local"
-    shutil.copytree(sample, local)
-    mnt = tfrfs_mount(local, "--rw")
-    _edit(mnt)
-    assert run_tfrfs("umount", str(mnt)).returncode == 0
-    expected = _parsed(_records(local, tmp_path / "lc"))
+    expected = committed_locally(sample, tfrfs_mount, tmp_path)
 
     gcs.upload_tree(sample, "ds")
     url = gcs.url("ds")
@@ -58,9 +60,7 @@ def test_commits_on_gcs_follow_one_another_and_hold_the_local_commit(sample: Pat
 
 def test_two_writers_on_gcs_one_wins_and_the_other_keeps_its_edits(sample: Path, gcs, tfrfs_mount,
                                                                    tmp_path: Path) -> None:
-    gcs.upload_tree(sample, "ds")
-    url = gcs.url("ds")
-    assert run_tfrfs("index", url, "--beside", "--cache-dir", str(tmp_path / "ci")).returncode == 0
+    url = _indexed(sample, gcs, tmp_path)
     a = tfrfs_mount(url, "--rw", "--cache-dir", str(tmp_path / "ca"))
     b = tfrfs_mount(url, "--rw", "--cache-dir", str(tmp_path / "cb"))
     (a / LABEL).write_text("[1]\n")
@@ -80,9 +80,7 @@ def test_a_lost_race_for_the_manifest_itself_is_refused_by_the_store(sample: Pat
                                                                      tmp_path: Path) -> None:
     # The other writer's manifest lands after this commit read the generation it starts from, and
     # before its own write: only the store's precondition can refuse it (412).
-    gcs.upload_tree(sample, "ds")
-    url = gcs.url("ds")
-    assert run_tfrfs("index", url, "--beside", "--cache-dir", str(tmp_path / "ci")).returncode == 0
+    url = _indexed(sample, gcs, tmp_path)
     mnt = tfrfs_mount(url, "--rw", "--cache-dir", str(tmp_path / "cw"))
     _edit(mnt)
     body = gcs.get("ds/.tfrfs-manifest")

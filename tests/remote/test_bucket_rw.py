@@ -59,14 +59,19 @@ def _edited(sample: Path, s3, tfrfs_mount, tmp_path: Path) -> tuple[str, Path]:
     return url, mnt
 
 
-def test_edit_commit_and_the_bucket_holds_the_local_commit(sample: Path, s3, tfrfs_mount, tmp_path: Path) -> None:
-    # What the bucket must come to: the same edit committed in a local copy.
+def committed_locally(sample: Path, tfrfs_mount, tmp_path: Path) -> dict[str, list]:
+    """What a bucket must come to: the records of a local copy of the sample that took ``_edit``
+    and was committed."""
     local = tmp_path / "local"
     shutil.copytree(sample, local)
     mnt = tfrfs_mount(local, "--rw")
     _edit(mnt)
     assert run_tfrfs("umount", str(mnt)).returncode == 0
-    expected = _parsed(_records(local, tmp_path / "lc"))
+    return _parsed(_records(local, tmp_path / "lc"))
+
+
+def test_edit_commit_and_the_bucket_holds_the_local_commit(sample: Path, s3, tfrfs_mount, tmp_path: Path) -> None:
+    expected = committed_locally(sample, tfrfs_mount, tmp_path)
 
     s3.upload_tree(sample, "ds")
     before = set(s3.keys("ds/"))

@@ -14,7 +14,7 @@ import os
 import posixpath
 import threading
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable
 from urllib.parse import quote
 
 from tfrfs.errors import DataLoss
@@ -179,21 +179,8 @@ class FsspecStorage(Storage):
             if now is None or now.identity != identity or not info or not info.get("ETag"):
                 raise Conflict(f"{path}: changed since it was read")
             kw = {"IfMatch": info["ETag"]}   # the store refuses the PUT if it changed since
-
-        def put() -> str:
-            try:
-                out = store.fs.pipe_file(target, data, **kw)
-            except (OSError, ValueError) as exc:
-                if isinstance(exc, FileExistsError) or _precondition_failed(exc):
-                    raise Conflict(f"{path}: {'there already' if identity is None else 'changed since it was read'}") from exc
-                raise
-            etag = out.get("ETag") if isinstance(out, dict) else None
-            if not etag:
-                raise OSError(f"{path}: the store did not say what it wrote (no ETag)")
-            # Spelled as a listing or look-up spells it (object_info).
-            return object_info(store, {"name": target, "size": len(data), "ETag": etag}).identity
-        written: str = store.call("write", path, put)
-        return written
+        return self._put_on_condition(path, len(data), identity, "ETag",
+                                      lambda: store.fs.pipe_file(target, data, **kw))
 
     def _gcs_write_if(self, path: str, data: bytes, identity: str | None) -> str:
         """GCS: one upload on the object's generation (``ifGenerationMatch``: 0 for a create, the
@@ -207,22 +194,34 @@ class FsspecStorage(Storage):
             raise Conflict(f"{path}: changed since it was read (its identity {identity!r} is no generation)")
         bucket, key = fs.split_path(target)[:2]
 
-        def put() -> str:
+        def send() -> Any:
             from fsspec.asyn import sync
+            return sync(fs.loop, fs._call, "POST", f"{fs._location}/upload/storage/v1/b/{quote(bucket, safe='')}/o",
+                        uploadType="media", name=key, ifGenerationMatch=generation, data=data,
+                        headers={"Content-Type": "application/octet-stream"}, json_out=True)
+        return self._put_on_condition(path, len(data), identity, "generation", send)
+
+    def _put_on_condition(self, path: str, size: int, identity: str | None, field: str,
+                          send: Callable[[], Any]) -> str:
+        """One conditional write, sent by ``send``: the store's refusal (412, or the file system's
+        FileExistsError for it) is a Conflict; the ``field`` of its answer (ETag, generation) names
+        what it wrote, spelled as a listing or look-up spells it (``object_info``)."""
+        store = self.store
+        target = store.path_of(path)
+
+        def put() -> str:
             try:
-                out = sync(fs.loop, fs._call, "POST", f"{fs._location}/upload/storage/v1/b/{quote(bucket, safe='')}/o",
-                           uploadType="media", name=key, ifGenerationMatch=generation, data=data,
-                           headers={"Content-Type": "application/octet-stream"}, json_out=True)
+                out = send()
             except (OSError, ValueError) as exc:
                 if isinstance(exc, FileExistsError) or _precondition_failed(exc):
                     raise Conflict(f"{path}: {'there already' if identity is None else 'changed since it was read'}") from exc
                 raise
             finally:
-                fs.invalidate_cache(target)
-            got = out.get("generation") if isinstance(out, dict) else None
+                store.fs.invalidate_cache(target)
+            got = out.get(field) if isinstance(out, dict) else None
             if not got:
-                raise OSError(f"{path}: the store did not say what it wrote (no generation)")
-            return object_info(store, {"name": target, "size": len(data), "generation": got}).identity
+                raise OSError(f"{path}: the store did not say what it wrote (no {field})")
+            return object_info(store, {"name": target, "size": size, field: got}).identity
         written: str = store.call("write", path, put)
         return written
 
