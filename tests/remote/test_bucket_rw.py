@@ -252,6 +252,11 @@ def test_tfds_metadata_follows_a_bucket_commit_as_a_local_one(s3, tfrfs_mount, t
     assert json.loads(s3.get("ds/dataset_info.json")) == info         # the old version's, for its readers
     fresh = tfrfs_mount(s3.url("ds"), "--cache-dir", str(tmp_path / "cr"))
     assert json.loads((fresh / "dataset_info.json").read_text()) == expected
+    # A manifest written anew (index --beside) keeps naming the commit's object, not the old file.
+    assert run_tfrfs("index", s3.url("ds"), "--beside", "--cache-dir", str(tmp_path / "ci")).returncode == 0
+    assert {f["path"]: f for f in _manifest(s3)["files"]}["dataset_info.json"] == held
+    again = tfrfs_mount(s3.url("ds"), "--cache-dir", str(tmp_path / "cr2"))
+    assert json.loads((again / "dataset_info.json").read_text()) == expected
 
 
 def test_a_shard_left_alone_by_the_next_commit_comes_back_to_its_path(sample: Path, s3, tfrfs_mount,

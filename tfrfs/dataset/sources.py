@@ -190,18 +190,17 @@ def write_manifest(source: Source, indexes: list[ShardIndex], cache: IndexCache,
     if not disc.mirrors_dir:
         raise UsageError(f"{source.name}: a manifest is written at a dataset's root: give the folder or "
                          "prefix, not a shard or a glob")
-    retired = source.manifest.retired if source.manifest is not None else _retired(source)
+    before = source.manifest if source.manifest is not None else _manifest_at(source)
     data = manifest.build(disc, indexes, cache, {s.shard: (s.size, s.crc32c) for s in shipped if s.path}, schema,
-                          retired)
+                          before)
     where = source.storage.join(disc.root, manifest.NAME)
     disc.access.write_bytes(where, data)
     return where
 
 
-def _retired(source: Source) -> tuple[str, ...]:
-    """The objects the dataset's manifest (if any) retired: a new one keeps them listed."""
+def _manifest_at(source: Source) -> manifest.Manifest | None:
+    """The dataset's manifest, where it has one (a source opened by listing)."""
     try:
-        found = manifest.parse(source.storage.read(source.storage.join(source.discovery.root, manifest.NAME)))
+        return manifest.parse(source.storage.read(source.storage.join(source.discovery.root, manifest.NAME)))
     except (OSError, manifest.ManifestError):
-        return ()
-    return tuple(r.replace(os.sep, "/") for r in found.retired)
+        return None

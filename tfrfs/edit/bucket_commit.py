@@ -48,10 +48,10 @@ from tfrfs.edit.commit import CommitResult, Committer, WriteJobs, next_written, 
 from tfrfs.edit.journal import ShardChanges, Staging
 from tfrfs.edit.repack import CommitFailed, ShardPlan, ShardResult
 from tfrfs.index import idxfile, manifest
+from tfrfs.index.manifest import held_by, objects_named, shard_entries
 from tfrfs.index.discovery import OBJECTS_DIR, TMP_PREFIX, ShardFile
 from tfrfs.index.shard_index import IndexCache, ShardIndex
-from tfrfs.edit.bucket_versions import (Base, changed_under, come_home, held_by, objects_named, read_base,
-                                       seal, shard_entries, tidy)
+from tfrfs.edit.bucket_versions import Base, changed_under, come_home, read_base, seal, tidy
 from tfrfs.storage import durable
 from tfrfs.storage.base import Conflict, NotSupported, ObjectInfo, Storage
 from tfrfs.storage.remote_reader import RemoteReaders

@@ -16,6 +16,7 @@ import crc32c
 
 from tfrfs.edit.repack import CommitFailed
 from tfrfs.index import idxfile, manifest
+from tfrfs.index.manifest import objects_named, shard_entries
 from tfrfs.index.discovery import OBJECTS_DIR
 from tfrfs.storage.base import Conflict, NotSupported, Storage
 
@@ -58,25 +59,6 @@ def read_base(storage: Storage, root: str) -> Base:
                                    errno.EIO) from None
             return Base(before.identity, body, before.mtime_ns)
     raise CommitFailed(f"{url}: it changes faster than it can be read", errno.EAGAIN)
-
-
-def shard_entries(body: dict | None) -> dict[str, dict]:
-    return {e["path"]: e for e in (body or {}).get("shards", ())}
-
-
-def held_by(entry: dict) -> str:
-    return str(entry.get("object") or entry["path"])
-
-
-def objects_named(body: dict | None) -> set[str]:
-    """Every object a manifest names: the shards' and their index files', and its plain files'."""
-    out: set[str] = set()
-    for e in shard_entries(body).values():
-        out.add(held_by(e))
-        if e.get("index"):
-            out.add(held_by(e) + idxfile.SUFFIX)
-    out.update(held_by(f) for f in (body or {}).get("files", ()))
-    return out
 
 
 def changed_under(now: Base, staged: dict[str, dict]) -> list[str]:
@@ -126,9 +108,8 @@ def seal(body: dict, before: set[str]) -> None:
     """Finish a new manifest once everything in it is named: the objects the version it replaces
     named (``before``) and it does not are ``retired``, and its version is 2 only where it names
     an object other than a shard's path (a reader of version 1 refuses it)."""
-    body["retired"] = sorted(before - objects_named(body))
-    body["tfrfs_manifest"] = manifest.VERSION_OBJECTS if any(e.get("object") for e in body["shards"]) \
-        else manifest.VERSION
+    body["retired"] = manifest.retire(body, before)
+    body["tfrfs_manifest"] = manifest.version_of(body)
 
 
 def tidy(storage: Storage, url: str, old: Base, new: Base) -> list[str]:

@@ -86,20 +86,53 @@ class Manifest:
         return None
 
 
+# --- what a manifest's body names (SPEC 7.1) ---------------------------------------------
+
+def shard_entries(body: dict | None) -> dict[str, dict]:
+    return {e["path"]: e for e in (body or {}).get("shards", ())}
+
+
+def held_by(entry: dict) -> str:
+    return str(entry.get("object") or entry["path"])
+
+
+def objects_named(body: dict | None) -> set[str]:
+    """Every object a manifest names: the shards' and their index files', and its plain files'."""
+    out: set[str] = set()
+    for e in shard_entries(body).values():
+        out.add(held_by(e))
+        if e.get("index"):
+            out.add(held_by(e) + idxfile.SUFFIX)
+    out.update(held_by(f) for f in (body or {}).get("files", ()))
+    return out
+
+
+def retire(body: dict, before: set[str]) -> list[str]:
+    """Of the objects ``before`` (named by the version before, or retired by it), those the
+    manifest ``body`` does not name: retired, for the next commit to delete."""
+    return sorted(before - objects_named(body))
+
+
+def version_of(body: dict) -> int:
+    """VERSION_OBJECTS where the manifest names, for some shard, an object other than its path."""
+    return VERSION_OBJECTS if any(e.get("object") for e in body["shards"]) else VERSION
+
+
 # --- writing ------------------------------------------------------------------------
 
 def build(discovery: Discovery, indexes: list[ShardIndex], cache: IndexCache,
-          shipped: dict[str, tuple[int, int]], schema: dict | None, retired: tuple[str, ...] = ()) -> bytes:
+          shipped: dict[str, tuple[int, int]], schema: dict | None, before: Manifest | None = None) -> bytes:
     """The manifest of a dataset whose shards are ``indexes``; ``shipped``: (size, CRC-32C) of the
-    index file each shard got beside it, by relative path; ``retired``: the objects the manifest
-    it replaces had retired, still to be deleted by the next commit (SPEC 7.1)."""
+    index file each shard got beside it, by relative path; ``before``: the manifest it replaces,
+    whose plain files held elsewhere stay held there, and whose retired objects stay listed for
+    the next commit to delete (SPEC 7.1)."""
     files = discovery.access
     shards = [shard_json(idx, cache, shipped.get(idx.shard.relpath)) for idx in indexes]
-    root = discovery.root.rstrip("/")
+    root = _posix(discovery.root.rstrip("/")) + "/"
     for entry, idx in zip(shards, indexes):
         # A shard held by another object than its path (a bucket commit's) stays held there.
-        path = idx.shard.path.replace(os.sep, "/")
-        held = path[len(root) + 1:] if path.startswith(root.replace(os.sep, "/") + "/") else entry["path"]
+        path = _posix(idx.shard.path)
+        held = path[len(root):] if path.startswith(root) else entry["path"]
         if held != entry["path"]:
             entry["object"] = held
             if entry["index"]:
@@ -108,6 +141,8 @@ def build(discovery: Discovery, indexes: list[ShardIndex], cache: IndexCache,
     for rel in discovery.plain_files:
         size, mtime_ns = files.plain_stat(rel)
         plain[rel] = {"path": _posix(rel), "size": size, "mtime_ns": mtime_ns}
+        if before is not None and rel in before.held:
+            plain[rel]["object"] = _posix(before.held[rel])
     for rel, (size, _) in shipped.items():
         # The index files just written beside the shards are shown as plain files too (SPEC 1).
         rel += idxfile.SUFFIX
@@ -117,10 +152,11 @@ def build(discovery: Discovery, indexes: list[ShardIndex], cache: IndexCache,
             continue
         plain[rel] = {"path": _posix(rel), "size": size, "mtime_ns": mtime_ns}
     dirs = [{"path": _posix(rel), "mtime_ns": files.dir_mtime_ns(rel)} for rel in discovery.dirs]
-    body = {"tfrfs_manifest": VERSION_OBJECTS if any("object" in e for e in shards) else VERSION, "shards": shards, "files": [plain[rel] for rel in sorted(plain)], "dirs": dirs,
-            "schema": schema}
-    if retired:
-        body["retired"] = sorted(set(retired) - {e.get("object") or e["path"] for e in shards})
+    body: dict[str, Any] = {"shards": shards, "files": [plain[rel] for rel in sorted(plain)], "dirs": dirs,
+                            "schema": schema}
+    body["tfrfs_manifest"] = version_of(body)
+    if before is not None and before.retired:
+        body["retired"] = retire(body, {_posix(r) for r in before.retired})
     return (json.dumps(body, separators=(",", ":"), sort_keys=True) + "\n").encode()
 
 

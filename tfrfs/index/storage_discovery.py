@@ -162,7 +162,7 @@ def discover_in(storage: Storage, url: str, cache_dir: Path) -> Discovery:
     refuse_unfinished(url, listing)
     if not listing.named and any(rel == manifest.NAME for rel, _ in listing.files):
         found = read_manifest(storage, url)
-        if found is not None and any(e.object for e in found.shards):
+        if found is not None and (found.held or any(e.object for e in found.shards)):
             # Its manifest names objects a listing does not show (a bucket commit's, SPEC 7.1):
             # the dataset is what the manifest says, whatever the command.
             log.info("%s: its manifest names the objects that hold its shards: read from it", url)
