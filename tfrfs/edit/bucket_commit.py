@@ -64,9 +64,8 @@ UPLOADS_AT_ONCE = 4             # new shards uploaded at a time (each in parts, 
 
 def staging_root(url: str, cache_dir: Path) -> Path:
     """The local folder that holds the staged edits of the bucket prefix ``url`` (keyed by it)."""
-    url = url.rstrip("/")
-    root = Path(cache_dir) / "edits" / hashlib.sha256(url.encode("utf-8", "surrogateescape")).hexdigest()[:24]
-    return root
+    key = hashlib.sha256(url.rstrip("/").encode("utf-8", "surrogateescape")).hexdigest()[:24]
+    return Path(cache_dir) / "edits" / key
 
 
 def note_source(root: Path, url: str) -> None:

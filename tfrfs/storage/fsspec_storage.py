@@ -254,27 +254,11 @@ class FsspecStorage(Storage):
         self.store.put_file(path, local)
 
     def upload_checked(self, local: str, path: str) -> Stat:
-        if self.store.protocol in ("gs", "gcs"):
-            return self._gcs_upload_checked(local, path)
-        if self.store.protocol != "s3":
+        # S3 and GCS keep an MD5 of what they received, compared here without reading it back:
+        # S3 in its ETag (of the object, or "-N": of its parts' MD5s, parts of PART_BYTES), GCS as
+        # ``md5Hash`` (base64). An object with none (encrypted with a KMS key; composed) is read back.
+        if self.store.protocol not in ("s3", "gs", "gcs"):
             return super().upload_checked(local, path)
-        # S3 keeps an MD5 of what it received: of the object (one PUT), or of its parts' MD5s
-        # ("-N", a multipart upload in parts of PART_BYTES): compared without reading it back.
-        self.upload(local, path)
-        got = self.stat(path)
-        size = os.path.getsize(local)
-        etag = got.identity.split(":")[1] if got is not None and got.identity.startswith("etag:") else ""
-        if got is None or got.size != size:
-            raise DataLoss(f"{path}: uploaded as {size} bytes, now {'missing' if got is None else got.size}")
-        if not etag or not _md5_like(etag):   # (an object encrypted with a KMS key: no MD5 in its ETag)
-            return self.read_back(local, path)
-        if etag != s3_etag_of(local, "-" in etag):
-            raise DataLoss(f"{path}: the store's checksum of it ({etag}) is not that of {local}")
-        return got
-
-    def _gcs_upload_checked(self, local: str, path: str) -> Stat:
-        # GCS keeps the MD5 of an object it received whole (``md5Hash``, base64); a composed
-        # object has none, and is read back instead.
         self.upload(local, path)
         try:
             info = self.store.info(path, fresh=True)
@@ -284,11 +268,16 @@ class FsspecStorage(Storage):
         size = os.path.getsize(local)
         if got.size != size:
             raise DataLoss(f"{path}: uploaded as {size} bytes, now {got.size}")
-        md5 = info.get("md5Hash")
-        if not md5:
+        if self.store.protocol == "s3":
+            kept = str(info.get("ETag") or "").strip('"')
+            want = md5_of(local, in_parts="-" in kept) if _md5_like(kept) else ""
+        else:
+            kept = base64.b64decode(info["md5Hash"]).hex() if info.get("md5Hash") else ""
+            want = md5_of(local, in_parts=False) if kept else ""
+        if not want:
             return self.read_back(local, path)
-        if base64.b64decode(md5).hex() != s3_etag_of(local, False):
-            raise DataLoss(f"{path}: the store's checksum of it ({md5}) is not that of {local}")
+        if kept != want:
+            raise DataLoss(f"{path}: the store's checksum of it ({kept}) is not that of {local}")
         return Stat(got.size, got.identity, got.mtime_ns)
 
     def rename(self, src: str, dst: str) -> None:
@@ -335,17 +324,18 @@ def _md5_like(etag: str) -> bool:
     return len(head) == 32 and all(c in "0123456789abcdef" for c in head) and (not parts or parts.isdigit())
 
 
-def s3_etag_of(local: str, multipart: bool) -> str:
-    """The ETag S3 gives the local file uploaded by ``Store.put_file``: the MD5 of its bytes, or
-    (``multipart``) the MD5 of its parts' MD5s (parts of PART_BYTES) and "-" their count."""
+def md5_of(local: str, *, in_parts: bool) -> str:
+    """The MD5 a store keeps of the local file uploaded by ``Store.put_file``, in hex: of its bytes,
+    or (``in_parts``: S3's ETag of a multipart upload) the MD5 of its parts' MD5s (parts of
+    PART_BYTES) and "-" their count."""
     whole = hashlib.md5(usedforsecurity=False)
     parts: list[bytes] = []
     with open(local, "rb", buffering=0) as f:
         while chunk := f.read(PART_BYTES):
-            if multipart:
+            if in_parts:
                 parts.append(hashlib.md5(chunk, usedforsecurity=False).digest())
             else:
                 whole.update(chunk)
-    if not multipart:
+    if not in_parts:
         return whole.hexdigest()
     return f"{hashlib.md5(b''.join(parts), usedforsecurity=False).hexdigest()}-{len(parts)}"
